@@ -1,0 +1,1304 @@
+package fabric
+
+// This is the only file of the package that imports "C". The preamble holds
+// the C side: provider discovery, the server endpoint and its progress loop,
+// reader endpoints and the batched read loop (posting and CQ draining stay in
+// C so that a batch costs one cgo call). C never keeps a Go pointer after the
+// call that received it returns: destinations are either off-heap or pinned
+// by the Go caller for the duration of the call.
+
+/*
+#cgo LDFLAGS: -lfabric
+#define _GNU_SOURCE
+#include <rdma/fabric.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_rma.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+#include <stdint.h>
+#include <poll.h>
+#include <time.h>
+#include <pthread.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+#include <errno.h>
+#include <stdatomic.h>
+
+static inline int64_t dd_now(void) {
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void dd_sleep_ns(int64_t ns) {
+	struct timespec ts = { ns / 1000000000LL, ns % 1000000000LL };
+	nanosleep(&ts, NULL);
+}
+
+#define DD_CAPS (FI_RMA | FI_READ | FI_REMOTE_READ | FI_MSG | FI_TAGGED)
+#define DD_MR_MODES (FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT)
+
+// dd_getinfo lists every provider/domain that can do one-sided reads on a
+// reliable datagram endpoint with the memory-registration modes we handle.
+// Data progress is left unspecified on purpose (asking for AUTO drops shm).
+static int dd_getinfo(struct fi_info **out) {
+	struct fi_info *hints = fi_allocinfo();
+	if (!hints) return -FI_ENOMEM;
+	hints->ep_attr->type = FI_EP_RDM;
+	hints->caps = DD_CAPS;
+	hints->mode = FI_CONTEXT | FI_CONTEXT2;
+	hints->domain_attr->mr_mode = DD_MR_MODES;
+	hints->domain_attr->threading = FI_THREAD_DOMAIN;
+	int rc = fi_getinfo(FI_VERSION(1, 11), NULL, NULL, 0, hints, out);
+	fi_freeinfo(hints);
+	return rc;
+}
+
+typedef struct dd_infodesc {
+	const char *prov;
+	const char *domain;
+	const char *fabric;
+	uint64_t mr_mode;
+	uint64_t mode;
+	uint64_t caps;
+	int threading;
+	int data_progress;
+	int control_progress;
+	int av_type;
+	uint64_t tx_size;
+	uint64_t rx_size;
+	uint64_t ep_cnt;
+	uint64_t cq_cnt;
+	uint64_t max_msg_size;
+	uint64_t mr_key_size;
+	uint32_t addr_format;
+} dd_infodesc;
+
+static void dd_describe(struct fi_info *i, dd_infodesc *d) {
+	memset(d, 0, sizeof *d);
+	d->prov = i->fabric_attr && i->fabric_attr->prov_name ? i->fabric_attr->prov_name : "";
+	d->fabric = i->fabric_attr && i->fabric_attr->name ? i->fabric_attr->name : "";
+	d->domain = i->domain_attr && i->domain_attr->name ? i->domain_attr->name : "";
+	d->mode = i->mode;
+	d->caps = i->caps;
+	d->addr_format = i->addr_format;
+	if (i->domain_attr) {
+		d->mr_mode = (uint64_t)i->domain_attr->mr_mode;
+		d->threading = i->domain_attr->threading;
+		d->data_progress = i->domain_attr->data_progress;
+		d->control_progress = i->domain_attr->control_progress;
+		d->av_type = i->domain_attr->av_type;
+		d->ep_cnt = i->domain_attr->ep_cnt;
+		d->cq_cnt = i->domain_attr->cq_cnt;
+		d->mr_key_size = i->domain_attr->mr_key_size;
+	}
+	if (i->tx_attr) d->tx_size = i->tx_attr->size;
+	if (i->rx_attr) d->rx_size = i->rx_attr->size;
+	if (i->ep_attr) d->max_msg_size = i->ep_attr->max_msg_size;
+}
+
+static struct fi_info *dd_info_next(struct fi_info *i) { return i->next; }
+
+static struct fi_info *dd_dupinfo(struct fi_info *i) {
+	struct fi_info *next = i->next;
+	i->next = NULL;
+	struct fi_info *d = fi_dupinfo(i);
+	i->next = next;
+	return d;
+}
+
+// ---- fabric + domain ------------------------------------------------------
+
+static int dd_open_fabric(struct fi_info *info, struct fid_fabric **fab) {
+	return fi_fabric(info->fabric_attr, fab, NULL);
+}
+
+static int dd_open_domain(struct fid_fabric *fab, struct fi_info *info, struct fid_domain **dom) {
+	return fi_domain(fab, info, dom, NULL);
+}
+
+static int dd_close(struct fid *f) { return f ? fi_close(f) : 0; }
+static int dd_close_fabric(struct fid_fabric *f) { return f ? fi_close(&f->fid) : 0; }
+static int dd_close_domain(struct fid_domain *d) { return d ? fi_close(&d->fid) : 0; }
+static int dd_close_mr(struct fid_mr *m) { return m ? fi_close(&m->fid) : 0; }
+
+// dd_endpoint opens an endpoint with its own CQ and AV. wait_fd asks for a
+// CQ with an FI_WAIT_FD wait object; if the provider refuses (shm: -38) the
+// CQ is opened without one and *got_fd is left 0.
+static int dd_endpoint(struct fid_domain *dom, struct fi_info *info, size_t cq_size, size_t av_count,
+		int wait_fd, struct fid_ep **ep, struct fid_cq **cq, struct fid_av **av, int *got_fd, const char **stage) {
+	struct fi_cq_attr cqa;
+	struct fi_av_attr ava;
+	int rc;
+	*ep = NULL; *cq = NULL; *av = NULL; *got_fd = 0;
+	memset(&cqa, 0, sizeof cqa);
+	cqa.format = FI_CQ_FORMAT_CONTEXT;
+	cqa.size = cq_size;
+	cqa.wait_obj = FI_WAIT_NONE;
+	rc = -FI_ENOSYS;
+	if (wait_fd) {
+		cqa.wait_obj = FI_WAIT_FD;
+		rc = fi_cq_open(dom, &cqa, cq, NULL);
+		if (rc == 0) *got_fd = 1;
+	}
+	if (rc != 0) {
+		cqa.wait_obj = FI_WAIT_NONE;
+		*stage = "fi_cq_open";
+		rc = fi_cq_open(dom, &cqa, cq, NULL);
+		if (rc) goto fail;
+	}
+	memset(&ava, 0, sizeof ava);
+	ava.type = info->domain_attr->av_type;
+	ava.count = av_count;
+	*stage = "fi_av_open";
+	rc = fi_av_open(dom, &ava, av, NULL);
+	if (rc) goto fail;
+	*stage = "fi_endpoint";
+	rc = fi_endpoint(dom, info, ep, NULL);
+	if (rc) goto fail;
+	*stage = "fi_ep_bind(cq)";
+	rc = fi_ep_bind(*ep, &(*cq)->fid, FI_TRANSMIT | FI_RECV);
+	if (rc) goto fail;
+	*stage = "fi_ep_bind(av)";
+	rc = fi_ep_bind(*ep, &(*av)->fid, 0);
+	if (rc) goto fail;
+	*stage = "fi_enable";
+	rc = fi_enable(*ep);
+	if (rc) goto fail;
+	return 0;
+fail:
+	if (*ep) fi_close(&(*ep)->fid);
+	if (*av) fi_close(&(*av)->fid);
+	if (*cq) fi_close(&(*cq)->fid);
+	*ep = NULL; *cq = NULL; *av = NULL;
+	return rc;
+}
+
+// dd_mr_reg registers [buf, buf+len). With FI_MR_ENDPOINT the MR is bound to
+// ep and enabled.
+static int dd_mr_reg(struct fid_domain *dom, struct fid_ep *ep, void *buf, size_t len, uint64_t access,
+		uint64_t key, int bind_ep, struct fid_mr **mr, uint64_t *out_key, void **desc) {
+	int rc = fi_mr_reg(dom, buf, len, access, 0, key, 0, mr, NULL);
+	if (rc) { *mr = NULL; return rc; }
+	if (bind_ep) {
+		rc = fi_mr_bind(*mr, &ep->fid, 0);
+		if (rc == 0) rc = fi_mr_enable(*mr);
+		if (rc) { fi_close(&(*mr)->fid); *mr = NULL; return rc; }
+	}
+	*out_key = fi_mr_key(*mr);
+	*desc = fi_mr_desc(*mr);
+	return 0;
+}
+
+// ---- server endpoint and its progress loop ---------------------------------
+
+typedef struct dd_server {
+	struct fid_fabric *fabric;
+	struct fid_domain *domain;
+	struct fid_ep *ep;
+	struct fid_cq *cq;
+	struct fid_av *av;
+	int waitfd;      // CQ wait fd, or -1 when the provider has none
+	int stopfd;      // eventfd that wakes the progress loop for Close
+	atomic_int stop;
+	pthread_mutex_t lock; // serialises domain use (FI_THREAD_DOMAIN providers)
+	atomic_ullong wakeups;
+	atomic_ullong errors;
+	int64_t min_sleep_ns, max_sleep_ns; // back-off while recently active
+	int64_t idle_after_ns, idle_sleep_ns; // and once idle this long
+} dd_server;
+
+static dd_server *dd_server_new(void) {
+	dd_server *s = calloc(1, sizeof *s);
+	if (!s) return NULL;
+	s->waitfd = -1;
+	s->stopfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	pthread_mutex_init(&s->lock, NULL);
+	s->min_sleep_ns = 50000;
+	s->max_sleep_ns = 2000000;
+	s->idle_after_ns = 200000000;
+	s->idle_sleep_ns = 10000000;
+	return s;
+}
+
+static int dd_server_open(dd_server *s, struct fi_info *info, size_t av_count, char *name, size_t *namelen, const char **stage) {
+	int got_fd = 0;
+	int rc = dd_endpoint(s->domain, info, 1024, av_count, 1, &s->ep, &s->cq, &s->av, &got_fd, stage);
+	if (rc) return rc;
+	if (got_fd) {
+		int fd = -1;
+		*stage = "fi_control(FI_GETWAIT)";
+		rc = fi_control(&s->cq->fid, FI_GETWAIT, &fd);
+		if (rc == 0 && fd >= 0) s->waitfd = fd;
+	}
+	*stage = "fi_getname";
+	rc = fi_getname(&s->ep->fid, name, namelen);
+	if (rc) return rc;
+	// Progress once before anyone reads from us (shm first-contact).
+	struct fi_cq_entry e[4];
+	fi_cq_read(s->cq, e, 4);
+	return 0;
+}
+
+// dd_server_poll runs one progress step under the domain lock. It returns
+// the number of completions read, and sets *can_sleep when fi_trywait says
+// the wait fd may be slept on.
+static ssize_t dd_server_poll(dd_server *s, int *can_sleep) {
+	struct fi_cq_entry e[16];
+	ssize_t n;
+	*can_sleep = 0;
+	pthread_mutex_lock(&s->lock);
+	n = fi_cq_read(s->cq, e, 16);
+	if (n == -FI_EAVAIL) {
+		struct fi_cq_err_entry err;
+		memset(&err, 0, sizeof err);
+		fi_cq_readerr(s->cq, &err, 0);
+		atomic_fetch_add(&s->errors, 1);
+		n = 1;
+	}
+	if (n == -FI_EAGAIN && s->waitfd >= 0) {
+		struct fid *f = &s->cq->fid;
+		*can_sleep = fi_trywait(s->fabric, &f, 1) == FI_SUCCESS;
+	}
+	pthread_mutex_unlock(&s->lock);
+	return n;
+}
+
+// dd_server_run is the progress loop; it returns when dd_server_stop is
+// called. With a wait fd it sleeps in poll() until the provider has work.
+// Without one it polls with exponential back-off (min..max sleep), reset
+// whenever a progress step found work or took long enough to have done some.
+static void dd_server_run(dd_server *s) {
+	int64_t sleep_ns = s->min_sleep_ns;
+	int64_t last_work = dd_now();
+	while (!atomic_load(&s->stop)) {
+		int can_sleep = 0;
+		int64_t t0 = dd_now();
+		ssize_t n = dd_server_poll(s, &can_sleep);
+		int64_t t1 = dd_now();
+		if (n > 0) { sleep_ns = s->min_sleep_ns; last_work = t1; continue; }
+		if (s->waitfd >= 0) {
+			if (!can_sleep) continue;
+			struct pollfd p[2] = { { s->waitfd, POLLIN, 0 }, { s->stopfd, POLLIN, 0 } };
+			poll(p, 2, -1);
+			atomic_fetch_add(&s->wakeups, 1);
+			continue;
+		}
+		// No wait fd (shm): a step that took long did work (freed command
+		// slots of remote reads); otherwise back off, further once idle.
+		if (t1 - t0 > 20000) { sleep_ns = s->min_sleep_ns; last_work = t1; }
+		int64_t cap = t1 - last_work > s->idle_after_ns ? s->idle_sleep_ns : s->max_sleep_ns;
+		if (sleep_ns > cap) sleep_ns = cap;
+		struct pollfd p = { s->stopfd, POLLIN, 0 };
+		struct timespec ts = { sleep_ns / 1000000000LL, sleep_ns % 1000000000LL };
+		ppoll(&p, 1, &ts, NULL);
+		atomic_fetch_add(&s->wakeups, 1);
+		sleep_ns *= 2;
+	}
+}
+
+static void dd_server_stop(dd_server *s) {
+	uint64_t one = 1;
+	atomic_store(&s->stop, 1);
+	if (write(s->stopfd, &one, sizeof one) < 0) { }
+}
+
+static void dd_server_lock(dd_server *s) { pthread_mutex_lock(&s->lock); }
+static void dd_server_unlock(dd_server *s) { pthread_mutex_unlock(&s->lock); }
+
+static int dd_server_close(dd_server *s, int close_domain) {
+	int rc = 0;
+	if (s->ep) rc = fi_close(&s->ep->fid);
+	if (s->av) fi_close(&s->av->fid);
+	if (s->cq) fi_close(&s->cq->fid);
+	s->ep = NULL; s->av = NULL; s->cq = NULL;
+	if (close_domain && s->domain) { fi_close(&s->domain->fid); s->domain = NULL; }
+	if (s->stopfd >= 0) close(s->stopfd);
+	pthread_mutex_destroy(&s->lock);
+	free(s);
+	return rc;
+}
+
+// ---- readers ---------------------------------------------------------------
+
+typedef struct dd_op {
+	void *dst;
+	uint64_t len;
+	uint64_t addr;
+	uint64_t key;
+	void *desc;
+	uint32_t peer;
+	uint32_t pad;
+} dd_op;
+
+enum { DD_OK = 0, DD_POST = 1, DD_CQERR = 2, DD_TIMEOUT = 3, DD_CQREAD = 4, DD_NOEP = 5 };
+
+typedef struct dd_result {
+	int64_t post_ns;
+	int64_t wait_ns;
+	int32_t done;
+	int32_t stage;
+	int32_t failed_op;
+	int32_t err;
+	int32_t prov_errno;
+	int32_t inflight_at_fail;
+	int32_t torn_down;
+	int32_t pad;
+	char text[256];
+} dd_result;
+
+typedef struct dd_reader {
+	struct fid_domain *domain;
+	struct fi_info *info;
+	struct fid_ep *ep;
+	struct fid_cq *cq;
+	struct fid_av *av;
+	size_t av_count;
+	fi_addr_t *peers;
+	int npeers, maxpeers;
+	dd_op *ops;
+	int cap;
+	int window;
+	struct fi_context2 *ctx;
+	int32_t *slot_op;   // op index of each context slot, -1 when free
+	int32_t *free_slots;
+	dd_result res;
+	int64_t spin_ns;    // spin on the CQ this long without completions, then back off
+} dd_reader;
+
+static dd_reader *dd_reader_new(struct fid_domain *dom, struct fi_info *info, int window, int cap, int maxpeers, size_t av_count) {
+	dd_reader *r = calloc(1, sizeof *r);
+	if (!r) return NULL;
+	r->domain = dom;
+	r->info = info;
+	r->window = window;
+	r->cap = cap;
+	r->maxpeers = maxpeers;
+	r->av_count = av_count;
+	r->spin_ns = 2000000;
+	r->peers = calloc(maxpeers, sizeof *r->peers);
+	r->ops = calloc(cap, sizeof *r->ops);
+	r->ctx = calloc(window, sizeof *r->ctx);
+	r->slot_op = calloc(window, sizeof *r->slot_op);
+	r->free_slots = calloc(window, sizeof *r->free_slots);
+	if (!r->peers || !r->ops || !r->ctx || !r->slot_op || !r->free_slots) {
+		free(r->peers); free(r->ops); free(r->ctx); free(r->slot_op); free(r->free_slots); free(r);
+		return NULL;
+	}
+	return r;
+}
+
+static int dd_reader_setup(dd_reader *r, const char **stage) {
+	int got_fd = 0;
+	size_t cqsz = r->window < 64 ? 128 : (size_t)r->window * 2;
+	int rc = dd_endpoint(r->domain, r->info, cqsz, r->av_count, 0, &r->ep, &r->cq, &r->av, &got_fd, stage);
+	if (rc) return rc;
+	struct fi_cq_entry e[4];
+	fi_cq_read(r->cq, e, 4); // progress once before the first read
+	return 0;
+}
+
+// dd_reader_teardown closes the endpoint first: fi_close cancels whatever is
+// still outstanding, so nothing writes into a destination afterwards.
+static int dd_reader_teardown(dd_reader *r) {
+	int rc = 0;
+	if (r->ep) rc = fi_close(&r->ep->fid);
+	if (r->av) fi_close(&r->av->fid);
+	if (r->cq) fi_close(&r->cq->fid);
+	r->ep = NULL; r->av = NULL; r->cq = NULL;
+	return rc;
+}
+
+static void dd_reader_free(dd_reader *r) {
+	dd_reader_teardown(r);
+	free(r->peers); free(r->ops); free(r->ctx); free(r->slot_op); free(r->free_slots);
+	free(r);
+}
+
+static int dd_av_insert(dd_reader *r, int idx, void *addr) {
+	fi_addr_t fa = FI_ADDR_UNSPEC;
+	int rc = fi_av_insert(r->av, addr, 1, &fa, 0, NULL);
+	if (rc != 1) return rc < 0 ? rc : -FI_EINVAL;
+	r->peers[idx] = fa;
+	return 0;
+}
+
+// dd_oldest is the lowest-numbered op in flight, else the next to post.
+static int dd_oldest(dd_reader *r, int next, int n) {
+	int victim = -1;
+	for (int s = 0; s < r->window; s++)
+		if (r->slot_op[s] >= 0 && (victim < 0 || r->slot_op[s] < victim)) victim = r->slot_op[s];
+	if (victim < 0) victim = next < n ? next : n - 1;
+	return victim;
+}
+
+static void dd_record_cq_error(dd_reader *r, struct fi_cq_err_entry *e, dd_result *res, int slot) {
+	res->failed_op = slot >= 0 ? r->slot_op[slot] : -1;
+	res->err = e->err;
+	res->prov_errno = e->prov_errno;
+	res->stage = DD_CQERR;
+	res->text[0] = 0;
+	const char *t = fi_cq_strerror(r->cq, e->prov_errno, e->err_data, NULL, 0);
+	if (t) { strncpy(res->text, t, sizeof res->text - 1); res->text[sizeof res->text - 1] = 0; }
+}
+
+// dd_read_batch posts r->ops[0..n) with at most r->window in flight and
+// waits for all of them. -FI_EAGAIN from fi_read drains the CQ (which also
+// progresses) before retrying. The first error stops posting; what is in
+// flight is still drained. At the deadline the endpoint is torn down before
+// returning, so no read can land in a destination afterwards.
+static int dd_read_batch(dd_reader *r, int n, int64_t timeout_ns) {
+	dd_result *res = &r->res;
+	struct fi_cq_entry comp[64];
+	int64_t t = dd_now();
+	int64_t deadline = t + timeout_ns;
+	int64_t last_done = t;
+	int64_t sleep_ns = 20000;
+	int next = 0, inflight = 0, nfree = 0;
+	res->post_ns = 0; res->wait_ns = 0; res->done = 0; res->stage = DD_OK;
+	res->failed_op = -1; res->err = 0; res->prov_errno = 0; res->torn_down = 0; res->text[0] = 0;
+	if (!r->ep) { res->stage = DD_NOEP; return -1; }
+	for (int i = 0; i < r->window; i++) { r->free_slots[nfree++] = r->window - 1 - i; r->slot_op[i] = -1; }
+
+	while (next < n || inflight > 0) {
+		while (next < n && inflight < r->window) {
+			int slot = r->free_slots[--nfree];
+			dd_op *op = &r->ops[next];
+			r->slot_op[slot] = next;
+			ssize_t rc = fi_read(r->ep, op->dst, op->len, op->desc, r->peers[op->peer], op->addr, op->key, &r->ctx[slot]);
+			int64_t t2 = dd_now();
+			res->post_ns += t2 - t;
+			t = t2;
+			if (rc == 0) { next++; inflight++; continue; }
+			r->slot_op[slot] = -1;
+			r->free_slots[nfree++] = slot;
+			if (rc == -FI_EAGAIN) break;
+			res->failed_op = next; res->err = (int)-rc; res->stage = DD_POST;
+			goto fail;
+		}
+		if (inflight == 0 && next >= n) break;
+
+		ssize_t got = fi_cq_read(r->cq, comp, 64);
+		int64_t t2 = dd_now();
+		res->wait_ns += t2 - t;
+		t = t2;
+		if (got > 0) {
+			for (ssize_t i = 0; i < got; i++) {
+				int slot = (int)((struct fi_context2 *)comp[i].op_context - r->ctx);
+				if (slot < 0 || slot >= r->window || r->slot_op[slot] < 0) continue;
+				r->slot_op[slot] = -1;
+				r->free_slots[nfree++] = slot;
+				inflight--;
+				res->done++;
+			}
+			last_done = t;
+			sleep_ns = 20000;
+		} else if (got == -FI_EAVAIL) {
+			struct fi_cq_err_entry e;
+			memset(&e, 0, sizeof e);
+			ssize_t rr = fi_cq_readerr(r->cq, &e, 0);
+			if (rr > 0 || rr == -FI_EAGAIN) {
+				if (rr == -FI_EAGAIN) e.err = FI_EIO;
+				if (e.err < 0) e.err = -e.err; // shm reports negative codes
+				int slot = e.op_context ? (int)((struct fi_context2 *)e.op_context - r->ctx) : -1;
+				int valid = slot >= 0 && slot < r->window && r->slot_op[slot] >= 0;
+				dd_record_cq_error(r, &e, res, valid ? slot : -1);
+				// Some providers (shm) report errors without the op's
+				// context: blame the oldest read still in flight.
+				if (!valid) res->failed_op = dd_oldest(r, next, n);
+				if (valid) inflight--;
+				goto fail;
+			}
+			res->stage = DD_CQREAD; res->err = (int)(rr < 0 ? -rr : FI_EIO); res->failed_op = dd_oldest(r, next, n);
+			goto fail;
+		} else if (got != -FI_EAGAIN) {
+			res->stage = DD_CQREAD; res->err = (int)-got; res->failed_op = dd_oldest(r, next, n);
+			goto fail;
+		}
+		if (t >= deadline && (inflight > 0 || next < n)) {
+			res->stage = DD_TIMEOUT; res->err = FI_ETIMEDOUT; res->failed_op = dd_oldest(r, next, n);
+			goto fail;
+		}
+		if (got <= 0 && t - last_done > r->spin_ns) {
+			// A long wait (dead or descheduled peer): stop burning CPU.
+			int64_t left = deadline - t;
+			dd_sleep_ns(sleep_ns < left ? sleep_ns : left);
+			sleep_ns *= 2;
+			if (sleep_ns > 1000000) sleep_ns = 1000000;
+			t = dd_now();
+		}
+	}
+	return 0;
+fail:
+	// Any failure closes the endpoint: fi_close cancels what is in flight
+	// (nothing lands in a destination after we return) and drops broken
+	// connections; the next call opens a fresh one.
+	res->inflight_at_fail = inflight;
+	dd_reader_teardown(r);
+	res->torn_down = 1;
+	return -1;
+}
+
+// dd_baseline is the plain C reference loop used by BenchmarkReadBaselineC:
+// n reads of len bytes at base+offs[i] into dst+(i%slots)*len with at most
+// window in flight, spinning on the CQ. Returns elapsed ns, or -errno.
+static int64_t dd_baseline(dd_reader *r, uint32_t peer, char *dst, uint64_t len, int slots,
+		const uint64_t *offs, int n, int window, uint64_t base, uint64_t key) {
+	struct fi_cq_entry comp[64];
+	struct fi_context2 *ctx = calloc(window, sizeof *ctx);
+	if (!ctx) return -FI_ENOMEM;
+	fi_addr_t fa = r->peers[peer];
+	int64_t t0 = dd_now();
+	int posted = 0, done = 0;
+	while (done < n) {
+		while (posted < n && posted - done < window) {
+			ssize_t rc = fi_read(r->ep, dst + (uint64_t)(posted % slots) * len, len, NULL, fa,
+				base + offs[posted], key, &ctx[posted % window]);
+			if (rc == -FI_EAGAIN) break;
+			if (rc) { free(ctx); return rc; }
+			posted++;
+		}
+		ssize_t got = fi_cq_read(r->cq, comp, 64);
+		if (got > 0) done += (int)got;
+		else if (got != -FI_EAGAIN) { free(ctx); return got == -FI_EAVAIL ? -FI_EIO : got; }
+	}
+	int64_t el = dd_now() - t0;
+	free(ctx);
+	return el;
+}
+
+static const char *dd_strerror(int err) { return fi_strerror(err); }
+static uint64_t dd_server_wakeups(dd_server *s) { return atomic_load(&s->wakeups); }
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+)
+
+// Provider preference when Options.Provider is empty.
+var defaultOrder = []string{"cxi", "verbs;ofi_rxm", "tcp;ofi_rxm", "shm"}
+
+// chunkOps is how many ops one cgo call handles; longer batches are split.
+const chunkOps = 4096
+
+func fiErr(op string, rc C.int) error {
+	code := int(rc)
+	if code < 0 {
+		code = -code
+	}
+	return &Error{Op: op, Code: code, Text: C.GoString(C.dd_strerror(C.int(code))), Peer: -1}
+}
+
+type candidate struct {
+	info *C.struct_fi_info
+	desc C.dd_infodesc
+}
+
+func describe(i *C.struct_fi_info) Info {
+	var d C.dd_infodesc
+	C.dd_describe(i, &d)
+	return infoFromDesc(&d)
+}
+
+func infoFromDesc(d *C.dd_infodesc) Info {
+	mr := uint64(d.mr_mode)
+	return Info{
+		Provider:       C.GoString(d.prov),
+		Fabric:         C.GoString(d.fabric),
+		Domain:         C.GoString(d.domain),
+		MRLocal:        mr&C.FI_MR_LOCAL != 0,
+		MRVirtAddr:     mr&C.FI_MR_VIRT_ADDR != 0,
+		MRProvKey:      mr&C.FI_MR_PROV_KEY != 0,
+		MRAllocated:    mr&C.FI_MR_ALLOCATED != 0,
+		MREndpoint:     mr&C.FI_MR_ENDPOINT != 0,
+		ManualProgress: d.data_progress == C.FI_PROGRESS_MANUAL,
+		Threading:      threadingName(int(d.threading)),
+		TxSize:         int(d.tx_size),
+		MaxPeers:       int(d.ep_cnt),
+		MaxMsgSize:     uint64(d.max_msg_size),
+		threading:      int(d.threading),
+	}
+}
+
+func threadingName(t int) string {
+	switch t {
+	case C.FI_THREAD_SAFE:
+		return "FI_THREAD_SAFE"
+	case C.FI_THREAD_FID:
+		return "FI_THREAD_FID"
+	case C.FI_THREAD_DOMAIN:
+		return "FI_THREAD_DOMAIN"
+	case C.FI_THREAD_COMPLETION:
+		return "FI_THREAD_COMPLETION"
+	case C.FI_THREAD_ENDPOINT:
+		return "FI_THREAD_ENDPOINT"
+	}
+	return "FI_THREAD_UNSPEC"
+}
+
+// selectInfo walks the fi_getinfo list and picks the provider/domain asked
+// for (the domain hint is ignored by some providers, so we match ourselves).
+func selectInfo(o Options) (*C.struct_fi_info, error) {
+	var list *C.struct_fi_info
+	if rc := C.dd_getinfo(&list); rc != 0 {
+		if -rc == C.FI_ENODATA {
+			return nil, &Error{Op: "fi_getinfo", Code: int(-rc), Text: "no provider offers FI_EP_RDM with FI_RMA reads", Peer: -1, kind: ErrNoProvider}
+		}
+		return nil, fiErr("fi_getinfo", rc)
+	}
+	defer C.fi_freeinfo(list)
+	var cands []candidate
+	for i := list; i != nil; i = C.dd_info_next(i) {
+		var c candidate
+		c.info = i
+		C.dd_describe(i, &c.desc)
+		cands = append(cands, c)
+	}
+	provs := []string{}
+	for _, c := range cands {
+		p := C.GoString(c.desc.prov)
+		if !contains(provs, p) {
+			provs = append(provs, p)
+		}
+	}
+	want := []string{o.Provider}
+	if o.Provider == "" {
+		want = defaultOrder
+	}
+	for _, w := range want {
+		names := []string{w}
+		if !strings.Contains(w, ";") {
+			names = append(names, w+";ofi_rxm")
+		}
+		var ofProv []candidate
+		for _, n := range names {
+			for _, c := range cands {
+				if C.GoString(c.desc.prov) == n {
+					ofProv = append(ofProv, c)
+				}
+			}
+			if len(ofProv) > 0 {
+				break
+			}
+		}
+		if len(ofProv) == 0 {
+			continue
+		}
+		for _, c := range ofProv {
+			if o.Domain == "" || C.GoString(c.desc.domain) == o.Domain || C.GoString(c.desc.fabric) == o.Domain {
+				return C.dd_dupinfo(c.info), nil
+			}
+		}
+		var doms []string
+		for _, c := range ofProv {
+			d := C.GoString(c.desc.domain)
+			if !contains(doms, d) {
+				doms = append(doms, d)
+			}
+		}
+		return nil, &Error{Op: "select domain", Code: int(C.FI_ENODATA), Peer: -1, kind: ErrNoDomain,
+			Text: fmt.Sprintf("provider %q has no domain %q; available: %s", C.GoString(ofProv[0].desc.prov), o.Domain, strings.Join(doms, ", "))}
+	}
+	what := fmt.Sprintf("provider %q", o.Provider)
+	if o.Provider == "" {
+		what = "none of the default providers " + strings.Join(defaultOrder, ", ")
+	}
+	return nil, &Error{Op: "select provider", Code: int(C.FI_ENODATA), Peer: -1, kind: ErrNoProvider,
+		Text: fmt.Sprintf("%s is not available for FI_EP_RDM with FI_RMA reads; available: %s", what, strings.Join(provs, ", "))}
+}
+
+func contains(s []string, x string) bool {
+	for _, y := range s {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+// Fabric is one opened provider/domain plus the "server" endpoint that
+// exports memory. The server endpoint is progressed by its own goroutine on a
+// locked OS thread, so a rank that is busy computing still serves reads.
+type Fabric struct {
+	opts     Options
+	info     *C.struct_fi_info
+	inf      Info
+	fab      *C.struct_fid_fabric
+	dom      *C.struct_fid_domain
+	srv      *C.dd_server
+	addr     []byte
+	avCount  int
+	ownDom   bool // readers get their own domain (threading weaker than FI_THREAD_SAFE)
+	progDone chan struct{}
+	nextKey  atomic.Uint64
+
+	mu      sync.Mutex
+	closed  bool
+	exports map[*Export]struct{}
+	readers map[*Reader]struct{}
+
+	// forceLocalMR makes readers register destinations as if the provider
+	// required FI_MR_LOCAL (tests exercise the registration cache with it).
+	forceLocalMR bool
+}
+
+// Open selects a provider and domain, opens them and starts the server
+// endpoint with its progress goroutine.
+func Open(o Options) (*Fabric, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	o = o.withDefaults()
+	info, err := selectInfo(o)
+	if err != nil {
+		return nil, err
+	}
+	f := &Fabric{opts: o, info: info, exports: map[*Export]struct{}{}, readers: map[*Reader]struct{}{}}
+	f.inf = describe(info)
+	if f.inf.TxSize > 0 && f.opts.Window > f.inf.TxSize {
+		f.opts.Window = f.inf.TxSize
+	}
+	f.inf.Window = f.opts.Window
+	f.avCount = o.MaxPeers
+	if f.avCount == 0 {
+		f.avCount = 1024
+	}
+	if f.inf.MaxPeers > 0 && f.avCount > f.inf.MaxPeers {
+		f.avCount = f.inf.MaxPeers
+	}
+	f.inf.AVCount = f.avCount
+	switch f.inf.threading {
+	case C.FI_THREAD_DOMAIN, C.FI_THREAD_COMPLETION, C.FI_THREAD_ENDPOINT:
+		f.ownDom = true
+	}
+	f.inf.ReaderDomains = f.ownDom
+	f.nextKey.Store(1)
+
+	if rc := C.dd_open_fabric(info, &f.fab); rc != 0 {
+		C.fi_freeinfo(info)
+		return nil, f.wrapOpenErr("fi_fabric", rc)
+	}
+	if rc := C.dd_open_domain(f.fab, info, &f.dom); rc != 0 {
+		C.dd_close_fabric(f.fab)
+		C.fi_freeinfo(info)
+		return nil, f.wrapOpenErr("fi_domain", rc)
+	}
+	f.srv = C.dd_server_new()
+	if f.srv == nil {
+		f.closeBase()
+		return nil, &Error{Op: "server alloc", Code: int(C.FI_ENOMEM), Text: "out of memory", Peer: -1}
+	}
+	f.srv.fabric = f.fab
+	f.srv.domain = f.dom
+	var name [256]C.char
+	namelen := C.size_t(len(name))
+	var stage *C.char
+	if rc := C.dd_server_open(f.srv, info, C.size_t(f.avCount), &name[0], &namelen, &stage); rc != 0 {
+		C.dd_server_close(f.srv, 0)
+		f.srv = nil
+		f.closeBase()
+		return nil, f.wrapOpenErr("server "+C.GoString(stage), rc)
+	}
+	f.addr = C.GoBytes(unsafe.Pointer(&name[0]), C.int(namelen))
+	f.inf.WaitFD = f.srv.waitfd >= 0
+	f.progDone = make(chan struct{})
+	go f.progress()
+	return f, nil
+}
+
+func (f *Fabric) wrapOpenErr(op string, rc C.int) error {
+	e := fiErr(op, rc).(*Error)
+	e.Text += fmt.Sprintf(" (provider %s, domain %s)", f.inf.Provider, f.inf.Domain)
+	return e
+}
+
+func (f *Fabric) closeBase() {
+	if f.dom != nil {
+		C.dd_close_domain(f.dom)
+		f.dom = nil
+	}
+	if f.fab != nil {
+		C.dd_close_fabric(f.fab)
+		f.fab = nil
+	}
+	if f.info != nil {
+		C.fi_freeinfo(f.info)
+		f.info = nil
+	}
+}
+
+func (f *Fabric) progress() {
+	runtime.LockOSThread()
+	defer close(f.progDone)
+	C.dd_server_run(f.srv)
+}
+
+// Close stops progress and closes every reader and export still open, then
+// the endpoint, domain and fabric.
+func (f *Fabric) Close() error {
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		return nil
+	}
+	f.closed = true
+	readers := make([]*Reader, 0, len(f.readers))
+	for r := range f.readers {
+		readers = append(readers, r)
+	}
+	exports := make([]*Export, 0, len(f.exports))
+	for e := range f.exports {
+		exports = append(exports, e)
+	}
+	f.mu.Unlock()
+	for _, r := range readers {
+		r.Close()
+	}
+	C.dd_server_stop(f.srv)
+	<-f.progDone
+	for _, e := range exports {
+		e.Close()
+	}
+	var err error
+	if rc := C.dd_server_close(f.srv, 0); rc != 0 {
+		err = fiErr("fi_close(server endpoint)", rc)
+	}
+	f.srv = nil
+	f.closeBase()
+	return err
+}
+
+// Info describes the selected provider and how the package adapts to it.
+func (f *Fabric) Info() Info { return f.inf }
+
+// Address is the server endpoint's name, to be exchanged between ranks and
+// given to Reader.AddPeer.
+func (f *Fabric) Address() []byte { return append([]byte(nil), f.addr...) }
+
+// ProgressWakeups counts how often the progress goroutine woke up (for tests
+// and diagnostics: an idle rank should barely wake).
+func (f *Fabric) ProgressWakeups() uint64 {
+	if f.srv == nil {
+		return 0
+	}
+	return uint64(C.dd_server_wakeups(f.srv))
+}
+
+// Export is a registered region that peers can read.
+type Export struct {
+	f    *Fabric
+	mr   *C.struct_fid_mr
+	key  uint64
+	base uint64
+	size int
+}
+
+// Export registers b for remote reads (FI_REMOTE_READ only). b must stay
+// mapped and outside the Go heap (see Alloc) until the Export is closed:
+// the NIC reads it at any time.
+func (f *Fabric) Export(b []byte) (*Export, error) {
+	if len(b) == 0 {
+		return nil, &Error{Op: "export", Code: int(C.FI_EINVAL), Text: "zero-length region", Peer: -1, kind: ErrInvalid}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return nil, &Error{Op: "export", Code: int(C.FI_EINVAL), Text: "fabric is closed", Peer: -1, kind: ErrClosed}
+	}
+	req := uint64(0)
+	if !f.inf.MRProvKey {
+		req = f.nextKey.Add(1)
+	}
+	var mr *C.struct_fid_mr
+	var key C.uint64_t
+	var desc unsafe.Pointer
+	bind := C.int(0)
+	if f.inf.MREndpoint {
+		bind = 1
+	}
+	C.dd_server_lock(f.srv)
+	rc := C.dd_mr_reg(f.dom, f.srv.ep, unsafe.Pointer(&b[0]), C.size_t(len(b)), C.FI_REMOTE_READ, C.uint64_t(req), bind, &mr, &key, &desc)
+	C.dd_server_unlock(f.srv)
+	if rc != 0 {
+		e := fiErr("fi_mr_reg(export)", rc).(*Error)
+		e.Text += fmt.Sprintf(" (%d bytes)", len(b))
+		return nil, e
+	}
+	e := &Export{f: f, mr: mr, key: uint64(key), size: len(b)}
+	if f.inf.MRVirtAddr {
+		e.base = uint64(uintptr(unsafe.Pointer(&b[0])))
+	}
+	f.exports[e] = struct{}{}
+	return e, nil
+}
+
+// Key is the remote key a reader passes in ReadOp.Key.
+func (e *Export) Key() uint64 { return e.key }
+
+// Base is the remote address of the region's first byte: its virtual address
+// with FI_MR_VIRT_ADDR, else 0 (offsets).
+func (e *Export) Base() uint64 { return e.base }
+
+// Size is the registered length.
+func (e *Export) Size() int { return e.size }
+
+// Close deregisters the region.
+func (e *Export) Close() error {
+	f := e.f
+	f.mu.Lock()
+	if e.mr == nil {
+		f.mu.Unlock()
+		return nil
+	}
+	delete(f.exports, e)
+	mr := e.mr
+	e.mr = nil
+	f.mu.Unlock()
+	C.dd_server_lock(f.srv)
+	rc := C.dd_close_mr(mr)
+	C.dd_server_unlock(f.srv)
+	if rc != 0 {
+		return fiErr("fi_close(export mr)", rc)
+	}
+	return nil
+}
+
+// Reader reads remote memory. It owns an endpoint, CQ and AV (and its own
+// domain when the provider's threading model needs it). A Reader must be used
+// by one goroutine at a time.
+type Reader struct {
+	f       *Fabric
+	dom     *C.struct_fid_domain
+	ownDom  bool
+	c       *C.dd_reader
+	ops     []C.dd_op // view of c.ops
+	peers   []peerEntry
+	window  int
+	timeout time.Duration
+	broken  bool // endpoint torn down after a timeout; recreated lazily
+	closed  bool
+	pin     pinSet
+	mrc     mrCache
+	one     [1]ReadOp
+}
+
+type peerEntry struct {
+	rank int
+	addr []byte
+}
+
+// NewReader opens a reader endpoint.
+func (f *Fabric) NewReader() (*Reader, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return nil, &Error{Op: "new reader", Code: int(C.FI_EINVAL), Text: "fabric is closed", Peer: -1, kind: ErrClosed}
+	}
+	r := &Reader{f: f, dom: f.dom, window: f.opts.Window, timeout: f.opts.Timeout}
+	if f.ownDom {
+		if rc := C.dd_open_domain(f.fab, f.info, &r.dom); rc != 0 {
+			return nil, fiErr("fi_domain(reader)", rc)
+		}
+		r.ownDom = true
+	}
+	r.c = C.dd_reader_new(r.dom, f.info, C.int(r.window), chunkOps, C.int(f.avCount), C.size_t(f.avCount))
+	if r.c == nil {
+		r.closeDomain()
+		return nil, &Error{Op: "new reader", Code: int(C.FI_ENOMEM), Text: "out of memory", Peer: -1}
+	}
+	var stage *C.char
+	if rc := C.dd_reader_setup(r.c, &stage); rc != 0 {
+		C.dd_reader_free(r.c)
+		r.closeDomain()
+		return nil, fiErr("reader "+C.GoString(stage), rc)
+	}
+	r.ops = unsafe.Slice(r.c.ops, chunkOps)
+	r.mrc.init(f.forceLocalMR || f.inf.MRLocal, f.inf.MREndpoint)
+	f.readers[r] = struct{}{}
+	return r, nil
+}
+
+func (r *Reader) closeDomain() {
+	if r.ownDom && r.dom != nil {
+		C.dd_close_domain(r.dom)
+	}
+	r.dom = nil
+}
+
+// Close closes the reader's endpoint (and domain). Peers are forgotten.
+func (r *Reader) Close() error {
+	if r.closed {
+		return nil
+	}
+	r.closed = true
+	C.dd_reader_teardown(r.c)
+	r.mrc.purge(r)
+	C.dd_reader_free(r.c)
+	r.c = nil
+	r.closeDomain()
+	r.f.mu.Lock()
+	delete(r.f.readers, r)
+	r.f.mu.Unlock()
+	return nil
+}
+
+// AddPeer inserts a peer's address (its Fabric.Address) into the reader's
+// address vector. rank only labels errors.
+func (r *Reader) AddPeer(rank int, addr []byte) (Peer, error) {
+	if r.closed {
+		return Peer{}, &Error{Op: "av insert", Code: int(C.FI_EINVAL), Text: "reader is closed", Peer: rank, kind: ErrClosed}
+	}
+	if len(addr) == 0 {
+		return Peer{}, &Error{Op: "av insert", Code: int(C.FI_EINVAL), Text: "empty address", Peer: rank, kind: ErrInvalid}
+	}
+	if len(r.peers) >= r.f.avCount {
+		return Peer{}, &Error{Op: "av insert", Code: int(C.FI_ENOSPC), Peer: rank, kind: ErrInvalid,
+			Text: fmt.Sprintf("address vector full: %d peers (provider %s allows %d)", len(r.peers), r.f.inf.Provider, r.f.avCount)}
+	}
+	if err := r.ensureEndpoint(); err != nil {
+		return Peer{}, err
+	}
+	a := append([]byte(nil), addr...)
+	idx := len(r.peers)
+	if rc := C.dd_av_insert(r.c, C.int(idx), unsafe.Pointer(&a[0])); rc != 0 {
+		e := fiErr("fi_av_insert", rc).(*Error)
+		e.Peer = rank
+		return Peer{}, e
+	}
+	r.peers = append(r.peers, peerEntry{rank: rank, addr: a})
+	return Peer{id: uint32(idx + 1)}, nil
+}
+
+// ensureEndpoint recreates the endpoint after a teardown, re-inserting the
+// peers in their original order.
+func (r *Reader) ensureEndpoint() error {
+	if !r.broken {
+		return nil
+	}
+	var stage *C.char
+	if rc := C.dd_reader_setup(r.c, &stage); rc != 0 {
+		return fiErr("reader "+C.GoString(stage), rc)
+	}
+	for i, p := range r.peers {
+		if rc := C.dd_av_insert(r.c, C.int(i), unsafe.Pointer(&p.addr[0])); rc != 0 {
+			e := fiErr("fi_av_insert", rc).(*Error)
+			e.Peer = p.rank
+			C.dd_reader_teardown(r.c)
+			return e
+		}
+	}
+	r.broken = false
+	return nil
+}
+
+// Read reads one op. See ReadBatch.
+func (r *Reader) Read(op ReadOp) (Timing, error) {
+	r.one[0] = op
+	t, err := r.ReadBatch(r.one[:])
+	r.one[0] = ReadOp{}
+	return t, err
+}
+
+// ReadBatch performs every op, keeping at most Window reads in flight.
+// It returns when all have completed, one failed (the rest are drained), or
+// the deadline (Options.Timeout) passed; in the last case the endpoint is
+// torn down before returning so nothing lands in a Dst afterwards, and it is
+// recreated by the next call. Dst may be Go heap memory (pinned for the call)
+// or off-heap memory. It makes no heap allocation.
+func (r *Reader) ReadBatch(ops []ReadOp) (Timing, error) {
+	var tm Timing
+	if r.closed {
+		return tm, errClosedReader
+	}
+	if err := r.ensureEndpoint(); err != nil {
+		return tm, err
+	}
+	if len(ops) <= chunkOps {
+		return tm, r.readChunk(ops, 0, r.timeout, &tm)
+	}
+	t0 := time.Now()
+	for start := 0; start < len(ops); start += chunkOps {
+		end := start + chunkOps
+		if end > len(ops) {
+			end = len(ops)
+		}
+		// One deadline for the whole call; a chunk gets what is left (at
+		// least 1ns, so an expired deadline fails with the right peer).
+		left := max(r.timeout-time.Since(t0), 1)
+		if err := r.readChunk(ops[start:end], start, left, &tm); err != nil {
+			return tm, err
+		}
+	}
+	return tm, nil
+}
+
+func (r *Reader) readChunk(ops []ReadOp, base int, timeout time.Duration, tm *Timing) error {
+	n := len(ops)
+	for i := range ops {
+		op := &ops[i]
+		if op.Peer.id == 0 || int(op.Peer.id) > len(r.peers) {
+			r.pin.unpin()
+			return badPeer(base + i)
+		}
+		if len(op.Dst) == 0 || uint64(len(op.Dst)) > r.f.inf.MaxMsgSize {
+			r.pin.unpin()
+			return badDst(base+i, r.peers[op.Peer.id-1].rank, len(op.Dst), r.f.inf.MaxMsgSize)
+		}
+		p := unsafe.Pointer(unsafe.SliceData(op.Dst))
+		r.pin.pin(p, cap(op.Dst))
+		c := &r.ops[i]
+		c.dst = p
+		c.len = C.uint64_t(len(op.Dst))
+		c.addr = C.uint64_t(op.Addr)
+		c.key = C.uint64_t(op.Key)
+		c.peer = C.uint32_t(op.Peer.id - 1)
+		c.desc = nil
+	}
+	if r.mrc.enabled {
+		t0 := time.Now()
+		for i := range ops {
+			desc, err := r.mrc.lookup(r, r.ops[i].dst, len(ops[i].Dst))
+			if err != nil {
+				r.mrc.releaseTemp(r)
+				r.pin.unpin()
+				err.(*Error).Peer = r.peers[ops[i].Peer.id-1].rank
+				return err
+			}
+			r.ops[i].desc = desc
+		}
+		tm.MR += time.Since(t0)
+	}
+	rc := C.dd_read_batch(r.c, C.int(n), C.int64_t(timeout))
+	res := &r.c.res
+	tm.Post += time.Duration(res.post_ns)
+	tm.CQWait += time.Duration(res.wait_ns)
+	if res.torn_down != 0 {
+		r.broken = true
+		r.mrc.purgeEndpointBound(r)
+	}
+	if r.mrc.enabled {
+		t0 := time.Now()
+		r.mrc.releaseTemp(r)
+		tm.MR += time.Since(t0)
+	}
+	for i := 0; i < n; i++ {
+		r.ops[i].dst = nil // C keeps no Go pointer past the call
+	}
+	r.pin.unpin()
+	if rc == 0 {
+		return nil
+	}
+	return r.batchError(res, base)
+}
+
+func (r *Reader) batchError(res *C.dd_result, base int) error {
+	idx := int(res.failed_op)
+	rank := -1
+	if idx >= 0 && idx < chunkOps {
+		c := &r.ops[idx]
+		if int(c.peer) < len(r.peers) {
+			rank = r.peers[c.peer].rank
+		}
+	}
+	code := int(res.err)
+	e := &Error{Code: code, Peer: rank, Index: base + idx, Text: C.GoString(C.dd_strerror(C.int(code)))}
+	detail := ""
+	if idx >= 0 && idx < chunkOps {
+		c := &r.ops[idx]
+		detail = fmt.Sprintf("op %d: %d bytes at remote address %#x, key %#x", base+idx, uint64(c.len), uint64(c.addr), uint64(c.key))
+	}
+	switch res.stage {
+	case C.DD_POST:
+		e.Op = "fi_read"
+	case C.DD_CQERR:
+		e.Op = "fi_cq_readerr"
+		if t := C.GoString(&res.text[0]); t != "" {
+			detail += "; provider: " + t
+		}
+	case C.DD_CQREAD:
+		e.Op = "fi_cq_read"
+		detail += "; endpoint torn down"
+	case C.DD_TIMEOUT:
+		e.Op = "read"
+		e.kind = ErrTimeout
+		e.Text = "deadline exceeded"
+		detail += fmt.Sprintf("; deadline %v passed with %d reads in flight", r.timeout, int(res.inflight_at_fail))
+		if res.inflight_at_fail == 0 {
+			detail += " (fi_read kept returning -FI_EAGAIN: peer unreachable or not progressing)"
+		}
+		if res.torn_down != 0 {
+			detail += ", endpoint torn down"
+		}
+	case C.DD_NOEP:
+		e.Op = "read"
+		detail = "reader has no endpoint"
+	}
+	e.Detail = detail
+	return e
+}
+
+// localMR registers [p, p+n) with FI_READ access in the reader's domain.
+func (r *Reader) localMR(p unsafe.Pointer, n int) (mrHandle, error) {
+	req := uint64(0)
+	if !r.f.inf.MRProvKey {
+		req = r.f.nextKey.Add(1)
+	}
+	var mr *C.struct_fid_mr
+	var key C.uint64_t
+	var desc unsafe.Pointer
+	bind := C.int(0)
+	if r.f.inf.MREndpoint {
+		bind = 1
+	}
+	rc := C.dd_mr_reg(r.dom, r.c.ep, p, C.size_t(n), C.FI_READ, C.uint64_t(req), bind, &mr, &key, &desc)
+	if rc != 0 {
+		return mrHandle{}, fiErr("fi_mr_reg(local)", rc)
+	}
+	liveLocalMRs.Add(1)
+	return mrHandle{mr: unsafe.Pointer(mr), desc: desc}, nil
+}
+
+func (r *Reader) closeMR(h mrHandle) {
+	if h.mr != nil {
+		C.dd_close_mr((*C.struct_fid_mr)(h.mr))
+		liveLocalMRs.Add(-1)
+	}
+}
+
+// baselineRead runs the plain C reference loop (dd_baseline) on this
+// reader's endpoint: n reads of rowLen bytes at base+offs[i] into dst rows.
+// It exists for BenchmarkReadBaselineC.
+func (r *Reader) baselineRead(p Peer, dst []byte, rowLen int, offs []uint64, base, key uint64, window int) (time.Duration, error) {
+	if err := r.ensureEndpoint(); err != nil {
+		return 0, err
+	}
+	slots := len(dst) / rowLen
+	if slots == 0 || len(offs) == 0 {
+		return 0, errors.New("fabric: baselineRead: empty dst or offsets")
+	}
+	coffs := (*C.uint64_t)(C.malloc(C.size_t(8 * len(offs))))
+	defer C.free(unsafe.Pointer(coffs))
+	copy(unsafe.Slice((*uint64)(unsafe.Pointer(coffs)), len(offs)), offs)
+	var pin runtime.Pinner
+	pin.Pin(&dst[0])
+	defer pin.Unpin()
+	el := C.dd_baseline(r.c, C.uint32_t(p.id-1), (*C.char)(unsafe.Pointer(&dst[0])), C.uint64_t(rowLen), C.int(slots),
+		coffs, C.int(len(offs)), C.int(window), C.uint64_t(base), C.uint64_t(key))
+	if el < 0 {
+		return 0, fiErr("baseline fi_read", C.int(el))
+	}
+	return time.Duration(el), nil
+}

@@ -1,0 +1,52 @@
+// Package fabric owns ddstore's transport: libfabric through cgo. It selects
+// a provider and domain, exports memory for one-sided remote reads, and reads
+// other processes' exported memory with fi_read, singly or in batches.
+//
+// # What it owns
+//
+//   - Provider selection (Open): fi_getinfo for FI_EP_RDM endpoints with
+//     FI_RMA|FI_READ|FI_REMOTE_READ|FI_MSG|FI_TAGGED, accepting the mr_mode
+//     bits FI_MR_LOCAL, FI_MR_VIRT_ADDR, FI_MR_ALLOCATED, FI_MR_PROV_KEY and
+//     FI_MR_ENDPOINT, the FI_CONTEXT/FI_CONTEXT2 mode bits, and no data
+//     progress requirement (asking for FI_PROGRESS_AUTO drops shm). The list
+//     is walked here, because some providers ignore the domain hint. With
+//     Options.Provider empty the default order is cxi, verbs;ofi_rxm,
+//     tcp;ofi_rxm, shm. An unknown provider or domain is an error listing
+//     what is available (ErrNoProvider, ErrNoDomain).
+//   - Memory outside the Go heap (Alloc: mmap, huge pages where available)
+//     and its export (Fabric.Export: FI_REMOTE_READ only; provider key with
+//     FI_MR_PROV_KEY, else a unique requested key; Base is the virtual
+//     address only with FI_MR_VIRT_ADDR).
+//   - Readers (Fabric.NewReader): one per goroutine, each with its own
+//     endpoint, CQ and AV, and its own domain when the provider's threading
+//     is weaker than FI_THREAD_SAFE (shm reports FI_THREAD_DOMAIN).
+//     ReadBatch keeps up to Options.Window reads in flight (default 128,
+//     clamped to the tx queue size), drains the CQ on -FI_EAGAIN, reports
+//     per-read errors from the error CQ with fi_strerror/fi_cq_strerror text
+//     and the peer's rank, and never outlives its deadline: when the
+//     deadline passes with reads in flight the endpoint is closed (which
+//     cancels them) before returning, and recreated on the next call.
+//     Destinations may be Go memory (pinned for the call) or off-heap. Local
+//     registration of destinations happens only when the provider requires
+//     FI_MR_LOCAL, through a bounded per-reader cache. A batch makes no heap
+//     allocation; posting and CQ draining run in one cgo call per chunk.
+//   - Exchange primitives: Fabric.Address (endpoint name), Reader.AddPeer
+//     (fi_av_insert), Export.Key and Export.Base.
+//
+// # Progress model
+//
+// Every Fabric owns a "server" endpoint, the one exported memory is reached
+// through. Providers here use manual data progress, so a target that makes
+// no libfabric calls would never serve a read (tcp) or would fill its
+// command queue (shm, 1024 slots). A goroutine locked to its OS thread
+// progresses the server endpoint for the Fabric's lifetime: where the CQ
+// supports FI_WAIT_FD (tcp;ofi_rxm) it calls fi_trywait and sleeps in poll
+// until the provider has work, so an idle rank uses no CPU; where it does
+// not (shm) it polls with exponential back-off from 50µs to 2ms (10ms once
+// idle for 200ms), reset when a step found work. It never busy-spins. Readers progress their own
+// endpoints while they wait on their CQ (spinning for up to 2ms without a
+// completion, then backing off with sleeps up to 1ms until the deadline).
+//
+// Environment variables (DDSTORE_FABRIC, FABRIC_IFACE) are read by the
+// engine, not here.
+package fabric

@@ -1,0 +1,537 @@
+package fabric
+
+import (
+	"bytes"
+	"errors"
+	"math/rand"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func isNoProvider(err error) bool {
+	return errors.Is(err, ErrNoProvider) || errors.Is(err, ErrNoDomain)
+}
+
+// setup opens a fabric and a reader and starts one target as rank 1.
+func setup(t *testing.T, o Options, size int, busy bool) (*Fabric, *Reader, *target, Peer) {
+	t.Helper()
+	f := openOrSkip(t, o)
+	tg := startTarget(t, o, size, busy)
+	r, err := f.NewReader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	p, err := r.AddPeer(1, tg.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, r, tg, p
+}
+
+func TestReadPattern(t *testing.T) {
+	for _, pc := range provCases {
+		t.Run(pc.name, func(t *testing.T) {
+			f, r, tg, p := setup(t, pc.opts, targetMiB<<20, false)
+			inf := f.Info()
+			if inf.MRVirtAddr != (tg.base != 0) {
+				t.Fatalf("MRVirtAddr=%v but target base %#x", inf.MRVirtAddr, tg.base)
+			}
+			rng := rand.New(rand.NewSource(1))
+			off, err := Alloc(32 << 20)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer off.Free()
+			for _, row := range []int{3072, 12800, 204800, 1048576} {
+				nrows := tg.size / row
+				// Single reads into Go memory.
+				buf := make([]byte, row)
+				for i := 0; i < 8; i++ {
+					idx := uint64(rng.Intn(nrows))
+					tm, err := r.Read(ReadOp{Dst: buf, Peer: p, Addr: tg.base + idx*uint64(row), Key: tg.key})
+					if err != nil {
+						t.Fatalf("row %d (%d B): %v", idx, row, err)
+					}
+					if tm.Post <= 0 {
+						t.Fatalf("no post time: %+v", tm)
+					}
+					if err := checkPattern(buf, idx*uint64(row)); err != nil {
+						t.Fatalf("single read row %d (%d B): %v", idx, row, err)
+					}
+				}
+				// Batches into Go memory and into off-heap memory.
+				n := 32
+				heap := make([]byte, n*row)
+				for _, dst := range [][]byte{heap, off.Bytes()[:n*row]} {
+					ops := make([]ReadOp, n)
+					idx := make([]uint64, n)
+					for i := range ops {
+						idx[i] = uint64(rng.Intn(nrows))
+						ops[i] = ReadOp{Dst: dst[i*row : (i+1)*row], Peer: p, Addr: tg.base + idx[i]*uint64(row), Key: tg.key}
+					}
+					if _, err := r.ReadBatch(ops); err != nil {
+						t.Fatalf("batch of %d B rows: %v", row, err)
+					}
+					for i := range ops {
+						if err := checkPattern(ops[i].Dst, idx[i]*uint64(row)); err != nil {
+							t.Fatalf("batch row %d (%d B): %v", idx[i], row, err)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestBusyTarget(t *testing.T) {
+	for _, pc := range provCases {
+		t.Run(pc.name, func(t *testing.T) {
+			_, r, tg, p := setup(t, pc.opts, 64<<20, true)
+			const row, total, batch = 3072, 10000, 5000 // batches span two chunks
+			nrows := tg.size / row
+			rng := rand.New(rand.NewSource(2))
+			dst := make([]byte, batch*row)
+			ops := make([]ReadOp, batch)
+			idx := make([]uint64, batch)
+			start := time.Now()
+			for done := 0; done < total; done += batch {
+				for i := range ops {
+					idx[i] = uint64(rng.Intn(nrows))
+					ops[i] = ReadOp{Dst: dst[i*row : (i+1)*row], Peer: p, Addr: tg.base + idx[i]*row, Key: tg.key}
+				}
+				if _, err := r.ReadBatch(ops); err != nil {
+					t.Fatalf("after %d rows: %v", done, err)
+				}
+				for i := range ops {
+					if err := checkPattern(ops[i].Dst, idx[i]*row); err != nil {
+						t.Fatalf("row %d: %v", idx[i], err)
+					}
+				}
+			}
+			t.Logf("%d rows of %d B from a busy target in %v", total, row, time.Since(start))
+		})
+	}
+}
+
+func TestKilledTarget(t *testing.T) {
+	for _, pc := range provCases {
+		t.Run(pc.name, func(t *testing.T) {
+			o := pc.opts
+			o.Timeout = 3 * time.Second
+			f := openOrSkip(t, o)
+			victim := startTarget(t, o, 64<<20, false)
+			alive := startTarget(t, o, 64<<20, false)
+			r, err := f.NewReader()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			pv, err := r.AddPeer(7, victim.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pa, err := r.AddPeer(8, alive.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			const row = 1 << 20
+			n := 64 // rows in the 64 MiB region
+			dst, err := Alloc(n * row)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer dst.Free()
+			mk := func(p Peer, tg *target, reps int) []ReadOp {
+				ops := make([]ReadOp, 0, reps*n)
+				for k := 0; k < reps; k++ {
+					for i := 0; i < n; i++ {
+						ops = append(ops, ReadOp{Dst: dst.Bytes()[i*row : (i+1)*row], Peer: p, Addr: tg.base + uint64(i*row), Key: tg.key})
+					}
+				}
+				return ops
+			}
+			first := mk(pv, victim, 1)
+			if _, err := r.ReadBatch(first); err != nil {
+				t.Fatalf("before kill: %v", err)
+			}
+			for i := range first {
+				if err := checkPattern(first[i].Dst, uint64(i*row)); err != nil {
+					t.Fatalf("before kill, row %d: %v", i, err)
+				}
+			}
+			big := mk(pv, victim, 40) // 2560 MiB: far longer than the kill delay
+			go func() {
+				time.Sleep(50 * time.Millisecond)
+				victim.kill()
+			}()
+			start := time.Now()
+			_, err = r.ReadBatch(big)
+			el := time.Since(start)
+			if err == nil {
+				t.Fatalf("batch from a killed target succeeded in %v", el)
+			}
+			var fe *Error
+			if !errors.As(err, &fe) || fe.Peer != 7 || !errors.Is(err, ErrPeer) || !strings.Contains(err.Error(), "peer rank 7") {
+				t.Fatalf("error does not name peer 7: %v", err)
+			}
+			if el > o.Timeout+time.Second {
+				t.Fatalf("took %v, deadline %v", el, o.Timeout)
+			}
+			t.Logf("killed target: %v after %v", err, el)
+			// Again: must fail within the deadline, not hang.
+			start = time.Now()
+			_, err = r.Read(ReadOp{Dst: dst.Bytes()[:4096], Peer: pv, Addr: victim.base, Key: victim.key})
+			if err == nil || time.Since(start) > o.Timeout+time.Second {
+				t.Fatalf("second read of dead peer: err=%v after %v", err, time.Since(start))
+			}
+			t.Logf("second read of dead peer: %v after %v", err, time.Since(start))
+			// The reader still works with the live peer.
+			ops := mk(pa, alive, 1)[:8]
+			if _, err := r.ReadBatch(ops); err != nil {
+				t.Fatalf("live peer after failure: %v", err)
+			}
+			for i := range ops {
+				if err := checkPattern(ops[i].Dst, uint64(i*row)); err != nil {
+					t.Fatalf("live peer row %d: %v", i, err)
+				}
+			}
+		})
+	}
+}
+
+func TestBadOptions(t *testing.T) {
+	_, err := Open(Options{Provider: "no-such-provider"})
+	if !errors.Is(err, ErrNoProvider) || !strings.Contains(err.Error(), "available:") || !strings.Contains(err.Error(), "no-such-provider") {
+		t.Fatalf("unknown provider: %v", err)
+	}
+	t.Log(err)
+	_, err = Open(Options{Provider: "tcp;ofi_rxm", Domain: "nosuch0"})
+	if errors.Is(err, ErrNoProvider) {
+		t.Skip(err)
+	}
+	if !errors.Is(err, ErrNoDomain) || !strings.Contains(err.Error(), "lo") || !strings.Contains(err.Error(), "nosuch0") {
+		t.Fatalf("unknown domain: %v", err)
+	}
+	t.Log(err)
+	for _, o := range []Options{{Window: -1}, {Timeout: -time.Second}, {MaxPeers: -2}, {Window: chunkOps + 1}} {
+		if err := o.Validate(); !errors.Is(err, ErrInvalid) {
+			t.Fatalf("Validate(%+v) = %v", o, err)
+		}
+		if _, err := Open(o); !errors.Is(err, ErrInvalid) {
+			t.Fatalf("Open(%+v) = %v", o, err)
+		}
+	}
+	// Default order and the short alias.
+	fd, err := Open(Options{})
+	if err != nil {
+		t.Fatalf("default provider: %v", err)
+	}
+	if !contains(defaultOrder, fd.Info().Provider) {
+		t.Fatalf("default provider %q not in %v", fd.Info().Provider, defaultOrder)
+	}
+	fd.Close()
+	fa, err := Open(Options{Provider: "tcp", Domain: "lo"})
+	if err != nil {
+		t.Fatalf("alias tcp: %v", err)
+	}
+	if inf := fa.Info(); inf.Provider != "tcp;ofi_rxm" || inf.Domain != "lo" {
+		t.Fatalf("alias tcp/lo opened %s/%s", inf.Provider, inf.Domain)
+	}
+	fa.Close()
+	if _, err := Alloc(0); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("Alloc(0) = %v", err)
+	}
+	f := openOrSkip(t, Options{Provider: "tcp;ofi_rxm", Domain: "lo"})
+	if _, err := f.Export(nil); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "zero-length") {
+		t.Fatalf("Export(nil) = %v", err)
+	}
+	r, err := f.NewReader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if _, err := r.Read(ReadOp{Dst: make([]byte, 8)}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("zero Peer: %v", err)
+	}
+	p, err := r.AddPeer(3, f.Address())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Read(ReadOp{Peer: p}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "peer rank 3") {
+		t.Fatalf("empty Dst: %v", err)
+	}
+	if _, err := r.AddPeer(4, nil); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("empty address: %v", err)
+	}
+}
+
+// A read the target's provider refuses fails with the provider's text and
+// the peer's rank, and the reader recovers. tcp checks keys; shm reads with
+// CMA and checks no keys, so there the read targets an unmapped address.
+func TestRefusedRead(t *testing.T) {
+	for _, pc := range provCases {
+		t.Run(pc.name, func(t *testing.T) {
+			o := pc.opts
+			o.Timeout = 3 * time.Second
+			f := openOrSkip(t, o)
+			tg := startTarget(t, o, 1<<20, false)
+			r, err := f.NewReader()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			p, err := r.AddPeer(5, tg.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			buf := make([]byte, 4096)
+			bad := ReadOp{Dst: buf, Peer: p, Addr: tg.base, Key: tg.key + 12345}
+			if f.Info().MRVirtAddr {
+				bad = ReadOp{Dst: buf, Peer: p, Addr: 4096, Key: tg.key}
+			}
+			start := time.Now()
+			_, err = r.Read(bad)
+			if err == nil {
+				t.Fatalf("refused read %+v succeeded", bad)
+			}
+			if !errors.Is(err, ErrPeer) || !strings.Contains(err.Error(), "peer rank 5") {
+				t.Fatalf("refused read: %v", err)
+			}
+			if errors.Is(err, ErrTimeout) {
+				t.Fatalf("refused read timed out instead of failing: %v", err)
+			}
+			t.Logf("%v (after %v)", err, time.Since(start))
+			if _, err := r.Read(ReadOp{Dst: buf, Peer: p, Addr: tg.base + 4096, Key: tg.key}); err != nil {
+				t.Fatalf("good read after refused read: %v", err)
+			}
+			if err := checkPattern(buf, 4096); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func TestReadBatchAllocs(t *testing.T) {
+	for _, pc := range provCases {
+		t.Run(pc.name, func(t *testing.T) {
+			_, r, tg, p := setup(t, pc.opts, 16<<20, false)
+			const row, n = 3072, 64
+			off, err := Alloc(n * row)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer off.Free()
+			heap := make([]byte, n*row)
+			for name, dst := range map[string][]byte{"heap": heap, "offheap": off.Bytes()} {
+				ops := make([]ReadOp, n)
+				for i := range ops {
+					ops[i] = ReadOp{Dst: dst[i*row : (i+1)*row], Peer: p, Addr: tg.base + uint64((i*7)%(tg.size/row))*row, Key: tg.key}
+				}
+				var rerr error
+				allocs := testing.AllocsPerRun(50, func() {
+					if _, err := r.ReadBatch(ops); err != nil {
+						rerr = err
+					}
+				})
+				if rerr != nil {
+					t.Fatal(rerr)
+				}
+				if allocs != 0 {
+					t.Fatalf("%s: ReadBatch allocates %v times per call", name, allocs)
+				}
+				single := ops[0]
+				allocs = testing.AllocsPerRun(50, func() {
+					if _, err := r.Read(single); err != nil {
+						rerr = err
+					}
+				})
+				if rerr != nil {
+					t.Fatal(rerr)
+				}
+				if allocs != 0 {
+					t.Fatalf("%s: Read allocates %v times per call", name, allocs)
+				}
+				for i := range ops {
+					if err := checkPattern(ops[i].Dst, ops[i].Addr-tg.base); err != nil {
+						t.Fatalf("%s row %d: %v", name, i, err)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestLocalMRCache forces the FI_MR_LOCAL path (no provider here needs it)
+// and checks that reads stay correct and registrations are bounded and
+// released.
+func TestLocalMRCache(t *testing.T) {
+	o := Options{Provider: "tcp;ofi_rxm", Domain: "lo"}
+	f := openOrSkip(t, o)
+	f.forceLocalMR = true
+	tg := startTarget(t, o, 16<<20, false)
+	base := liveLocalMRs.Load()
+	r, err := f.NewReader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := r.AddPeer(1, tg.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const row, n = 12800, 16
+	var mems []*Memory
+	for k := 0; k < mrCacheSize+4; k++ {
+		m, err := Alloc(n * row)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mems = append(mems, m)
+	}
+	heap := make([]byte, n*row)
+	read := func(dst []byte, first int) {
+		t.Helper()
+		ops := make([]ReadOp, n)
+		for i := range ops {
+			ops[i] = ReadOp{Dst: dst[i*row : (i+1)*row], Peer: p, Addr: tg.base + uint64((first+i)*row), Key: tg.key}
+		}
+		tm, err := r.ReadBatch(ops)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tm.MR <= 0 {
+			t.Fatalf("no MR time with local registration: %+v", tm)
+		}
+		for i := range ops {
+			if err := checkPattern(ops[i].Dst, uint64((first+i)*row)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for k, m := range mems {
+		read(m.Bytes(), k)
+		read(heap, k+1)
+		if live := liveLocalMRs.Load() - base; live > mrCacheSize {
+			t.Fatalf("%d local registrations live, cache holds %d", live, mrCacheSize)
+		}
+	}
+	if live := liveLocalMRs.Load() - base; live != mrCacheSize {
+		t.Fatalf("%d local registrations live, want a full cache of %d", live, mrCacheSize)
+	}
+	mems[len(mems)-1].Free()
+	read(heap, 3) // notices the Free and drops that registration
+	if live := liveLocalMRs.Load() - base; live != mrCacheSize-1 {
+		t.Fatalf("%d local registrations live after Free, want %d", live, mrCacheSize-1)
+	}
+	r.Close()
+	if live := liveLocalMRs.Load() - base; live != 0 {
+		t.Fatalf("%d local registrations leaked after Close", live)
+	}
+	for _, m := range mems {
+		m.Free()
+	}
+}
+
+// An idle fabric's progress goroutine sleeps: it wakes rarely (tcp: on its
+// wait fd only; shm: back-off capped at 2ms, then 10ms once idle).
+func TestIdleProgress(t *testing.T) {
+	for _, pc := range provCases {
+		t.Run(pc.name, func(t *testing.T) {
+			f := openOrSkip(t, pc.opts)
+			time.Sleep(250 * time.Millisecond)
+			w0 := f.ProgressWakeups()
+			time.Sleep(300 * time.Millisecond)
+			w := f.ProgressWakeups() - w0
+			limit := uint64(10)
+			if !f.Info().WaitFD {
+				limit = 60 // 300ms at the 10ms idle cap is ~30
+			}
+			if w > limit {
+				t.Fatalf("%d progress wakeups in 300ms idle (limit %d; info %+v)", w, limit, f.Info())
+			}
+			t.Logf("%d wakeups in 300ms; info %+v", w, f.Info())
+		})
+	}
+}
+
+// A stopped target (SIGSTOP) never answers: the batch must fail at its
+// deadline naming the peer, with the endpoint torn down so that nothing
+// lands in Dst after return, even once the target resumes and the reader
+// progresses again.
+func TestStoppedTarget(t *testing.T) {
+	for _, pc := range provCases {
+		t.Run(pc.name, func(t *testing.T) {
+			o := pc.opts
+			o.Timeout = 2 * time.Second
+			f := openOrSkip(t, o)
+			tg := startTarget(t, o, 64<<20, false)
+			r, err := f.NewReader()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			p, err := r.AddPeer(9, tg.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			const row, n = 12800, 4000
+			nrows := tg.size / row
+			dst := make([]byte, n*row)
+			ops := make([]ReadOp, n)
+			for i := range ops {
+				ops[i] = ReadOp{Dst: dst[i*row : (i+1)*row], Peer: p, Addr: tg.base + uint64((i*31)%nrows)*row, Key: tg.key}
+			}
+			if _, err := r.ReadBatch(ops[:16]); err != nil {
+				t.Fatal(err)
+			}
+			if err := tg.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			resumed := false
+			defer func() {
+				if !resumed {
+					tg.cmd.Process.Signal(syscall.SIGCONT)
+				}
+			}()
+			for i := range dst {
+				dst[i] = 0xAB
+			}
+			start := time.Now()
+			_, err = r.ReadBatch(ops)
+			el := time.Since(start)
+			if err == nil {
+				t.Fatalf("batch from a stopped target succeeded in %v", el)
+			}
+			var fe *Error
+			if !errors.Is(err, ErrTimeout) || !errors.As(err, &fe) || fe.Peer != 9 || !strings.Contains(err.Error(), "peer rank 9") {
+				t.Fatalf("want a timeout naming peer 9, got %v", err)
+			}
+			if el < o.Timeout || el > o.Timeout+time.Second {
+				t.Fatalf("returned after %v, deadline %v", el, o.Timeout)
+			}
+			t.Logf("%v after %v", err, el)
+			snap := append([]byte(nil), dst...)
+			tg.cmd.Process.Signal(syscall.SIGCONT)
+			resumed = true
+			other := make([]byte, 16*row)
+			ops2 := make([]ReadOp, 16)
+			for i := range ops2 {
+				ops2[i] = ReadOp{Dst: other[i*row : (i+1)*row], Peer: p, Addr: tg.base + uint64(i*row), Key: tg.key}
+			}
+			if _, err := r.ReadBatch(ops2); err != nil {
+				t.Fatalf("after resume: %v", err)
+			}
+			for i := range ops2 {
+				if err := checkPattern(ops2[i].Dst, uint64(i*row)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			time.Sleep(50 * time.Millisecond)
+			if !bytes.Equal(snap, dst) {
+				t.Fatal("Dst of the timed-out batch changed after ReadBatch returned")
+			}
+		})
+	}
+}

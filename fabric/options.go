@@ -1,0 +1,104 @@
+package fabric
+
+import (
+	"fmt"
+	"time"
+)
+
+// Options configures Open.
+type Options struct {
+	// Provider is a libfabric provider name, e.g. "tcp;ofi_rxm", "shm",
+	// "cxi", "verbs;ofi_rxm" ("tcp" and "verbs" also match their ofi_rxm
+	// stacks). "" takes the first available of cxi, verbs;ofi_rxm,
+	// tcp;ofi_rxm, shm. The engine maps DDSTORE_FABRIC onto it.
+	Provider string
+	// Domain is the domain or interface name ("lo", "eth0", "cxi0"); it
+	// also matches the fabric name. "" takes the provider's first domain.
+	// The engine maps FABRIC_IFACE onto it.
+	Domain string
+	// Window is the number of reads a batch keeps in flight. Default 128;
+	// clamped to the provider's transmit queue size.
+	Window int
+	// Timeout is the deadline of every operation. Default 10s.
+	Timeout time.Duration
+	// MaxPeers is the address-vector size of each reader. Default 1024;
+	// clamped to the provider's maximum (shm: 256).
+	MaxPeers int
+}
+
+// Defaults.
+const (
+	DefaultWindow   = 128
+	DefaultTimeout  = 10 * time.Second
+	DefaultMaxPeers = 1024
+)
+
+// Validate reports options that cannot work. Zero values mean defaults.
+func (o Options) Validate() error {
+	if o.Window < 0 {
+		return &Error{Op: "options", Code: 22, Peer: -1, kind: ErrInvalid, Text: fmt.Sprintf("Window %d is negative", o.Window)}
+	}
+	if o.Window > chunkOps {
+		return &Error{Op: "options", Code: 22, Peer: -1, kind: ErrInvalid, Text: fmt.Sprintf("Window %d exceeds %d", o.Window, chunkOps)}
+	}
+	if o.Timeout < 0 {
+		return &Error{Op: "options", Code: 22, Peer: -1, kind: ErrInvalid, Text: fmt.Sprintf("Timeout %v is negative", o.Timeout)}
+	}
+	if o.MaxPeers < 0 {
+		return &Error{Op: "options", Code: 22, Peer: -1, kind: ErrInvalid, Text: fmt.Sprintf("MaxPeers %d is negative", o.MaxPeers)}
+	}
+	return nil
+}
+
+func (o Options) withDefaults() Options {
+	if o.Window == 0 {
+		o.Window = DefaultWindow
+	}
+	if o.Timeout == 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.MaxPeers == 0 {
+		o.MaxPeers = DefaultMaxPeers
+	}
+	return o
+}
+
+// Info describes the opened provider and how the package adapts to it.
+type Info struct {
+	Provider, Fabric, Domain string
+	MRLocal                  bool   // provider needs local buffers registered (readers register Dst)
+	MRVirtAddr               bool   // remote addresses are virtual addresses (Export.Base != 0)
+	MRProvKey                bool   // provider picks MR keys
+	MRAllocated              bool   // registered memory must be allocated (Alloc pre-faults)
+	MREndpoint               bool   // MRs are bound to an endpoint
+	ManualProgress           bool   // FI_PROGRESS_MANUAL data progress
+	Threading                string // FI_THREAD_* name
+	TxSize                   int    // transmit queue size
+	MaxPeers                 int    // provider's endpoint count (ep_cnt)
+	MaxMsgSize               uint64 // largest single read
+	Window                   int    // effective reads in flight per batch
+	AVCount                  int    // effective address vector size
+	WaitFD                   bool   // the progress goroutine sleeps on a CQ wait fd (else polls with back-off)
+	ReaderDomains            bool   // each Reader opens its own domain
+
+	threading int
+}
+
+// Peer is a reader-local handle for an inserted address; the zero Peer is
+// invalid.
+type Peer struct{ id uint32 }
+
+// ReadOp is one remote read: len(Dst) bytes from the peer's Addr (its
+// Export.Base()+offset) with the peer's Export.Key().
+type ReadOp struct {
+	Dst  []byte
+	Peer Peer
+	Addr uint64
+	Key  uint64
+}
+
+// Timing splits an operation's time: local memory registration, posting
+// reads, and waiting on the completion queue.
+type Timing struct {
+	MR, Post, CQWait time.Duration
+}
