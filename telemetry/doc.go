@@ -1,0 +1,27 @@
+// Package telemetry owns the shared-memory segment through which every
+// ddstore engine process exports live per-call statistics, and the two
+// sides that use it:
+//
+//   - the writer (engine side): Create maps one segment file per process
+//     (default /dev/shm/ddstore-<job>-<rank>.tel, mode 0600, removed on
+//     Close). Record, RecordLoader and Heartbeat never block, never
+//     allocate and share no lock with readers. Record updates a
+//     cache-line padded stripe per (variable, reader) that has a single
+//     writer at a time (plain stores, no atomic read-modify-write; the
+//     last stripe, shared by out-of-range reader ids, uses atomic adds)
+//     and one seqlock-guarded slot in a lossy ring of recent calls (two
+//     atomic operations: claim a position, lock its slot).
+//   - the reader (ddtop side): Discover lists segments with liveness
+//     (live, stale, exited); Open maps one read-only and validates every
+//     size in its header against the file; Snapshot copies counters with
+//     atomic loads; ReadRing returns recent call records, rejecting torn
+//     ones and counting overwritten ones as drops.
+//
+// The byte layout is drawn in layout.go and documented in FORMAT.md.
+// Readers refuse foreign files (ErrForeign), files whose creation has not
+// finished (ErrNotReady), newer formats (ErrVersion), truncated files
+// (ErrTruncated) and inconsistent headers (ErrCorrupt); they never panic
+// on a bad file.
+//
+// The package imports nothing else from ddstore.
+package telemetry

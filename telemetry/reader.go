@@ -1,0 +1,531 @@
+package telemetry
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+var (
+	hostOnce sync.Once
+	hostName string
+)
+
+// localHost is os.Hostname(), cached; "" if unknown.
+func localHost() string {
+	hostOnce.Do(func() { hostName, _ = os.Hostname() })
+	return hostName
+}
+
+// pidAlive reports whether pid runs on this host. start, when not 0, is
+// the process start time recorded by the writer; a different start time
+// means the pid was reused by another process. Zombies count as dead.
+func pidAlive(pid int, start uint64) bool {
+	if pid <= 0 {
+		return false
+	}
+	if t, zombie, ok := procStart(pid); ok {
+		return !zombie && (start == 0 || t == start)
+	}
+	err := unix.Kill(pid, 0)
+	return err == nil || err == unix.EPERM
+}
+
+// liveness derives (alive, state) from a header: on this host the pid
+// decides exited vs not; elsewhere only the heartbeat can tell.
+func liveness(host string, pid int, pidStart uint64, age time.Duration) (bool, string) {
+	sameHost := host != "" && host == localHost()
+	if sameHost {
+		if !pidAlive(pid, pidStart) {
+			return false, StateExited
+		}
+		if age > StaleAfter {
+			return true, StateStale
+		}
+		return true, StateLive
+	}
+	if age > StaleAfter {
+		return false, StateStale
+	}
+	return true, StateLive
+}
+
+// staticHeader is the immutable part of a header, validated.
+type staticHeader struct {
+	version  int
+	pid      int
+	pidStart uint64
+	rank     int
+	world    int
+	startNs  int64
+	host     string
+	job      string
+	provider string
+	mode     string
+	method   string
+	g        geometry
+}
+
+// parseHeader validates the first bytes b of a file of fileSize bytes
+// (len(b) = min(fileSize, headerBytes)). Every size, count and offset
+// is checked against the format and the file size.
+func parseHeader(name string, b []byte, fileSize int64) (staticHeader, error) {
+	var h staticHeader
+	le := binary.LittleEndian
+	var magic [8]byte
+	le.PutUint64(magic[:], Magic)
+	if len(b) < 8 {
+		if len(b) > 0 && string(b) == string(magic[:len(b)]) {
+			return h, fmt.Errorf("%w: %s is %d bytes, shorter than the 8-byte magic", ErrTruncated, name, len(b))
+		}
+		return h, fmt.Errorf("%w: %s is %d bytes, no magic", ErrForeign, name, len(b))
+	}
+	u := func(off int) uint64 { return le.Uint64(b[off:]) }
+	if got := u(hMagic); got != Magic {
+		var be [8]byte
+		binary.BigEndian.PutUint64(be[:], Magic)
+		if string(b[:8]) == string(be[:]) {
+			return h, fmt.Errorf("%w: %s was written on a machine of the other byte order", ErrForeign, name)
+		}
+		return h, fmt.Errorf("%w: %s starts with %q, want %q", ErrForeign, name, b[:8], magic[:])
+	}
+	if len(b) < hVersion+8 {
+		return h, fmt.Errorf("%w: %s is %d bytes, header needs %d", ErrTruncated, name, fileSize, headerBytes)
+	}
+	switch v := u(hVersion); {
+	case v == 0:
+		return h, fmt.Errorf("%w: %s is still being created (or its writer died while creating it)", ErrNotReady, name)
+	case v > Version:
+		return h, fmt.Errorf("%w: %s has format version %d; this reader understands version %d: upgrade ddtop", ErrVersion, name, v, Version)
+	default:
+		h.version = int(v)
+	}
+	if len(b) < headerBytes || fileSize < headerBytes {
+		return h, fmt.Errorf("%w: %s is %d bytes, header needs %d", ErrTruncated, name, fileSize, headerBytes)
+	}
+	bad := func(format string, a ...any) (staticHeader, error) {
+		return h, fmt.Errorf("%w: %s: %s", ErrCorrupt, name, fmt.Sprintf(format, a...))
+	}
+	fixed := []struct {
+		off  int
+		want uint64
+		name string
+	}{
+		{hHeaderBytes, headerBytes, "header size"},
+		{hNumBuckets, NumBuckets, "histogram buckets"},
+		{hNumPhases, NumPhases, "phase count"},
+		{hVarEntryBytes, varEntryBytes, "variable entry size"},
+		{hStripeBytes, stripeBytes, "stripe size"},
+		{hRingSlotBytes, ringSlotBytes, "ring slot size"},
+	}
+	for _, f := range fixed {
+		if got := u(f.off); got != f.want {
+			return bad("%s is %d, want %d", f.name, got, f.want)
+		}
+	}
+	maxVars, maxReaders, ringSize := u(hMaxVars), u(hMaxReaders), u(hRingSize)
+	if maxVars < 1 || maxVars > maxMaxVars {
+		return bad("variable slots %d not in [1, %d]", maxVars, maxMaxVars)
+	}
+	if maxReaders < 1 || maxReaders > maxMaxReaders {
+		return bad("reader stripes %d not in [1, %d]", maxReaders, maxMaxReaders)
+	}
+	if ringSize < 1 || ringSize > maxRingSize || ringSize&(ringSize-1) != 0 {
+		return bad("ring size %d not a power of two in [1, %d]", ringSize, maxRingSize)
+	}
+	g := newGeometry(int64(maxVars), int64(maxReaders), int64(ringSize))
+	offs := []struct {
+		off  int
+		want int64
+		name string
+	}{
+		{hVarTableOff, g.varTableOff, "variable table offset"},
+		{hStripeOff, g.stripeOff, "stripe offset"},
+		{hLoaderOff, g.loaderOff, "loader offset"},
+		{hRingOff, g.ringOff, "ring offset"},
+		{hFileBytes, g.fileBytes, "segment size"},
+	}
+	for _, f := range offs {
+		if got := u(f.off); got != uint64(f.want) {
+			return bad("%s is %d, want %d for %d vars x %d readers, ring %d", f.name, got, f.want, maxVars, maxReaders, ringSize)
+		}
+	}
+	if fileSize < g.fileBytes {
+		return h, fmt.Errorf("%w: %s is %d bytes, its header says %d", ErrTruncated, name, fileSize, g.fileBytes)
+	}
+	pid, rank, world := u(hPid), u(hRank), u(hWorld)
+	if pid < 1 || pid > 1<<31-1 {
+		return bad("pid %d", pid)
+	}
+	if world < 1 || world > 1<<31-1 || rank >= world {
+		return bad("rank %d of world %d", rank, world)
+	}
+	h.pid, h.rank, h.world = int(pid), int(rank), int(world)
+	h.pidStart = u(hPidStart)
+	h.startNs = int64(u(hStartNs))
+	h.host = cString(b[hHost : hHost+hostLen])
+	h.job = cString(b[hJob : hJob+jobLen])
+	h.provider = cString(b[hProvider : hProvider+provLen])
+	h.mode = cString(b[hReaderMode : hReaderMode+modeLen])
+	h.method = cString(b[hMethod : hMethod+methodLen])
+	h.g = g
+	return h, nil
+}
+
+// readHeaderFile reads and validates a segment's header without mapping it.
+func readHeaderFile(path string) (staticHeader, []byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return staticHeader{}, nil, fmt.Errorf("telemetry: open %s: %w", path, err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return staticHeader{}, nil, fmt.Errorf("telemetry: stat %s: %w", path, err)
+	}
+	if !st.Mode().IsRegular() {
+		return staticHeader{}, nil, fmt.Errorf("%w: %s is not a regular file", ErrForeign, path)
+	}
+	n := min(st.Size(), headerBytes)
+	b := make([]byte, n)
+	if _, err := f.ReadAt(b, 0); err != nil && err != io.EOF {
+		return staticHeader{}, nil, fmt.Errorf("telemetry: read %s: %w", path, err)
+	}
+	h, err := parseHeader(path, b, st.Size())
+	return h, b, err
+}
+
+// inspect describes the segment at path from its header alone.
+func inspect(path string) (SegmentInfo, error) {
+	h, b, err := readHeaderFile(path)
+	if err != nil {
+		return SegmentInfo{Path: path, State: StateInvalid, Err: err}, err
+	}
+	hb := int64(binary.LittleEndian.Uint64(b[hHeartbeat:]))
+	age := time.Duration(time.Now().UnixNano() - hb)
+	alive, state := liveness(h.host, h.pid, h.pidStart, age)
+	return SegmentInfo{
+		Path: path, Job: h.job, Host: h.host, Rank: h.rank, World: h.world, Pid: h.pid,
+		StartNs: h.startNs, Alive: alive, HeartbeatAge: age, State: state,
+	}, nil
+}
+
+// Discover lists the segments (files "ddstore-*.tel") in dir, sorted by
+// job and rank, with their liveness. Files that cannot be read are listed
+// with State StateInvalid and Err set. Discover does not map anything.
+func Discover(dir string) ([]SegmentInfo, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("telemetry: list segments in %s: %w", dir, err)
+	}
+	var out []SegmentInfo
+	for _, e := range ents {
+		name := e.Name()
+		if !strings.HasPrefix(name, SegmentPrefix) || !strings.HasSuffix(name, SegmentSuffix) || e.IsDir() {
+			continue
+		}
+		info, _ := inspect(filepath.Join(dir, name))
+		out = append(out, info)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Job != out[j].Job {
+			return out[i].Job < out[j].Job
+		}
+		if out[i].Rank != out[j].Rank {
+			return out[i].Rank < out[j].Rank
+		}
+		return out[i].Path < out[j].Path
+	})
+	return out, nil
+}
+
+// Segment is a read-only view of one segment. Its methods are safe for
+// concurrent use and never write to the segment.
+type Segment struct {
+	path   string
+	h      staticHeader
+	data   []byte
+	m      mem
+	mu     sync.Mutex
+	closed bool
+	torn   uint64
+}
+
+// Open maps the segment at path read-only after validating its header:
+// ErrForeign, ErrNotReady, ErrVersion, ErrTruncated or ErrCorrupt (all
+// errors.Is-able) say why a file is refused.
+func Open(path string) (*Segment, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("telemetry: open %s: %w", path, err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("telemetry: stat %s: %w", path, err)
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%w: %s is not a regular file", ErrForeign, path)
+	}
+	b := make([]byte, min(st.Size(), headerBytes))
+	if _, err := f.ReadAt(b, 0); err != nil && err != io.EOF {
+		return nil, fmt.Errorf("telemetry: read %s: %w", path, err)
+	}
+	h, err := parseHeader(path, b, st.Size())
+	if err != nil {
+		return nil, err
+	}
+	data, err := unix.Mmap(int(f.Fd()), 0, int(h.g.fileBytes), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("telemetry: mmap %s read-only (%d bytes): %w", path, h.g.fileBytes, err)
+	}
+	return &Segment{path: path, h: h, data: data, m: mem{base: unsafe.Pointer(&data[0]), size: h.g.fileBytes}}, nil
+}
+
+// Close unmaps the segment.
+func (s *Segment) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	return unix.Munmap(s.data)
+}
+
+// Path is the segment file.
+func (s *Segment) Path() string { return s.path }
+
+// Torn is the number of ring records ReadRing rejected because a writer
+// overwrote them while they were being copied (they are also counted in
+// ReadRing's dropped).
+func (s *Segment) Torn() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.torn
+}
+
+// guard turns a memory fault while reading the mapping (the file was
+// truncated under us) into ErrTruncated instead of a crash.
+func (s *Segment) guard(err *error) {
+	if r := recover(); r != nil {
+		*err = fmt.Errorf("%w: %s: fault while reading the mapping (%v)", ErrTruncated, s.path, r)
+	}
+}
+
+// Info describes the segment's writer now (liveness from the heartbeat
+// and pid).
+func (s *Segment) Info() (info SegmentInfo, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return SegmentInfo{Path: s.path, State: StateInvalid, Err: ErrClosed}, ErrClosed
+	}
+	old := debug.SetPanicOnFault(true)
+	defer debug.SetPanicOnFault(old)
+	defer s.guard(&err)
+	hb := s.m.loadI(hHeartbeat)
+	age := time.Duration(time.Now().UnixNano() - hb)
+	alive, state := liveness(s.h.host, s.h.pid, s.h.pidStart, age)
+	h := &s.h
+	return SegmentInfo{Path: s.path, Job: h.job, Host: h.host, Rank: h.rank, World: h.world,
+		Pid: h.pid, StartNs: h.startNs, Alive: alive, HeartbeatAge: age, State: state}, nil
+}
+
+// RingHead is the ring position the next record will take; ReadRing from
+// RingHead()-n returns (at most) the n most recent records.
+func (s *Segment) RingHead() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return 0
+	}
+	return s.m.load(hRingHead)
+}
+
+// Snapshot copies the header, the in-use variables with their per-reader
+// stripes, and the loader block, with atomic loads. Each variable is
+// copied under its generation check, so a variable being added or removed
+// is either skipped or complete.
+func (s *Segment) Snapshot() (snap *Snapshot, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, fmt.Errorf("%w: segment %s", ErrClosed, s.path)
+	}
+	old := debug.SetPanicOnFault(true)
+	defer debug.SetPanicOnFault(old)
+	defer s.guard(&err)
+
+	m, g, h := s.m, &s.h.g, &s.h
+	now := time.Now()
+	snap = &Snapshot{
+		Header: Header{
+			Version: h.version, Pid: h.pid, Host: h.host, Rank: h.rank, World: h.world, Job: h.job,
+			StartNs: h.startNs, Heartbeat: m.loadI(hHeartbeat),
+			Provider: h.provider, ReaderMode: h.mode, Method: h.method,
+			MaxVars: int(g.maxVars), MaxReaders: int(g.maxReaders), RingSize: int(g.ringSize),
+			BadVarCalls:    m.loadI(hBadVarCalls),
+			BadReaderCalls: m.loadI(hBadReaderCalls),
+			RingClaimFails: m.loadI(hRingClaimFails),
+			RingHead:       m.load(hRingHead),
+		},
+		Taken: now,
+		Path:  s.path,
+	}
+	snap.HeartbeatAge = time.Duration(now.UnixNano() - snap.Heartbeat)
+	snap.Alive, snap.State = liveness(h.host, h.pid, h.pidStart, snap.HeartbeatAge)
+
+	for v := int64(0); v < g.maxVars; v++ {
+		if vs, ok := s.readVar(v); ok {
+			snap.Vars = append(snap.Vars, vs)
+		}
+	}
+	l := g.loaderOff
+	snap.Loader.Batches = m.loadI(l + lBatches) // first: see Counters
+	snap.Loader.WaitNs = m.loadI(l + lWaitNs)
+	snap.Loader.StepNs = m.loadI(l + lStepNs)
+	for i := int64(0); i < NumBuckets; i++ {
+		snap.Loader.WaitHist[i] = m.load(l + lWaitHist + i*8)
+		snap.Loader.StepHist[i] = m.load(l + lStepHist + i*8)
+	}
+	return snap, nil
+}
+
+// readVar copies variable v if it is in use, retrying while it changes.
+func (s *Segment) readVar(v int64) (VarSnapshot, bool) {
+	m, g := s.m, &s.h.g
+	off := g.varOff(v)
+	for try := 0; try < 100; try++ {
+		gen := m.load(off + vGen)
+		if gen&1 != 0 {
+			runtime.Gosched()
+			continue
+		}
+		if m.load(off+vInUse) == 0 {
+			return VarSnapshot{}, false
+		}
+		vs := VarSnapshot{
+			ID:         int(v),
+			Name:       m.getString(off+vName, nameLen),
+			DType:      m.getString(off+vDType, dtypeLen),
+			RowBytes:   m.loadI(off + vRowBytes),
+			GlobalRows: m.loadI(off + vGlobalRows),
+			LocalRows:  m.loadI(off + vLocalRows),
+			Generation: gen,
+		}
+		last := -1
+		readers := make([]Counters, g.maxReaders)
+		for r := int64(0); r < g.maxReaders; r++ {
+			s.readStripe(g.stripe(v, r), &readers[r])
+			if readers[r].Calls != 0 {
+				last = int(r)
+			}
+		}
+		if m.load(off+vGen) != gen {
+			continue
+		}
+		vs.Readers = readers[: last+1 : last+1]
+		return vs, true
+	}
+	return VarSnapshot{}, false
+}
+
+// readStripe loads one stripe, calls first (see Counters).
+func (s *Segment) readStripe(off int64, c *Counters) {
+	m := s.m
+	c.Calls = m.loadI(off + sCalls)
+	if c.Calls == 0 {
+		*c = Counters{}
+		return
+	}
+	c.Rows = m.loadI(off + sRows)
+	c.Bytes = m.loadI(off + sBytes)
+	c.LocalRows = m.loadI(off + sLocalRows)
+	c.RemoteRows = m.loadI(off + sRemoteRows)
+	c.Errors = m.loadI(off + sErrors)
+	for i := int64(0); i < NumPhases; i++ {
+		c.PhaseNs[i] = m.loadI(off + sPhases + i*8)
+	}
+	for i := int64(0); i < NumBuckets; i++ {
+		c.CallHist[i] = m.load(off + sCallHist + i*8)
+		c.RowHist[i] = m.load(off + sRowHist + i*8)
+	}
+}
+
+// ReadRing copies ring records from position cursor onward into dst, in
+// order, and returns how many it copied, the cursor to pass next time, and
+// how many records were lost since cursor (overwritten by newer laps
+// before they were read, or torn while being copied). It stops early at a
+// record whose writer has not finished it. Start with cursor 0 for
+// everything still in the ring, or RingHead() for only new records. A
+// cursor beyond the head (e.g. from a replaced segment) restarts at the
+// head.
+func (s *Segment) ReadRing(cursor uint64, dst []Record) (n int, next uint64, dropped uint64, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return 0, cursor, 0, fmt.Errorf("%w: segment %s", ErrClosed, s.path)
+	}
+	old := debug.SetPanicOnFault(true)
+	defer debug.SetPanicOnFault(old)
+	defer s.guard(&err)
+
+	m, g := s.m, &s.h.g
+	head := m.load(hRingHead)
+	size := uint64(g.ringSize)
+	if cursor > head {
+		cursor = head
+	}
+	if head-cursor > size {
+		dropped += head - size - cursor
+		cursor = head - size
+	}
+	for cursor < head && n < len(dst) {
+		off := g.slot(cursor)
+		want := 2*cursor + 2
+		seq := m.load(off + rSeq)
+		if seq < want && m.load(off+rAbandoned) <= cursor {
+			break // not written yet
+		}
+		if seq != want {
+			dropped++ // overwritten by a newer lap, or abandoned
+			cursor++
+			continue
+		}
+		rec := &dst[n]
+		rec.Seq = cursor
+		rec.TimeNs = m.loadI(off + rTime)
+		vr := m.load(off + rVarReader)
+		rec.Var, rec.Reader = int32(uint32(vr)), int32(vr>>32&0xFFFFFF)
+		rec.Err = vr>>56 != 0
+		rec.Rows = m.loadI(off + rRows)
+		rec.Bytes = m.loadI(off + rBytes)
+		rec.LocalRows = m.loadI(off + rLocalRows)
+		rec.RemoteRows = m.loadI(off + rRemoteRows)
+		rec.Targets = m.load(off + rTargets)
+		for i := int64(0); i < NumPhases; i++ {
+			rec.Phases[i] = m.loadI(off + rPhases + i*8)
+		}
+		if m.load(off+rSeq) != want {
+			s.torn++
+			dropped++
+			cursor++
+			continue
+		}
+		n++
+		cursor++
+	}
+	return n, cursor, dropped, nil
+}

@@ -1,0 +1,524 @@
+package telemetry
+
+import (
+	"fmt"
+	"math/bits"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// WriterOptions configure Create. The zero value of every field means its
+// default.
+type WriterOptions struct {
+	// Dir holds the segment. Default "/dev/shm". (DDSTORE_TELEMETRY_DIR is
+	// read by the engine and ddtop, not here.)
+	Dir string
+	// Job names the job; it appears in the file name (characters other
+	// than [A-Za-z0-9._-] replaced by '_') and in the header (first 64
+	// bytes). Default "local".
+	Job string
+	// Rank and World of this process. Default 0 and 1; need 0 <= Rank < World.
+	Rank, World int
+	// Host is recorded in the header; readers check pid liveness only on
+	// the same host. Default os.Hostname().
+	Host string
+	// Pid of the writer. Default os.Getpid().
+	Pid int
+	// Config summary shown by ddtop (first 32 bytes of each kept).
+	Provider, ReaderMode, Method string
+	// MaxVars is the number of variable slots. Default 64, at most 4096.
+	MaxVars int
+	// MaxReaders is the number of reader stripes per variable; reader ids
+	// >= MaxReaders are counted in the last stripe, which is therefore
+	// shared (see Record). Default 64, at most 4096.
+	MaxReaders int
+	// RingSize is the number of recent-call ring slots, a power of two.
+	// Default 4096, at most 1<<20.
+	RingSize int
+}
+
+// Defaults of WriterOptions.
+const (
+	DefaultDir        = "/dev/shm"
+	DefaultJob        = "local"
+	DefaultMaxVars    = 64
+	DefaultMaxReaders = 64
+	DefaultRingSize   = 4096
+)
+
+func (o WriterOptions) withDefaults() WriterOptions {
+	if o.Dir == "" {
+		o.Dir = DefaultDir
+	}
+	if o.Job == "" {
+		o.Job = DefaultJob
+	}
+	if o.World == 0 {
+		o.World = 1
+	}
+	if o.Host == "" {
+		o.Host = localHost()
+	}
+	if o.Pid == 0 {
+		o.Pid = os.Getpid()
+	}
+	if o.MaxVars == 0 {
+		o.MaxVars = DefaultMaxVars
+	}
+	if o.MaxReaders == 0 {
+		o.MaxReaders = DefaultMaxReaders
+	}
+	if o.RingSize == 0 {
+		o.RingSize = DefaultRingSize
+	}
+	return o
+}
+
+// Validate checks the options after defaults are applied.
+func (o WriterOptions) Validate() error {
+	o = o.withDefaults()
+	switch {
+	case o.Rank < 0 || o.Rank >= o.World:
+		return fmt.Errorf("%w: rank %d not in [0, world %d)", ErrOptions, o.Rank, o.World)
+	case o.Pid < 0:
+		return fmt.Errorf("%w: pid %d", ErrOptions, o.Pid)
+	case o.MaxVars < 1 || o.MaxVars > maxMaxVars:
+		return fmt.Errorf("%w: MaxVars %d not in [1, %d]", ErrOptions, o.MaxVars, maxMaxVars)
+	case o.MaxReaders < 1 || o.MaxReaders > maxMaxReaders:
+		return fmt.Errorf("%w: MaxReaders %d not in [1, %d]", ErrOptions, o.MaxReaders, maxMaxReaders)
+	case o.RingSize < 1 || o.RingSize > maxRingSize || o.RingSize&(o.RingSize-1) != 0:
+		return fmt.Errorf("%w: RingSize %d not a power of two in [1, %d]", ErrOptions, o.RingSize, maxRingSize)
+	}
+	return nil
+}
+
+// SegmentPrefix and SegmentSuffix frame every segment file name.
+const (
+	SegmentPrefix = "ddstore-"
+	SegmentSuffix = ".tel"
+)
+
+// SegmentPath is the file a writer of (job, rank) uses in dir:
+// "<dir>/ddstore-<job>-<rank>.tel", job sanitized for a file name.
+func SegmentPath(dir, job string, rank int) string {
+	if job == "" {
+		job = DefaultJob
+	}
+	b := []byte(job)
+	for i, c := range b {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
+		if !ok {
+			b[i] = '_'
+		}
+	}
+	return filepath.Join(dir, fmt.Sprintf("%s%s-%d%s", SegmentPrefix, b, rank, SegmentSuffix))
+}
+
+// Writer is the engine side of one segment. Record, RecordLoader and
+// Heartbeat never block and never allocate; they are safe for concurrent
+// use, Record within its single-writer rule (one goroutine at a time per
+// (variable, reader) pair, see Record). AddVar and RemoveVar are
+// serialized by a writer-private mutex.
+type Writer struct {
+	m      mem
+	g      geometry
+	path   string
+	dev    uint64
+	ino    uint64
+	closed atomic.Bool
+
+	// Ring record clock (see nowNs): start carries a monotonic reading;
+	// wallAtStart is the unix ns of start, re-estimated by Heartbeat so
+	// that record times follow steps of the wall clock.
+	start       time.Time
+	wallAtStart atomic.Int64
+
+	mu     sync.Mutex // AddVar/RemoveVar/Close
+	hbStop chan struct{}
+	hbDone chan struct{}
+}
+
+// Create makes the segment of (o.Job, o.Rank) in o.Dir. A segment of the
+// same name left by a dead process (or one that cannot be read) is
+// replaced; one whose writer is alive gives ErrInUse. The new file is
+// built under a temporary name, its version word written last, then
+// renamed into place, so readers never see a half-made segment.
+func Create(o WriterOptions) (*Writer, error) {
+	o = o.withDefaults()
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	path := SegmentPath(o.Dir, o.Job, o.Rank)
+	// An existing file that cannot be read (foreign, not ready, corrupt)
+	// sits on our name: it is replaced like a dead writer's segment.
+	if info, err := inspect(path); err == nil && info.Alive {
+		return nil, fmt.Errorf("%w: %s belongs to pid %d on %s (heartbeat %v ago)",
+			ErrInUse, path, info.Pid, info.Host, info.HeartbeatAge.Round(time.Millisecond))
+	}
+
+	g := newGeometry(int64(o.MaxVars), int64(o.MaxReaders), int64(o.RingSize))
+	tmp := filepath.Join(o.Dir, fmt.Sprintf(".%s.%d.tmp", filepath.Base(path), os.Getpid()))
+	_ = os.Remove(tmp)
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("telemetry: create segment in %s: %w", o.Dir, err)
+	}
+	fail := func(err error) (*Writer, error) {
+		f.Close()
+		os.Remove(tmp)
+		return nil, err
+	}
+	if err := f.Chmod(0o600); err != nil {
+		return fail(fmt.Errorf("telemetry: chmod %s: %w", tmp, err))
+	}
+	if err := f.Truncate(g.fileBytes); err != nil {
+		return fail(fmt.Errorf("telemetry: size %s to %d bytes: %w", tmp, g.fileBytes, err))
+	}
+	base, err := unix.MmapPtr(int(f.Fd()), 0, nil, uintptr(g.fileBytes), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return fail(fmt.Errorf("telemetry: mmap %s (%d bytes): %w", tmp, g.fileBytes, err))
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		unix.MunmapPtr(base, uintptr(g.fileBytes))
+		return fail(fmt.Errorf("telemetry: stat %s: %w", tmp, err))
+	}
+	w := &Writer{
+		m:     mem{base: base, size: g.fileBytes},
+		g:     g,
+		path:  path,
+		dev:   uint64(st.Dev),
+		ino:   st.Ino,
+		start: time.Now(),
+	}
+	w.wallAtStart.Store(w.start.UnixNano())
+	w.initHeader(o)
+	if err := os.Rename(tmp, path); err != nil {
+		unix.MunmapPtr(base, uintptr(g.fileBytes))
+		return fail(fmt.Errorf("telemetry: install segment %s: %w", path, err))
+	}
+	f.Close()
+	return w, nil
+}
+
+func (w *Writer) initHeader(o WriterOptions) {
+	m, g := w.m, w.g
+	now := uint64(w.start.UnixNano())
+	m.store(hMagic, Magic)
+	m.store(hHeaderBytes, headerBytes)
+	m.store(hFileBytes, uint64(g.fileBytes))
+	m.store(hPid, uint64(o.Pid))
+	m.store(hRank, uint64(o.Rank))
+	m.store(hWorld, uint64(o.World))
+	m.store(hStartNs, now)
+	m.store(hMaxVars, uint64(g.maxVars))
+	m.store(hMaxReaders, uint64(g.maxReaders))
+	m.store(hRingSize, uint64(g.ringSize))
+	m.store(hNumBuckets, NumBuckets)
+	m.store(hNumPhases, NumPhases)
+	m.store(hVarEntryBytes, varEntryBytes)
+	m.store(hStripeBytes, stripeBytes)
+	m.store(hRingSlotBytes, ringSlotBytes)
+	m.store(hVarTableOff, uint64(g.varTableOff))
+	m.store(hStripeOff, uint64(g.stripeOff))
+	m.store(hLoaderOff, uint64(g.loaderOff))
+	m.store(hRingOff, uint64(g.ringOff))
+	if t, _, ok := procStart(o.Pid); ok {
+		m.store(hPidStart, t)
+	}
+	m.store(hHeartbeat, now)
+	m.putString(hHost, hostLen, o.Host)
+	m.putString(hJob, jobLen, o.Job)
+	m.putString(hProvider, provLen, o.Provider)
+	m.putString(hReaderMode, modeLen, o.ReaderMode)
+	m.putString(hMethod, methodLen, o.Method)
+	m.store(hVersion, Version) // last: readers refuse version 0
+}
+
+// Path is the segment file.
+func (w *Writer) Path() string { return w.path }
+
+// Heartbeat stores the current time as the writer's heartbeat. Readers
+// report a writer whose heartbeat is older than StaleAfter as stale. It
+// also re-anchors the clock of ring records to the wall clock (see nowNs).
+func (w *Writer) Heartbeat() {
+	if w == nil || w.closed.Load() {
+		return
+	}
+	now := time.Now()
+	w.m.store(hHeartbeat, uint64(now.UnixNano()))
+	w.wallAtStart.Store(now.UnixNano() - int64(now.Sub(w.start)))
+}
+
+// StartHeartbeat calls Heartbeat every interval (default 1 s when <= 0)
+// from a goroutine until Close. Calling it again has no effect.
+func (w *Writer) StartHeartbeat(interval time.Duration) {
+	if interval <= 0 {
+		interval = time.Second
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.hbStop != nil || w.closed.Load() {
+		return
+	}
+	w.hbStop, w.hbDone = make(chan struct{}), make(chan struct{})
+	go func(stop, done chan struct{}) {
+		defer close(done)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				w.Heartbeat()
+			}
+		}
+	}(w.hbStop, w.hbDone)
+}
+
+// AddVar registers a variable and returns its id for Call.Var. The slot's
+// stripes start from zero and its generation changes, so readers do not
+// mix it with a removed variable that used the same slot. Names are kept
+// up to 64 bytes, dtypes up to 16.
+func (w *Writer) AddVar(name, dtype string, rowBytes, globalRows, localRows int64) (int, error) {
+	if name == "" {
+		return -1, fmt.Errorf("%w: AddVar with an empty name", ErrOptions)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed.Load() {
+		return -1, ErrClosed
+	}
+	m, g := w.m, w.g
+	for v := int64(0); v < g.maxVars; v++ {
+		off := g.varOff(v)
+		if m.load(off+vInUse) != 0 {
+			continue
+		}
+		gen := m.load(off + vGen)
+		m.store(off+vGen, gen|1) // odd: changing
+		for r := int64(0); r < g.maxReaders; r++ {
+			s := g.stripe(v, r)
+			for i := int64(0); i < stripeBytes; i += 8 {
+				m.store(s+i, 0)
+			}
+		}
+		m.store(off+vRowBytes, uint64(rowBytes))
+		m.store(off+vGlobalRows, uint64(globalRows))
+		m.store(off+vLocalRows, uint64(localRows))
+		m.putString(off+vDType, dtypeLen, dtype)
+		m.putString(off+vName, nameLen, name)
+		m.store(off+vInUse, 1)
+		m.store(off+vGen, (gen|1)+1) // even: stable
+		return int(v), nil
+	}
+	return -1, fmt.Errorf("%w: %d variables in use, cannot add %q", ErrFull, g.maxVars, name)
+}
+
+// RemoveVar frees a variable slot; later Records for id are counted in
+// the header's BadVarCalls. Unknown ids are ignored. No Record for id may
+// still be running: its plain stores could land in the slot's next
+// variable (the engine frees a variable only after its readers are done
+// with it).
+func (w *Writer) RemoveVar(id int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed.Load() || id < 0 || int64(id) >= w.g.maxVars {
+		return
+	}
+	off := w.g.varOff(int64(id))
+	if w.m.load(off+vInUse) == 0 {
+		return
+	}
+	gen := w.m.load(off + vGen)
+	w.m.store(off+vGen, gen|1)
+	w.m.store(off+vInUse, 0)
+	w.m.store(off+vGen, (gen|1)+1)
+}
+
+func clampNs(v int64) uint64 {
+	if v < 0 {
+		return 0
+	}
+	return uint64(v)
+}
+
+// Record adds one call to its (variable, reader) stripe and to the ring
+// of recent calls. It never blocks or allocates. A nil or closed writer
+// ignores the call.
+//
+// Single-writer rule: at most one goroutine at a time may record for a
+// given (c.Var, c.Reader) pair (a Reader belongs to one goroutine; the
+// store's shared reader records under the variable's lock). Handing a
+// pair from one goroutine to another needs the usual synchronization
+// (mutex, channel). Such an owned stripe is updated with plain loads and
+// stores, no atomic read-modify-write, so two unsynchronized writers of
+// one pair would lose counts. The exception is the last stripe, reader id
+// MaxReaders-1, which also counts every reader id >= MaxReaders: any
+// number of goroutines may record there at once; it is updated with
+// atomic adds (slower). Different pairs may always record concurrently.
+//
+// Cost: two atomic read-modify-writes (claiming a ring position and
+// locking its slot), one monotonic clock read and plain stores.
+func (w *Writer) Record(c *Call) {
+	if w == nil || c == nil || w.closed.Load() {
+		return
+	}
+	m, g := w.m, &w.g
+	v, r := int64(c.Var), int64(c.Reader)
+	if uint64(v) >= uint64(g.maxVars) || m.load(g.varOff(v)+vInUse) == 0 {
+		m.add(hBadVarCalls, 1)
+		return
+	}
+	if uint64(r) >= uint64(g.maxReaders) {
+		m.add(hBadReaderCalls, 1)
+		r = g.maxReaders - 1
+	}
+	shared := r == g.maxReaders-1
+	s := g.stripe(v, r)
+	rows := clampNs(c.Rows)
+	var total uint64
+	for i, p := range c.Phases {
+		if p > 0 {
+			m.bump(s+sPhases+int64(i)*8, uint64(p), shared)
+			total += uint64(p)
+		}
+	}
+	m.bump(s+sRows, rows, shared)
+	m.bump(s+sBytes, clampNs(c.Bytes), shared)
+	m.bump(s+sLocalRows, clampNs(c.LocalRows), shared)
+	m.bump(s+sRemoteRows, clampNs(c.RemoteRows), shared)
+	if c.Err {
+		m.bump(s+sErrors, 1, shared)
+	}
+	m.bump(s+sCallHist+int64(bucketU(total))*8, 1, shared)
+	if rows != 0 {
+		m.bump(s+sRowHist+int64(bucketU(total/rows))*8, 1, shared)
+	}
+	m.bump(s+sCalls, 1, shared) // last: readers load calls first
+
+	// Ring: claim a position, lock its slot, fill it, publish.
+	p := atomic.AddUint64(m.p(hRingHead), 1) - 1
+	slot := g.slot(p)
+	lock := 2*p + 1
+	seq := m.load(slot + rSeq)
+	if seq&1 != 0 || seq >= lock || !m.cas(slot+rSeq, seq, lock) {
+		w.abandon(slot, p)
+		return
+	}
+	// The slot is ours until seq is even again: plain stores suffice.
+	var status uint64
+	if c.Err {
+		status = 1
+	}
+	m.put(slot+rTime, uint64(w.nowNs()))
+	m.put(slot+rVarReader, uint64(uint32(c.Var))|uint64(r)<<32|status<<56)
+	m.put(slot+rRows, uint64(c.Rows))
+	m.put(slot+rBytes, uint64(c.Bytes))
+	m.put(slot+rLocalRows, uint64(c.LocalRows))
+	m.put(slot+rRemoteRows, uint64(c.RemoteRows))
+	m.put(slot+rTargets, c.Targets)
+	for i, ph := range c.Phases {
+		m.put(slot+rPhases+int64(i)*8, uint64(ph))
+	}
+	m.put(slot+rSeq, lock+1) // publish, after every field
+}
+
+// bump adds x to the counter at off: an atomic add on a shared stripe, a
+// load and a plain store on an owned (single-writer) one. Zero adds to an
+// owned stripe are skipped.
+func (m mem) bump(off int64, x uint64, shared bool) {
+	if shared {
+		if x != 0 {
+			m.add(off, x)
+		}
+		return
+	}
+	if x != 0 {
+		m.put(off, m.load(off)+x)
+	}
+}
+
+// nowNs is the current time in unix ns for ring records: the wall clock
+// at the last anchor (Create, then every Heartbeat) plus the monotonic
+// time since, which costs one clock read instead of time.Now's two.
+func (w *Writer) nowNs() int64 {
+	return w.wallAtStart.Load() + int64(time.Since(w.start))
+}
+
+// abandon marks ring position p as given up (its slot was busy), so
+// readers count it as dropped instead of waiting for it.
+func (w *Writer) abandon(slot int64, p uint64) {
+	m := w.m
+	m.add(hRingClaimFails, 1)
+	for {
+		a := m.load(slot + rAbandoned)
+		if a > p || m.cas(slot+rAbandoned, a, p+1) {
+			return
+		}
+	}
+}
+
+// bucketU is BucketIndex for unsigned values.
+func bucketU(v uint64) int {
+	b := bits.Len64(v)
+	if b >= NumBuckets {
+		return NumBuckets - 1
+	}
+	return b
+}
+
+// RecordLoader adds one batch to the loader block: waitNs is how long the
+// consumer waited for the batch, stepNs the time since the previous batch
+// was handed out (the training step). Never blocks or allocates.
+func (w *Writer) RecordLoader(waitNs, stepNs int64) {
+	if w == nil || w.closed.Load() {
+		return
+	}
+	m, l := w.m, w.g.loaderOff
+	wait, step := clampNs(waitNs), clampNs(stepNs)
+	m.add(l+lWaitNs, wait)
+	m.add(l+lStepNs, step)
+	m.add(l+lWaitHist+int64(bucketU(wait))*8, 1)
+	m.add(l+lStepHist+int64(bucketU(step))*8, 1)
+	m.add(l+lBatches, 1) // last, as for stripes
+}
+
+// Close stops the heartbeat and removes the segment file (unless another
+// writer has since replaced it). Calls after Close are ignored. The
+// mapping is replaced by private anonymous memory rather than unmapped,
+// so a Record racing with Close writes harmlessly instead of faulting;
+// that leaves the address range (not the memory) reserved.
+func (w *Writer) Close() error {
+	if w == nil {
+		return nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed.Swap(true) {
+		return nil
+	}
+	if w.hbStop != nil {
+		close(w.hbStop)
+		<-w.hbDone
+	}
+	var err error
+	var st unix.Stat_t
+	if unix.Stat(w.path, &st) == nil && uint64(st.Dev) == w.dev && st.Ino == w.ino {
+		if rmErr := os.Remove(w.path); rmErr != nil {
+			err = fmt.Errorf("telemetry: remove %s: %w", w.path, rmErr)
+		}
+	}
+	_, mErr := unix.MmapPtr(-1, 0, w.m.base, uintptr(w.g.fileBytes),
+		unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED)
+	if mErr != nil && err == nil {
+		err = fmt.Errorf("telemetry: release mapping of %s: %w", w.path, mErr)
+	}
+	return err
+}
