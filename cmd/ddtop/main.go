@@ -1,0 +1,125 @@
+// Command ddtop is the live terminal monitor of ddstore: it reads the
+// telemetry segments every engine process exports (default /dev/shm) and
+// shows, per rank and per variable, where data-loading time goes.
+//
+// It only parses flags and configuration, then hands over to ui.Run (or
+// ui.Once for --once/--json). It imports ui and telemetry, never the engine
+// or the fabric, so it builds without libfabric.
+//
+// Settings, strongest first: flags, DDSTORE_TELEMETRY_DIR, the config file
+// (--config or DDSTORE_CONFIG; key telemetry.dir, and ddtop.job,
+// ddtop.interval), defaults.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/viper"
+
+	"github.com/ddstore/ddstore/ui"
+	"github.com/ddstore/ddstore/ui/data"
+)
+
+func main() {
+	if err := newCommand(os.Stdout, os.Stderr).Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "ddtop:", err)
+		os.Exit(1)
+	}
+}
+
+// newCommand builds the ddtop command writing reports to out.
+func newCommand(out, errOut io.Writer) *cobra.Command {
+	v := viper.New()
+	cmd := &cobra.Command{
+		Use:   "ddtop",
+		Short: "live monitor of ddstore telemetry: where data-loading time goes, per rank and variable",
+		Long: `ddtop attaches to the telemetry segments of running ddstore engines (read-only)
+and shows per rank and per variable: calls/s, rows/s, MB/s, µs per row (mean,
+p50, p99 over the last interval, from histogram deltas), the phase breakdown (gpu_sync, lock_wait, mr, post, cq_wait, copy, other),
+errors and the loader's fetch wait. Keys: tab/1/2/3 views, j/k select,
+enter drill in, esc back, s sort, / filter, p pause, ? help, q quit.`,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := readConfig(v); err != nil {
+				return err
+			}
+			o := ui.Options{
+				Dir:      v.GetString("telemetry.dir"),
+				Job:      v.GetString("ddtop.job"),
+				Interval: v.GetDuration("ddtop.interval"),
+				History:  v.GetInt("ddtop.history"),
+			}
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			once, _ := cmd.Flags().GetBool("once")
+			asJSON, _ := cmd.Flags().GetBool("json")
+			if once || asJSON {
+				window, _ := cmd.Flags().GetDuration("window")
+				width, _ := cmd.Flags().GetInt("width")
+				return ui.Once(out, ui.OnceOptions{Options: o, Window: window, JSON: asJSON, Width: width})
+			}
+			if _, err := os.Stat(o.Dir); err != nil {
+				return fmt.Errorf("telemetry directory: %w", err)
+			}
+			return ui.Run(o)
+		},
+	}
+	cmd.SetOut(out)
+	cmd.SetErr(errOut)
+	f := cmd.Flags()
+	f.String("dir", data.DefaultDir, "telemetry segment directory (env DDSTORE_TELEMETRY_DIR, config telemetry.dir)")
+	f.String("job", "", "show only this job id (config ddtop.job)")
+	f.Duration("interval", time.Second, "refresh interval (config ddtop.interval)")
+	f.Int("history", 300, "throughput points kept per rank for the sparkline")
+	f.String("config", "", "config file: a YAML path or a machine name under configs/ (env DDSTORE_CONFIG)")
+	f.Bool("once", false, "print the ranks and variables tables once and exit")
+	f.Bool("json", false, "print one snapshot as JSON and exit (implies --once)")
+	f.Duration("window", time.Second, "with --once/--json: time between the two snapshots that give rates; 0 = cumulative only")
+	f.Int("width", 120, "with --once: table width")
+	for key, flag := range map[string]string{
+		"telemetry.dir": "dir", "ddtop.job": "job", "ddtop.interval": "interval",
+		"ddtop.history": "history", "config": "config",
+	} {
+		_ = v.BindPFlag(key, f.Lookup(flag))
+	}
+	_ = v.BindEnv("telemetry.dir", "DDSTORE_TELEMETRY_DIR")
+	_ = v.BindEnv("config", "DDSTORE_CONFIG")
+	return cmd
+}
+
+// errConfig reports a config file that cannot be used.
+var errConfig = errors.New("ddtop: config")
+
+// readConfig reads the config file named by --config or DDSTORE_CONFIG, if
+// any: a path, or a machine name resolved to configs/<name>.yaml.
+func readConfig(v *viper.Viper) error {
+	name := v.GetString("config")
+	if name == "" {
+		return nil
+	}
+	path := name
+	if _, err := os.Stat(path); err != nil {
+		if strings.ContainsRune(name, os.PathSeparator) || filepath.Ext(name) != "" {
+			return fmt.Errorf("%w: %s: %w", errConfig, name, err)
+		}
+		path = filepath.Join("configs", name+".yaml")
+		if _, err := os.Stat(path); err != nil {
+			return fmt.Errorf("%w: %q is neither a file nor a machine in configs/: %w", errConfig, name, err)
+		}
+	}
+	v.SetConfigFile(path)
+	if err := v.ReadInConfig(); err != nil {
+		return fmt.Errorf("%w: read %s: %w", errConfig, path, err)
+	}
+	return nil
+}

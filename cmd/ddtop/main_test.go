@@ -1,0 +1,241 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ddstore/ddstore/telemetry"
+)
+
+type jsonCounters struct {
+	Calls, Rows, Bytes, Errors int64
+	PhasesNs                   map[string]int64 `json:"phases_ns"`
+	CallsPerS                  float64          `json:"calls_per_s"`
+}
+
+type report struct {
+	Dir       string  `json:"dir"`
+	IntervalS float64 `json:"interval_s"`
+	Ranks     []struct {
+		Rank  int
+		Host  string
+		Pid   int
+		State string
+		Job   string
+		jsonCounters
+	}
+	Variables []struct {
+		Name string
+		jsonCounters
+		Ranks []struct {
+			Rank int
+			jsonCounters
+		}
+	}
+}
+
+func run(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	cmd := newCommand(&out, &errOut)
+	cmd.SetArgs(args)
+	err := cmd.Execute()
+	return out.String(), err
+}
+
+func runJSON(t *testing.T, args ...string) report {
+	t.Helper()
+	out, err := run(t, append(args, "--json")...)
+	if err != nil {
+		t.Fatalf("ddtop %v: %v", args, err)
+	}
+	var r report
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("bad JSON (%v):\n%s", err, out)
+	}
+	return r
+}
+
+func create(t *testing.T, dir, job string, rank, world int, host string, vars ...string) (*telemetry.Writer, []int) {
+	t.Helper()
+	w, err := telemetry.Create(telemetry.WriterOptions{Dir: dir, Job: job, Rank: rank, World: world, Host: host})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	var ids []int
+	for _, v := range vars {
+		id, err := w.AddVar(v, "int64", 8, 100, 50)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	return w, ids
+}
+
+// call k on (rank r, var v): rows k+1+r, 8 bytes a row, post 10 ns and
+// copy 20 ns a row; every 4th call fails.
+func call(r, v, k int) telemetry.Call {
+	rows := int64(k + 1 + r)
+	c := telemetry.Call{Var: int32(v), Rows: rows, Bytes: 8 * rows, Err: k%4 == 3}
+	c.Phases[telemetry.PhasePost] = 10 * rows
+	c.Phases[telemetry.PhaseCopy] = 20 * rows
+	return c
+}
+
+type want struct{ calls, rows, bytes, errors, post, copy int64 }
+
+func (w *want) add(c telemetry.Call) {
+	w.calls++
+	w.rows += c.Rows
+	w.bytes += c.Bytes
+	if c.Err {
+		w.errors++
+	}
+	w.post += c.Phases[telemetry.PhasePost]
+	w.copy += c.Phases[telemetry.PhaseCopy]
+}
+
+func (w want) check(t *testing.T, what string, got jsonCounters) {
+	t.Helper()
+	if got.Calls != w.calls || got.Rows != w.rows || got.Bytes != w.bytes || got.Errors != w.errors ||
+		got.PhasesNs["post"] != w.post || got.PhasesNs["copy"] != w.copy || got.PhasesNs["cq_wait"] != 0 ||
+		len(got.PhasesNs) != telemetry.NumPhases {
+		t.Fatalf("%s: got %+v, want %+v", what, got, w)
+	}
+}
+
+func TestJSON(t *testing.T) {
+	dir := t.TempDir()
+	names := []string{"a", "b"}
+	perRank := map[int]*want{0: {}, 1: {}}
+	perVar := map[string]*want{"a": {}, "b": {}}
+	perVarRank := map[string]*want{}
+	for r := range 2 {
+		w, ids := create(t, dir, "j", r, 2, "", names[:2-r]...) // rank 0: a, b; rank 1: a
+		for vi, id := range ids {
+			for k := range 5 + 3*vi + r {
+				c := call(r, id, k)
+				w.Record(&c)
+				perRank[r].add(c)
+				perVar[names[vi]].add(c)
+				key := names[vi] + string(rune('0'+r))
+				if perVarRank[key] == nil {
+					perVarRank[key] = &want{}
+				}
+				perVarRank[key].add(c)
+			}
+		}
+	}
+	rep := runJSON(t, "--dir", dir, "--window", "0")
+	if rep.Dir != dir || len(rep.Ranks) != 2 || len(rep.Variables) != 2 {
+		t.Fatalf("report: %+v", rep)
+	}
+	host, _ := os.Hostname()
+	for i, r := range rep.Ranks {
+		if r.Rank != i || r.Pid != os.Getpid() || r.State != "live" || r.Job != "j" || r.Host != host {
+			t.Fatalf("rank %d identity: %+v", i, r)
+		}
+		perRank[i].check(t, "rank", r.jsonCounters)
+	}
+	for _, v := range rep.Variables {
+		perVar[v.Name].check(t, "variable "+v.Name, v.jsonCounters)
+		for _, vr := range v.Ranks {
+			perVarRank[v.Name+string(rune('0'+vr.Rank))].check(t, "variable on rank", vr.jsonCounters)
+		}
+	}
+	if rep.Variables[0].Name != "a" || len(rep.Variables[0].Ranks) != 2 || len(rep.Variables[1].Ranks) != 1 {
+		t.Fatalf("variables: %+v", rep.Variables)
+	}
+}
+
+// With a window, rates come from the calls recorded inside it.
+func TestJSONRates(t *testing.T) {
+	dir := t.TempDir()
+	w, ids := create(t, dir, "j", 0, 1, "", "a")
+	done := make(chan struct{})
+	const n = 40
+	go func() {
+		defer close(done)
+		time.Sleep(100 * time.Millisecond)
+		for k := range n {
+			c := call(0, ids[0], k)
+			w.Record(&c)
+		}
+	}()
+	rep := runJSON(t, "--dir", dir, "--window", "400ms")
+	<-done
+	r := rep.Ranks[0]
+	if r.Calls != n || rep.IntervalS < 0.4 {
+		t.Fatalf("calls %d interval %v", r.Calls, rep.IntervalS)
+	}
+	if got := r.CallsPerS * rep.IntervalS; math.Abs(got-n) > 1e-6 {
+		t.Fatalf("calls/s %v over %vs = %v calls, want %d", r.CallsPerS, rep.IntervalS, got, n)
+	}
+}
+
+func TestOnceTables(t *testing.T) {
+	dir := t.TempDir()
+	w, ids := create(t, dir, "j", 0, 2, "hostzero", "images", "labels")
+	create(t, dir, "j", 1, 2, "hostone", "images")
+	c := call(0, ids[1], 2)
+	w.Record(&c)
+	out, err := run(t, "--dir", dir, "--once", "--window", "0", "--width", "100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"RANKS 2 ranks", "VARIABLES 2 variables", "RANK", "PHASES", "hostzero", "hostone", "images", "labels", "int64"} {
+		if !strings.Contains(out, s) {
+			t.Fatalf("--once output lacks %q:\n%s", s, out)
+		}
+	}
+	for i, l := range strings.Split(out, "\n") {
+		if len([]rune(l)) > 100 {
+			t.Fatalf("line %d wider than 100: %q", i, l)
+		}
+	}
+}
+
+func TestConfigPrecedence(t *testing.T) {
+	cfgDir, envDir, flagDir := t.TempDir(), t.TempDir(), t.TempDir()
+	create(t, cfgDir, "keep", 0, 1, "")
+	create(t, cfgDir, "other", 0, 1, "")
+	cfg := filepath.Join(t.TempDir(), "m.yaml")
+	os.WriteFile(cfg, []byte("telemetry:\n  dir: "+cfgDir+"\nddtop:\n  job: keep\n"), 0o600)
+
+	rep := runJSON(t, "--config", cfg, "--window", "0")
+	if rep.Dir != cfgDir || len(rep.Ranks) != 1 || rep.Ranks[0].Job != "keep" {
+		t.Fatalf("config: dir %s ranks %+v", rep.Dir, rep.Ranks)
+	}
+	t.Setenv("DDSTORE_CONFIG", cfg)
+	t.Setenv("DDSTORE_TELEMETRY_DIR", envDir)
+	if rep := runJSON(t, "--window", "0"); rep.Dir != envDir {
+		t.Fatalf("env over config: %s", rep.Dir)
+	}
+	if rep := runJSON(t, "--window", "0", "--dir", flagDir); rep.Dir != flagDir {
+		t.Fatalf("flag over env: %s", rep.Dir)
+	}
+	if _, err := run(t, "--json", "--config", filepath.Join(cfgDir, "nope.yaml")); err == nil || !strings.Contains(err.Error(), "nope.yaml") {
+		t.Fatalf("missing config: %v", err)
+	}
+}
+
+func TestErrors(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "gone")
+	if _, err := run(t, "--json", "--dir", missing, "--window", "0"); err == nil || !strings.Contains(err.Error(), missing) {
+		t.Fatalf("missing dir: %v", err)
+	}
+	if _, err := run(t, "--json", "--interval", "1ms"); err == nil || !strings.Contains(err.Error(), "interval") {
+		t.Fatalf("bad interval: %v", err)
+	}
+	if _, err := run(t, "extra"); err == nil {
+		t.Fatal("positional argument accepted")
+	}
+}

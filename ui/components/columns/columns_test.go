@@ -1,0 +1,220 @@
+package columns
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/charmbracelet/lipgloss"
+	"github.com/charmbracelet/x/ansi"
+	"github.com/muesli/termenv"
+)
+
+func TestMain(m *testing.M) {
+	lipgloss.SetColorProfile(termenv.Ascii)
+	os.Exit(m.Run())
+}
+
+func cols() []Column {
+	return []Column{
+		{Title: "ID", Width: 4, Right: true},
+		{Title: "NAME", Width: 8, Drop: 1},
+		{Title: "EXTRA", Width: 10, Drop: 2},
+		{Title: "BAR", Width: 5, Flex: true},
+	}
+}
+
+// rows: row i shows i in ID and has key "key<i>".
+func rows(n int) ([][]string, []string) {
+	r := make([][]string, n)
+	k := make([]string, n)
+	for i := range n {
+		r[i] = []string{fmt.Sprint(i), fmt.Sprintf("name-%d", i), "\x1b[31mred\x1b[0m", strings.Repeat("#", 50)}
+		k[i] = fmt.Sprint("key", i)
+	}
+	return r, k
+}
+
+func TestLayoutDropsAndFlex(t *testing.T) {
+	m := New(cols())
+	for _, tc := range []struct {
+		w    int
+		want []int
+	}{
+		{40, []int{4, 8, 10, 14}}, // 1 + 4+8+10+5 + 3 = 31: flex gets 9 more
+		{30, []int{4, 8, 0, 15}},  // EXTRA (Drop 2) goes first
+		{15, []int{4, 0, 0, 9}},
+		{5, []int{4, 0, 0, 5}}, // columns that never drop stay; View cuts the line
+	} {
+		m.SetSize(tc.w, 5)
+		if got := m.Layout(); fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("width %d: layout %v, want %v", tc.w, got, tc.want)
+		}
+		// The bubbles table gets those widths; a dropped column has width 0.
+		bc := m.Model().Columns()
+		for i, w := range tc.want {
+			if bc[i].Width != w {
+				t.Errorf("width %d: bubbles column %d width %d, want %d", tc.w, i, bc[i].Width, w)
+			}
+		}
+	}
+}
+
+func TestViewFitsAndScrolls(t *testing.T) {
+	m := New(cols())
+	r, k := rows(20)
+	m.SetRows(r, k)
+	for _, w := range []int{5, 20, 33, 80} {
+		m.SetSize(w, 6)
+		v := m.View()
+		lines := strings.Split(v, "\n")
+		if len(lines) != 6 {
+			t.Fatalf("width %d: %d lines, want 6:\n%s", w, len(lines), v)
+		}
+		for i, l := range lines {
+			if ansi.StringWidth(l) > w {
+				t.Fatalf("width %d: line %d is %d wide", w, i, ansi.StringWidth(l))
+			}
+		}
+	}
+	m.SetSize(40, 6) // 5 rows visible
+	if m.PageSize() != 5 {
+		t.Fatalf("page size %d, want 5", m.PageSize())
+	}
+	m.MoveDown(7)
+	v := m.View()
+	if !strings.Contains(v, "▸   7") || strings.Contains(v, "name-2") || !strings.Contains(v, "name-3") {
+		t.Fatalf("scrolled to 7:\n%s", v)
+	}
+	// Cells are plain: colour codes are stripped, not cut.
+	if strings.Contains(v, "\x1b") || !strings.Contains(v, "red") {
+		t.Fatalf("ANSI cell:\n%q", v)
+	}
+	// Right-aligned column, left-aligned title padding, flex bar cut with "…".
+	hdr := strings.Split(v, "\n")[0]
+	if !strings.HasPrefix(hdr, "   ID NAME     EXTRA      BAR") {
+		t.Fatalf("header %q", hdr)
+	}
+	if !strings.Contains(v, strings.Repeat("#", 13)+"…") {
+		t.Fatalf("flex cell not cut to 14:\n%s", v)
+	}
+	m.SetSort(1, true)
+	if !strings.Contains(m.View(), "NAME▼") {
+		t.Fatal("sort indicator")
+	}
+	m.SetSort(0, false) // ID is 4 wide: "ID▲" right-aligned
+	if !strings.Contains(m.View(), "  ID▲ NAME") {
+		t.Fatalf("sort indicator on a right column:\n%s", m.View())
+	}
+	// The cursor stays on its key when rows are reordered.
+	r2, k2 := rows(20)
+	for i, j := 0, len(r2)-1; i < j; i, j = i+1, j-1 {
+		r2[i], r2[j] = r2[j], r2[i]
+		k2[i], k2[j] = k2[j], k2[i]
+	}
+	m.SetRows(r2, k2)
+	if m.SelectedKey() != "key7" || m.Cursor() != 12 || !strings.Contains(m.View(), "▸   7") {
+		t.Fatalf("after reorder: %s at %d\n%s", m.SelectedKey(), m.Cursor(), m.View())
+	}
+	// Fewer rows: the cursor clamps.
+	m.SetRows(r[:3], k[:3])
+	if m.Cursor() != 2 || m.SelectedKey() != "key2" {
+		t.Fatalf("clamped cursor %d", m.Cursor())
+	}
+	m.SetRows(nil, nil)
+	if m.SelectedKey() != "" || m.Cursor() != 0 || strings.Count(m.View(), "\n") != 0 {
+		t.Fatalf("empty table: %q", m.View())
+	}
+	// Rows again after empty: the cursor is on the first.
+	m.SetRows(r[:4], k[:4])
+	if m.SelectedKey() != "key0" || !strings.Contains(m.View(), "▸   0") {
+		t.Fatalf("after empty: %q\n%s", m.SelectedKey(), m.View())
+	}
+}
+
+func TestUnfocused(t *testing.T) {
+	m := New(cols())
+	m.SetFocused(false)
+	r, k := rows(3)
+	m.SetRows(r, k)
+	if strings.Contains(m.View(), Mark) {
+		t.Fatalf("unfocused table marks a row:\n%s", m.View())
+	}
+}
+
+// Whatever the moves, refreshes and resizes, the selected row is on screen,
+// marked, and it is the row with the selected key.
+func TestCursorAlwaysShown(t *testing.T) {
+	for seed := range uint64(3) {
+		cursorAlwaysShown(t, seed)
+	}
+}
+
+func cursorAlwaysShown(t *testing.T, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 2))
+	m := New(cols())
+	all, allKeys := rows(60)
+	for step := range 1500 {
+		op := rng.IntN(11)
+		switch {
+		case op < 2:
+			m.MoveDown(1)
+		case op < 4:
+			m.MoveUp(1)
+		case op == 4:
+			m.MoveDown(rng.IntN(25))
+		case op == 5:
+			m.MoveUp(rng.IntN(25))
+		case op == 6:
+			m.MoveDown(m.PageSize())
+		case op == 7:
+			m.MoveUp(m.PageSize())
+		case op == 8:
+			// Refresh: a shuffled subset.
+			n := rng.IntN(len(all))
+			perm := rng.Perm(len(all))[:n]
+			r, k := make([][]string, n), make([]string, n)
+			for i, j := range perm {
+				r[i], k[i] = all[j], allKeys[j]
+			}
+			prev := m.SelectedKey()
+			m.SetRows(r, k)
+			if prev != "" && contains(k, prev) && m.SelectedKey() != prev {
+				t.Fatalf("seed %d step %d: refresh lost key %s (now %s)", seed, step, prev, m.SelectedKey())
+			}
+		case op >= 9:
+			m.SetSize(10+rng.IntN(70), 2+rng.IntN(15))
+		}
+		v := m.View()
+		lines := strings.Split(v, "\n")
+		if len(lines) > m.Height() {
+			t.Fatalf("seed %d step %d: %d lines, height %d", seed, step, len(lines), m.Height())
+		}
+		if m.Len() == 0 {
+			continue
+		}
+		var marked []string
+		for _, l := range lines {
+			if strings.HasPrefix(l, Mark) {
+				marked = append(marked, l)
+			}
+		}
+		if len(marked) != 1 {
+			t.Fatalf("seed %d step %d: %d marked rows (cursor %d of %d, height %d):\n%s", seed, step, len(marked), m.Cursor(), m.Len(), m.Height(), v)
+		}
+		if id := strings.Fields(strings.TrimPrefix(marked[0], Mark))[0]; "key"+id != m.SelectedKey() {
+			t.Fatalf("seed %d step %d: marked row %s, selected key %s", seed, step, id, m.SelectedKey())
+		}
+	}
+}
+
+func contains(s []string, x string) bool {
+	for _, v := range s {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}

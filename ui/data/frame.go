@@ -1,0 +1,112 @@
+package data
+
+import (
+	"time"
+
+	"github.com/ddstore/ddstore/telemetry"
+)
+
+// Frame is everything one refresh saw.
+type Frame struct {
+	At       time.Time
+	Dir      string
+	Ranks    []*Rank  // by job, then rank
+	Vars     []*Var   // by name, summed over ranks
+	Problems []string // segments that could not be read, with the reason
+}
+
+// Rank is one segment: one engine process.
+type Rank struct {
+	Path                         string
+	Job, Host                    string
+	Rank, World, Pid             int
+	State                        string // live, stale or exited
+	HeartbeatAge                 time.Duration
+	Start                        time.Time
+	Provider, ReaderMode, Method string
+
+	Stat     // summed over variables and readers
+	Loader   LoaderStat
+	BadCalls int64 // Record calls the writer could not attribute
+
+	Vars    []VarOnRank  // every variable of this rank
+	Readers []ReaderStat // one per (variable, reader) stripe with calls
+
+	RowsHistory  []float64 // rows/s per interval, oldest first
+	BytesHistory []float64 // bytes/s per interval, oldest first
+
+	Recent  []telemetry.Record // most recent calls, oldest first
+	Dropped uint64             // ring records overwritten before ddtop read them
+
+	varNames map[int32]string
+}
+
+// VarOnRank is one variable on one rank.
+type VarOnRank struct {
+	Name, DType          string
+	RowBytes, GlobalRows int64
+	LocalRows            int64
+	Rank                 int
+	Host, Path           string
+	Stat
+}
+
+// ReaderStat is one (variable, reader) stripe.
+type ReaderStat struct {
+	Var    string
+	Reader int
+	Stat
+}
+
+// Var is one variable summed over every rank.
+type Var struct {
+	Name, DType          string
+	RowBytes, GlobalRows int64
+	Stat
+	ByRank []VarOnRank
+}
+
+// LoaderStat is a rank's loader block seen twice.
+type LoaderStat struct {
+	Total, Delta telemetry.LoaderCounters
+	Interval     time.Duration
+}
+
+// Window is the interval's loader counters when batches were seen, else the totals.
+func (l LoaderStat) Window() telemetry.LoaderCounters {
+	if l.Delta.Batches > 0 {
+		return l.Delta
+	}
+	return l.Total
+}
+
+// Present reports whether the rank ever recorded a loader batch.
+func (l LoaderStat) Present() bool { return l.Total.Batches > 0 }
+
+// WaitShare is the fraction of loader time spent waiting for data:
+// wait / (wait + step), over Window.
+func (l LoaderStat) WaitShare() float64 {
+	w := l.Window()
+	if w.WaitNs+w.StepNs <= 0 {
+		return 0
+	}
+	return float64(w.WaitNs) / float64(w.WaitNs+w.StepNs)
+}
+
+// MeanWaitNs is the mean fetch wait per batch over Window.
+func (l LoaderStat) MeanWaitNs() float64 {
+	w := l.Window()
+	if w.Batches <= 0 {
+		return 0
+	}
+	return float64(w.WaitNs) / float64(w.Batches)
+}
+
+// MeanStepNs is the mean step time per batch over Window.
+func (l LoaderStat) MeanStepNs() float64 {
+	w := l.Window()
+	if w.Batches <= 0 {
+		return 0
+	}
+	return float64(w.StepNs) / float64(w.Batches)
+}

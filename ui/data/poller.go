@@ -1,0 +1,337 @@
+package data
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/ddstore/ddstore/telemetry"
+)
+
+// Options configure a Poller. Zero fields take the documented defaults.
+type Options struct {
+	Dir     string           // segment directory; default "/dev/shm"
+	Job     string           // only segments of this job; "" = all jobs
+	History int              // throughput points kept per rank; default 300
+	Recent  int              // recent calls kept per rank; default 256
+	Now     func() time.Time // clock for interval lengths; default time.Now
+}
+
+// DefaultDir is where segments live unless told otherwise.
+const DefaultDir = "/dev/shm"
+
+// ErrOptions reports invalid Options.
+var ErrOptions = errors.New("ddtop: invalid options")
+
+// Validate checks the options.
+func (o Options) Validate() error {
+	if o.History < 0 {
+		return fmt.Errorf("%w: History %d < 0", ErrOptions, o.History)
+	}
+	if o.Recent < 0 {
+		return fmt.Errorf("%w: Recent %d < 0", ErrOptions, o.Recent)
+	}
+	return nil
+}
+
+func (o Options) withDefaults() Options {
+	if o.Dir == "" {
+		o.Dir = DefaultDir
+	}
+	if o.History == 0 {
+		o.History = 300
+	}
+	if o.Recent == 0 {
+		o.Recent = 256
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
+}
+
+// Poller follows the segments of one directory. Poll is not safe for
+// concurrent use; the Frames it returns are immutable and may be shared.
+type Poller struct {
+	o     Options
+	ranks map[string]*tracked // by path
+}
+
+// tracked is one open segment and what ddtop remembers about it.
+type tracked struct {
+	seg                 *telemetry.Segment
+	startNs             int64
+	prev                *telemetry.Snapshot
+	prevAt              time.Time
+	rowsHist, bytesHist ring
+	cursor              uint64
+	started             bool
+	recent              []telemetry.Record // newest last, at most o.Recent
+	buf                 []telemetry.Record
+	dropped             uint64
+}
+
+// NewPoller returns a Poller; it opens nothing until Poll.
+func NewPoller(o Options) (*Poller, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	return &Poller{o: o.withDefaults(), ranks: map[string]*tracked{}}, nil
+}
+
+// Dir is the directory being followed.
+func (p *Poller) Dir() string { return p.o.Dir }
+
+// Close closes every open segment.
+func (p *Poller) Close() error {
+	var errs []error
+	for path, t := range p.ranks {
+		errs = append(errs, t.seg.Close())
+		delete(p.ranks, path)
+	}
+	return errors.Join(errs...)
+}
+
+// Poll discovers the segments, opens new ones, closes vanished or replaced
+// ones, snapshots every open one and returns the frame. Segments that cannot
+// be read are listed in Frame.Problems; the error is only for a directory
+// that cannot be listed.
+func (p *Poller) Poll() (*Frame, error) {
+	now := p.o.Now()
+	infos, err := telemetry.Discover(p.o.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("ddtop: discover segments in %s: %w", p.o.Dir, err)
+	}
+	f := &Frame{At: now, Dir: p.o.Dir}
+	seen := map[string]bool{}
+	for _, in := range infos {
+		if p.o.Job != "" && in.Job != p.o.Job {
+			continue
+		}
+		if in.State == telemetry.StateInvalid {
+			if in.Err != nil && !transient(in.Err) {
+				f.Problems = append(f.Problems, fmt.Sprintf("%s: %v", in.Path, in.Err))
+			}
+			continue
+		}
+		seen[in.Path] = true
+		t := p.ranks[in.Path]
+		if t != nil && t.startNs != in.StartNs {
+			t.seg.Close() // the file was replaced by a new incarnation
+			t = nil
+		}
+		if t == nil {
+			seg, err := telemetry.Open(in.Path)
+			if err != nil {
+				if !transient(err) {
+					f.Problems = append(f.Problems, fmt.Sprintf("%s: %v", in.Path, err))
+				}
+				delete(p.ranks, in.Path)
+				continue
+			}
+			t = &tracked{seg: seg, startNs: in.StartNs,
+				rowsHist: newRing(p.o.History), bytesHist: newRing(p.o.History)}
+			p.ranks[in.Path] = t
+		}
+		r, err := p.sample(t, in, now)
+		if err != nil {
+			f.Problems = append(f.Problems, fmt.Sprintf("%s: %v", in.Path, err))
+			continue
+		}
+		f.Ranks = append(f.Ranks, r)
+	}
+	for path, t := range p.ranks {
+		if !seen[path] {
+			t.seg.Close()
+			delete(p.ranks, path)
+		}
+	}
+	sort.Slice(f.Ranks, func(i, j int) bool {
+		a, b := f.Ranks[i], f.Ranks[j]
+		if a.Job != b.Job {
+			return a.Job < b.Job
+		}
+		if a.Rank != b.Rank {
+			return a.Rank < b.Rank
+		}
+		return a.Path < b.Path
+	})
+	f.Vars = aggregateVars(f.Ranks)
+	return f, nil
+}
+
+// transient reports errors of a segment being created (not ready yet) or
+// removed (its writer closed between listing and opening): not worth a
+// warning, the next refresh settles them.
+func transient(err error) bool {
+	return errors.Is(err, telemetry.ErrNotReady) || errors.Is(err, fs.ErrNotExist)
+}
+
+// sample snapshots one segment and diffs it against the previous snapshot.
+func (p *Poller) sample(t *tracked, in telemetry.SegmentInfo, now time.Time) (*Rank, error) {
+	s, err := t.seg.Snapshot()
+	if err != nil {
+		return nil, err
+	}
+	var iv time.Duration
+	prev := t.prev
+	if prev != nil {
+		iv = now.Sub(t.prevAt)
+		if iv <= 0 {
+			prev, iv = nil, 0
+		}
+	}
+	r := &Rank{
+		Path: in.Path, Job: s.Job, Host: s.Host, Rank: s.Rank, World: s.World, Pid: s.Pid,
+		State: s.State, HeartbeatAge: s.HeartbeatAge, Start: s.Start(),
+		Provider: s.Provider, ReaderMode: s.ReaderMode, Method: s.Method,
+		Loader:   LoaderStat{Total: s.Loader, Interval: iv},
+		BadCalls: s.BadVarCalls + s.BadReaderCalls,
+	}
+	r.Stat.Interval = iv
+	if prev != nil {
+		if d := s.Loader.Sub(prev.Loader); d.Batches >= 0 && d.WaitNs >= 0 && d.StepNs >= 0 {
+			r.Loader.Delta = d
+		}
+	}
+	r.varNames = map[int32]string{}
+	for vi := range s.Vars {
+		v := &s.Vars[vi]
+		r.varNames[int32(v.ID)] = v.Name
+		var pv *telemetry.VarSnapshot
+		if prev != nil {
+			for j := range prev.Vars {
+				if prev.Vars[j].ID == v.ID && prev.Vars[j].Generation == v.Generation {
+					pv = &prev.Vars[j]
+					break
+				}
+			}
+		}
+		vr := VarOnRank{Name: v.Name, DType: v.DType, RowBytes: v.RowBytes, GlobalRows: v.GlobalRows,
+			LocalRows: v.LocalRows, Rank: r.Rank, Host: r.Host, Path: r.Path}
+		vr.Stat.Interval = iv
+		for ri := range v.Readers {
+			rs := ReaderStat{Var: v.Name, Reader: ri}
+			rs.Stat.Total = v.Readers[ri]
+			rs.Stat.Interval = iv
+			if prev != nil {
+				var pc telemetry.Counters
+				if pv != nil && ri < len(pv.Readers) {
+					pc = pv.Readers[ri]
+				}
+				rs.Stat.Delta = diff(v.Readers[ri], pc)
+			}
+			if rs.Stat.Total.Calls == 0 {
+				continue
+			}
+			vr.Stat.add(rs.Stat)
+			r.Readers = append(r.Readers, rs)
+		}
+		r.Vars = append(r.Vars, vr)
+		r.Stat.add(vr.Stat)
+	}
+	r.Stat.Interval = iv
+	if iv > 0 {
+		t.rowsHist.push(r.Stat.RowsPerSec())
+		t.bytesHist.push(r.Stat.BytesPerSec())
+	}
+	r.RowsHistory = t.rowsHist.values()
+	r.BytesHistory = t.bytesHist.values()
+	t.prev, t.prevAt = s, now
+	p.readRing(t, s)
+	r.Recent = append([]telemetry.Record(nil), t.recent...)
+	r.Dropped = t.dropped
+	return r, nil
+}
+
+// readRing reads the calls recorded since the last poll. The first read
+// starts Recent records before the ring head, so drops count only losses
+// that happen while ddtop watches.
+func (p *Poller) readRing(t *tracked, s *telemetry.Snapshot) {
+	keep := p.o.Recent
+	if !t.started {
+		t.started = true
+		if s.RingHead > uint64(keep) {
+			t.cursor = s.RingHead - uint64(keep)
+		}
+	}
+	if t.buf == nil {
+		t.buf = make([]telemetry.Record, min(keep, 1024))
+	}
+	for range 64 { // bounded: a refresh never chases a fast writer forever
+		n, next, dropped, err := t.seg.ReadRing(t.cursor, t.buf)
+		t.dropped += dropped
+		t.cursor = next
+		if err != nil || n == 0 {
+			break
+		}
+		t.recent = append(t.recent, t.buf[:n]...)
+		if over := len(t.recent) - keep; over > 0 {
+			t.recent = append(t.recent[:0], t.recent[over:]...)
+		}
+		if n < len(t.buf) {
+			break
+		}
+	}
+}
+
+// aggregateVars sums each variable (by name) over the ranks.
+func aggregateVars(ranks []*Rank) []*Var {
+	byName := map[string]*Var{}
+	var out []*Var
+	for _, r := range ranks {
+		for _, vr := range r.Vars {
+			v := byName[vr.Name]
+			if v == nil {
+				v = &Var{Name: vr.Name, DType: vr.DType, RowBytes: vr.RowBytes, GlobalRows: vr.GlobalRows}
+				byName[vr.Name] = v
+				out = append(out, v)
+			}
+			v.Stat.add(vr.Stat)
+			v.ByRank = append(v.ByRank, vr)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// ring keeps the last n float values.
+type ring struct {
+	v    []float64
+	next int
+	full bool
+}
+
+func newRing(n int) ring { return ring{v: make([]float64, n)} }
+
+func (r *ring) push(x float64) {
+	if len(r.v) == 0 {
+		return
+	}
+	r.v[r.next] = x
+	r.next++
+	if r.next == len(r.v) {
+		r.next, r.full = 0, true
+	}
+}
+
+// values returns a copy, oldest first.
+func (r *ring) values() []float64 {
+	if !r.full {
+		return append([]float64(nil), r.v[:r.next]...)
+	}
+	out := make([]float64, 0, len(r.v))
+	out = append(out, r.v[r.next:]...)
+	return append(out, r.v[:r.next]...)
+}
+
+// VarName names var id of this rank's segment, or "#id" when unknown.
+func (r *Rank) VarName(id int32) string {
+	if n, ok := r.varNames[id]; ok {
+		return n
+	}
+	return "#" + strconv.Itoa(int(id))
+}

@@ -1,0 +1,254 @@
+package data
+
+import (
+	"encoding/binary"
+	"math"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/ddstore/ddstore/telemetry"
+)
+
+// clock is a fake clock for interval lengths.
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time          { return c.t }
+func (c *clock) advance(d time.Duration) { c.t = c.t.Add(d) }
+func newClock() *clock                   { return &clock{t: time.Unix(1_700_000_000, 0)} }
+func near(a, b float64) bool             { return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs(b)) }
+func writer(t *testing.T, o telemetry.WriterOptions) *telemetry.Writer {
+	t.Helper()
+	w, err := telemetry.Create(o)
+	if err != nil {
+		t.Fatalf("telemetry.Create(%+v): %v", o, err)
+	}
+	t.Cleanup(func() { w.Close() })
+	return w
+}
+
+// call i of a test stream: rows i+1, 8 bytes a row, cq_wait 300 ns a row and
+// copy 100 ns a row, so every call costs 400 ns per row.
+func testCall(v int32, i int) telemetry.Call {
+	rows := int64(i + 1)
+	c := telemetry.Call{Var: v, Rows: rows, Bytes: 8 * rows, RemoteRows: rows}
+	c.Phases[telemetry.PhaseCQWait] = 300 * rows
+	c.Phases[telemetry.PhaseCopy] = 100 * rows
+	return c
+}
+
+func TestPollRates(t *testing.T) {
+	dir := t.TempDir()
+	w := writer(t, telemetry.WriterOptions{Dir: dir, Job: "j", Rank: 1, World: 2})
+	id, err := w.AddVar("x", "float32", 8, 1000, 500)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := newClock()
+	p, err := NewPoller(Options{Dir: dir, Now: clk.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+
+	f, err := p.Poll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Ranks) != 1 || f.Ranks[0].Rank != 1 || f.Ranks[0].Interval != 0 || f.Ranks[0].CallsPerSec() != 0 {
+		t.Fatalf("first poll: %+v", f.Ranks)
+	}
+
+	const n = 10
+	var rows int64
+	for i := range n {
+		c := testCall(int32(id), i)
+		rows += c.Rows
+		w.Record(&c)
+	}
+	clk.advance(2 * time.Second)
+	f, err = p.Poll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := f.Ranks[0]
+	if r.Interval != 2*time.Second || r.Delta.Calls != n || r.Delta.Rows != rows {
+		t.Fatalf("interval %v delta calls %d rows %d, want 2s %d %d", r.Interval, r.Delta.Calls, r.Delta.Rows, n, rows)
+	}
+	if !near(r.CallsPerSec(), n/2.0) || !near(r.RowsPerSec(), float64(rows)/2) || !near(r.BytesPerSec(), float64(8*rows)/2) {
+		t.Fatalf("rates %v %v %v", r.CallsPerSec(), r.RowsPerSec(), r.BytesPerSec())
+	}
+	if !near(r.NsPerRow(), 400) {
+		t.Fatalf("ns/row %v, want 400", r.NsPerRow())
+	}
+	// Every call's ns/row is 400: bucket [256, 512).
+	if q := r.RowQuantile(0.99); q < 256 || q >= 512 {
+		t.Fatalf("row p99 %v outside [256,512)", q)
+	}
+	sh := r.PhaseShare()
+	if !near(sh[telemetry.PhaseCQWait], 0.75) || !near(sh[telemetry.PhaseCopy], 0.25) {
+		t.Fatalf("phase share %v", sh)
+	}
+	if len(f.Vars) != 1 || f.Vars[0].Name != "x" || f.Vars[0].Total.Rows != rows || f.Vars[0].GlobalRows != 1000 {
+		t.Fatalf("vars %+v", f.Vars)
+	}
+	if len(r.Readers) != 1 || r.Readers[0].Var != "x" || r.Readers[0].Reader != 0 || r.Readers[0].Total.Calls != n {
+		t.Fatalf("readers %+v", r.Readers)
+	}
+	// The ring tail holds the calls in order.
+	if len(r.Recent) != n || r.Dropped != 0 {
+		t.Fatalf("recent %d dropped %d", len(r.Recent), r.Dropped)
+	}
+	for i, rec := range r.Recent {
+		if want := testCall(int32(id), i); rec.Rows != want.Rows || rec.Bytes != want.Bytes || r.VarName(rec.Var) != "x" {
+			t.Fatalf("recent[%d] = rows %d bytes %d var %s, want %d %d x", i, rec.Rows, rec.Bytes, r.VarName(rec.Var), want.Rows, want.Bytes)
+		}
+	}
+
+	// A quiet interval: rates drop to 0, latency falls back to cumulative.
+	clk.advance(time.Second)
+	f, _ = p.Poll()
+	r = f.Ranks[0]
+	if r.CallsPerSec() != 0 || r.Delta.Calls != 0 || !near(r.NsPerRow(), 400) {
+		t.Fatalf("quiet interval: calls/s %v delta %d ns/row %v", r.CallsPerSec(), r.Delta.Calls, r.NsPerRow())
+	}
+	if h := r.RowsHistory; len(h) != 2 || !near(h[0], float64(rows)/2) || h[1] != 0 {
+		t.Fatalf("history %v", h)
+	}
+}
+
+func TestLoaderAndRemovedVar(t *testing.T) {
+	dir := t.TempDir()
+	w := writer(t, telemetry.WriterOptions{Dir: dir, Job: "j"})
+	id, _ := w.AddVar("a", "int64", 8, 10, 10)
+	clk := newClock()
+	p, _ := NewPoller(Options{Dir: dir, Now: clk.now})
+	defer p.Close()
+	for i := range 4 {
+		c := testCall(int32(id), i)
+		w.Record(&c)
+	}
+	p.Poll()
+	// Replace the variable: same slot, new generation; counters restart.
+	w.RemoveVar(id)
+	id2, _ := w.AddVar("b", "int64", 8, 10, 10)
+	c := testCall(int32(id2), 0)
+	w.Record(&c)
+	w.RecordLoader(1_000_000, 3_000_000)
+	w.RecordLoader(3_000_000, 3_000_000)
+	clk.advance(time.Second)
+	f, _ := p.Poll()
+	r := f.Ranks[0]
+	if len(r.Vars) != 1 || r.Vars[0].Name != "b" || r.Vars[0].Delta.Calls != 1 || r.Delta.Calls != 1 {
+		t.Fatalf("after replace: vars %+v delta %d", r.Vars, r.Delta.Calls)
+	}
+	if !r.Loader.Present() || r.Loader.Delta.Batches != 2 || !near(r.Loader.WaitShare(), 0.4) || !near(r.Loader.MeanWaitNs(), 2e6) {
+		t.Fatalf("loader %+v share %v", r.Loader, r.Loader.WaitShare())
+	}
+}
+
+func TestStatesAndFollow(t *testing.T) {
+	dir := t.TempDir()
+	clk := newClock()
+	p, _ := NewPoller(Options{Dir: dir, Now: clk.now})
+	defer p.Close()
+	f, err := p.Poll()
+	if err != nil || len(f.Ranks) != 0 {
+		t.Fatalf("empty dir: %v %v", f, err)
+	}
+
+	child := exec.Command("true")
+	if err := child.Run(); err != nil {
+		t.Fatal(err)
+	}
+	live := writer(t, telemetry.WriterOptions{Dir: dir, Job: "j", Rank: 0, World: 3})
+	exited := writer(t, telemetry.WriterOptions{Dir: dir, Job: "j", Rank: 1, World: 3, Pid: child.Process.Pid})
+	stale := writer(t, telemetry.WriterOptions{Dir: dir, Job: "j", Rank: 2, World: 3})
+	other := writer(t, telemetry.WriterOptions{Dir: dir, Job: "k", Rank: 0, World: 1})
+	_, _ = live, exited
+	setHeartbeat(t, stale.Path(), time.Now().Add(-time.Minute))
+
+	f, _ = p.Poll()
+	got := map[int]string{}
+	for _, r := range f.Ranks {
+		if r.Job == "j" {
+			got[r.Rank] = r.State
+		}
+	}
+	want := map[int]string{0: "live", 1: "exited", 2: "stale"}
+	for k, v := range want {
+		if got[k] != v {
+			t.Fatalf("states %v, want %v", got, want)
+		}
+	}
+	if len(f.Ranks) != 4 {
+		t.Fatalf("%d ranks, want 4", len(f.Ranks))
+	}
+
+	// --job filter.
+	pj, _ := NewPoller(Options{Dir: dir, Job: "k", Now: clk.now})
+	defer pj.Close()
+	fj, _ := pj.Poll()
+	if len(fj.Ranks) != 1 || fj.Ranks[0].Job != "k" {
+		t.Fatalf("job filter: %+v", fj.Ranks)
+	}
+
+	// A rank that goes away is dropped and its segment closed.
+	other.Close()
+	f, _ = p.Poll()
+	if len(f.Ranks) != 3 || len(p.ranks) != 3 {
+		t.Fatalf("after close: %d ranks, %d tracked", len(f.Ranks), len(p.ranks))
+	}
+	// A foreign file is reported, not fatal.
+	os.WriteFile(dir+"/ddstore-junk-0.tel", []byte("not a segment, just junk bytes padded out to be long enough"), 0o600)
+	f, err = p.Poll()
+	if err != nil || len(f.Ranks) != 3 || len(f.Problems) != 1 {
+		t.Fatalf("foreign file: err %v ranks %d problems %v", err, len(f.Ranks), f.Problems)
+	}
+	// A missing directory is an error that names it.
+	pm, _ := NewPoller(Options{Dir: dir + "/nope"})
+	if _, err := pm.Poll(); err == nil {
+		t.Fatal("missing dir: no error")
+	}
+}
+
+// setHeartbeat stores a heartbeat into a segment at the documented header
+// offset 192 (see telemetry/layout.go), simulating a hung writer.
+func setHeartbeat(t *testing.T, path string, at time.Time) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], uint64(at.UnixNano()))
+	if _, err := f.WriteAt(b[:], 192); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRingDrops(t *testing.T) {
+	dir := t.TempDir()
+	w := writer(t, telemetry.WriterOptions{Dir: dir, RingSize: 16})
+	id, _ := w.AddVar("x", "u8", 1, 1, 1)
+	p, _ := NewPoller(Options{Dir: dir, Recent: 8})
+	defer p.Close()
+	p.Poll()
+	for i := range 40 {
+		c := testCall(int32(id), i)
+		w.Record(&c)
+	}
+	f, _ := p.Poll()
+	r := f.Ranks[0]
+	// 40 records into a ring of 16 between two polls: 24 lost, the last 8 kept.
+	if r.Dropped != 24 || len(r.Recent) != 8 {
+		t.Fatalf("dropped %d recent %d, want 24 8", r.Dropped, len(r.Recent))
+	}
+	for i, rec := range r.Recent {
+		if want := int64(32 + i + 1); rec.Rows != want {
+			t.Fatalf("recent[%d].Rows = %d, want %d", i, rec.Rows, want)
+		}
+	}
+}

@@ -1,0 +1,97 @@
+package ui
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// si formats a count or rate with k/M/G suffixes in at most ~6 cells.
+func si(v float64) string {
+	a := math.Abs(v)
+	switch {
+	case a == 0:
+		return "0"
+	case a < 10:
+		return trim(fmt.Sprintf("%.2f", v))
+	case a < 1000:
+		return fmt.Sprintf("%.0f", v)
+	case a < 1e6:
+		return trim(fmt.Sprintf("%.1f", v/1e3)) + "k"
+	case a < 1e9:
+		return trim(fmt.Sprintf("%.1f", v/1e6)) + "M"
+	default:
+		return trim(fmt.Sprintf("%.1f", v/1e9)) + "G"
+	}
+}
+
+// trim drops a trailing ".0"/".00" for compactness.
+func trim(s string) string {
+	for _, z := range []string{".00", ".0"} {
+		if len(s) > len(z) && s[len(s)-len(z):] == z {
+			return s[:len(s)-len(z)]
+		}
+	}
+	return s
+}
+
+// mbps formats bytes/s as MB/s (10^6).
+func mbps(bytesPerSec float64) string {
+	mb := bytesPerSec / 1e6
+	switch {
+	case mb == 0:
+		return "0"
+	case mb < 10:
+		return fmt.Sprintf("%.2f", mb)
+	case mb < 1000:
+		return fmt.Sprintf("%.1f", mb)
+	default:
+		return si(mb)
+	}
+}
+
+// us formats ns as microseconds without a unit (for µs columns).
+func us(ns float64) string {
+	u := ns / 1e3
+	switch {
+	case ns <= 0:
+		return "-"
+	case u < 10:
+		return fmt.Sprintf("%.2f", u)
+	case u < 1000:
+		return fmt.Sprintf("%.1f", u)
+	default:
+		return si(u)
+	}
+}
+
+// dur formats ns with a unit: 850ns, 12.3µs, 4.1ms, 2.0s.
+func dur(ns float64) string {
+	switch {
+	case ns <= 0:
+		return "0"
+	case ns < 1e3:
+		return fmt.Sprintf("%.0fns", ns)
+	case ns < 1e6:
+		return fmt.Sprintf("%.1fµs", ns/1e3)
+	case ns < 1e9:
+		return fmt.Sprintf("%.1fms", ns/1e6)
+	default:
+		return fmt.Sprintf("%.1fs", ns/1e9)
+	}
+}
+
+// pct formats a fraction as a percentage.
+func pct(f float64) string { return fmt.Sprintf("%.0f%%", f*100) }
+
+// age formats a duration coarsely: 3s, 4m12s, 2h5m.
+func age(d time.Duration) string {
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%.0fs", d.Seconds())
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+	default:
+		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+}

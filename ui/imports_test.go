@@ -1,0 +1,38 @@
+package ui
+
+import (
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// ui and cmd/ddtop import only telemetry and ui/... of ours, so ddtop builds
+// without libfabric (never engine, fabric or gpu).
+func TestImportDirection(t *testing.T) {
+	const mod = "github.com/ddstore/ddstore/"
+	for _, root := range []string{".", "../cmd/ddtop"} {
+		err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") {
+				return err
+			}
+			f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
+			if err != nil {
+				return err
+			}
+			for _, imp := range f.Imports {
+				p, _ := strconv.Unquote(imp.Path.Value)
+				if strings.HasPrefix(p, mod) && p != mod+"telemetry" && !strings.HasPrefix(p, mod+"ui") {
+					t.Errorf("%s imports %s", path, p)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,297 @@
+package ui
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/ddstore/ddstore/telemetry"
+	"github.com/ddstore/ddstore/ui/components/bar"
+	"github.com/ddstore/ddstore/ui/components/columns"
+	"github.com/ddstore/ddstore/ui/data"
+)
+
+// row is one line of a list page: a rank, a variable, or a variable on a
+// rank. Column definitions read the fields they need.
+type row struct {
+	key        string // identity across refreshes
+	rank       int
+	host       string
+	pid        int
+	state      string
+	name       string // variable name
+	dtype      string
+	globalRows int64
+	nranks     int
+	stat       data.Stat
+	loader     *data.LoaderStat
+	search     string // lower-case text the filter matches against
+}
+
+// sortKey orders rows on a column: by s, then by f.
+type sortKey struct {
+	s string
+	f float64
+}
+
+// colDef is a column: its columns.Column, how to draw a cell (plain text:
+// the bubbles table cuts cells by runes, so no ANSI styling), and how to sort.
+type colDef struct {
+	columns.Column
+	cell     func(r *row, width int) string
+	key      func(r *row) sortKey // nil: not sortable
+	descByDf bool                 // first sort is descending (numbers)
+}
+
+func num(f func(r *row) float64) func(r *row) sortKey {
+	return func(r *row) sortKey { return sortKey{f: f(r)} }
+}
+
+var (
+	colRank = colDef{Column: columns.Column{Title: "RANK", Width: 4, Right: true},
+		cell: func(r *row, _ int) string { return fmt.Sprint(r.rank) },
+		key:  num(func(r *row) float64 { return float64(r.rank) })}
+	colHost = colDef{Column: columns.Column{Title: "HOST", Width: 9, Drop: 2},
+		cell: func(r *row, _ int) string { return r.host },
+		key:  func(r *row) sortKey { return sortKey{s: r.host, f: float64(r.rank)} }}
+	colPid = colDef{Column: columns.Column{Title: "PID", Width: 7, Right: true, Drop: 5},
+		cell: func(r *row, _ int) string { return fmt.Sprint(r.pid) },
+		key:  num(func(r *row) float64 { return float64(r.pid) })}
+	colState = colDef{Column: columns.Column{Title: "STATE", Width: 6},
+		cell: func(r *row, _ int) string { return r.state },
+		key:  func(r *row) sortKey { return sortKey{s: r.state, f: float64(r.rank)} }}
+	colVar = colDef{Column: columns.Column{Title: "VARIABLE", Width: 14},
+		cell: func(r *row, _ int) string { return r.name },
+		key:  func(r *row) sortKey { return sortKey{s: r.name} }}
+	colDType = colDef{Column: columns.Column{Title: "DTYPE", Width: 7, Drop: 3},
+		cell: func(r *row, _ int) string { return r.dtype },
+		key:  func(r *row) sortKey { return sortKey{s: r.dtype} }}
+	colGlobal = colDef{Column: columns.Column{Title: "ROWS", Width: 7, Right: true, Drop: 4},
+		cell: func(r *row, _ int) string { return si(float64(r.globalRows)) },
+		key:  num(func(r *row) float64 { return float64(r.globalRows) }), descByDf: true}
+	colNRanks = colDef{Column: columns.Column{Title: "RANKS", Width: 5, Right: true, Drop: 5},
+		cell: func(r *row, _ int) string { return fmt.Sprint(r.nranks) },
+		key:  num(func(r *row) float64 { return float64(r.nranks) }), descByDf: true}
+	colCalls = colDef{Column: columns.Column{Title: "CALL/S", Width: 7, Right: true},
+		cell: func(r *row, _ int) string { return si(r.stat.CallsPerSec()) },
+		key:  num(func(r *row) float64 { return r.stat.CallsPerSec() }), descByDf: true}
+	colRows = colDef{Column: columns.Column{Title: "ROW/S", Width: 7, Right: true},
+		cell: func(r *row, _ int) string { return si(r.stat.RowsPerSec()) },
+		key:  num(func(r *row) float64 { return r.stat.RowsPerSec() }), descByDf: true}
+	colMB = colDef{Column: columns.Column{Title: "MB/S", Width: 7, Right: true},
+		cell: func(r *row, _ int) string { return mbps(r.stat.BytesPerSec()) },
+		key:  num(func(r *row) float64 { return r.stat.BytesPerSec() }), descByDf: true}
+	colUsRow = colDef{Column: columns.Column{Title: "µS/ROW", Width: 7, Right: true},
+		cell: func(r *row, _ int) string { return us(r.stat.NsPerRow()) },
+		key:  num(func(r *row) float64 { return r.stat.NsPerRow() }), descByDf: true}
+	colP50 = colDef{Column: columns.Column{Title: "P50", Width: 6, Right: true, Drop: 4},
+		cell: func(r *row, _ int) string { return us(r.stat.RowQuantile(0.5)) },
+		key:  num(func(r *row) float64 { return r.stat.RowQuantile(0.5) }), descByDf: true}
+	colP99 = colDef{Column: columns.Column{Title: "P99", Width: 6, Right: true, Drop: 3},
+		cell: func(r *row, _ int) string { return us(r.stat.RowQuantile(0.99)) },
+		key:  num(func(r *row) float64 { return r.stat.RowQuantile(0.99) }), descByDf: true}
+	colErr = colDef{Column: columns.Column{Title: "ERR", Width: 4, Right: true},
+		cell: func(r *row, _ int) string { return si(float64(r.stat.Total.Errors)) },
+		key:  num(func(r *row) float64 { return float64(r.stat.Total.Errors) }), descByDf: true}
+	colWait = colDef{Column: columns.Column{Title: "WAIT%", Width: 5, Right: true, Drop: 6},
+		cell: func(r *row, _ int) string {
+			if r.loader == nil || !r.loader.Present() {
+				return "-"
+			}
+			return pct(r.loader.WaitShare())
+		},
+		key: num(func(r *row) float64 {
+			if r.loader == nil {
+				return -1
+			}
+			return r.loader.WaitShare()
+		}), descByDf: true}
+	colPhases = colDef{Column: columns.Column{Title: "PHASES", Width: 11, Flex: true},
+		cell: func(r *row, w int) string { s := r.stat.PhaseShare(); return bar.Glyphs(s[:], w) }}
+)
+
+// Column sets of the list pages.
+var (
+	rankCols    = []colDef{colRank, colHost, colPid, colState, colCalls, colRows, colMB, colUsRow, colP50, colP99, colErr, colWait, colPhases}
+	varCols     = []colDef{colVar, colDType, colGlobal, colNRanks, colCalls, colRows, colMB, colUsRow, colP50, colP99, colErr, colPhases}
+	varRankCols = []colDef{colRank, colHost, colState, colCalls, colRows, colMB, colUsRow, colP50, colP99, colErr, colPhases}
+)
+
+// list is a sortable, filterable table of rows.
+type list struct {
+	cols    []colDef
+	tbl     columns.Table
+	all     []*row
+	shown   []*row
+	sortCol int // index into cols, -1 = natural order
+	desc    bool
+	filter  string
+}
+
+func newList(cols []colDef) list {
+	tc := make([]columns.Column, len(cols))
+	for i, c := range cols {
+		tc[i] = c.Column
+	}
+	return list{cols: cols, tbl: columns.New(tc), sortCol: -1}
+}
+
+func (l *list) setSize(w, h int) {
+	l.tbl.SetSize(w, h)
+	l.render()
+}
+
+func (l *list) setRows(rows []*row) {
+	l.all = rows
+	l.render()
+}
+
+func (l *list) setFilter(f string) {
+	l.filter = strings.ToLower(strings.TrimSpace(f))
+	l.render()
+}
+
+// cycleSort moves the sort to the next visible, sortable column (after the
+// natural order comes the first column).
+func (l *list) cycleSort() {
+	widths := l.tbl.Layout()
+	n := len(l.cols)
+	for step := 1; step <= n+1; step++ {
+		i := l.sortCol + step
+		if i >= n {
+			i -= n + 1 // wrap through -1 (natural order)
+		}
+		if i == -1 {
+			l.sortCol, l.desc = -1, false
+			break
+		}
+		if l.cols[i].key != nil && widths[i] > 0 {
+			l.sortCol, l.desc = i, l.cols[i].descByDf
+			break
+		}
+	}
+	l.render()
+}
+
+func (l *list) reverse() {
+	if l.sortCol >= 0 {
+		l.desc = !l.desc
+		l.render()
+	}
+}
+
+func (l *list) sortTitle() string {
+	if l.sortCol < 0 {
+		return ""
+	}
+	return l.cols[l.sortCol].Title
+}
+
+func (l *list) render() {
+	l.shown = l.shown[:0]
+	for _, r := range l.all {
+		if l.filter == "" || strings.Contains(r.search, l.filter) {
+			l.shown = append(l.shown, r)
+		}
+	}
+	if l.sortCol >= 0 {
+		k := l.cols[l.sortCol].key
+		desc := l.desc
+		sort.SliceStable(l.shown, func(i, j int) bool {
+			a, b := k(l.shown[i]), k(l.shown[j])
+			if a.s != b.s {
+				return (a.s < b.s) != desc
+			}
+			if a.f != b.f {
+				return (a.f < b.f) != desc
+			}
+			return false
+		})
+	}
+	widths := l.tbl.Layout()
+	cells := make([][]string, len(l.shown))
+	keys := make([]string, len(l.shown))
+	for i, r := range l.shown {
+		cells[i] = make([]string, len(l.cols))
+		for j, c := range l.cols {
+			if widths[j] > 0 {
+				cells[i][j] = c.cell(r, widths[j])
+			}
+		}
+		keys[i] = r.key
+	}
+	l.tbl.SetSort(l.sortCol, l.desc)
+	l.tbl.SetRows(cells, keys)
+}
+
+func (l *list) selected() *row {
+	if len(l.shown) == 0 {
+		return nil
+	}
+	return l.shown[l.tbl.Cursor()]
+}
+
+func (l *list) view() string { return l.tbl.View() }
+
+// Row builders.
+
+func rankRows(f *data.Frame) []*row {
+	if f == nil {
+		return nil
+	}
+	out := make([]*row, len(f.Ranks))
+	for i, r := range f.Ranks {
+		out[i] = &row{key: r.Path, rank: r.Rank, host: r.Host, pid: r.Pid, state: r.State,
+			stat: r.Stat, loader: &f.Ranks[i].Loader,
+			search: strings.ToLower(fmt.Sprintf("rank%d r%d %d %s %s %s", r.Rank, r.Rank, r.Rank, r.Host, r.Job, varNames(r)))}
+	}
+	return out
+}
+
+func varNames(r *data.Rank) string {
+	names := make([]string, len(r.Vars))
+	for i, v := range r.Vars {
+		names[i] = v.Name
+	}
+	return strings.Join(names, " ")
+}
+
+func varRows(f *data.Frame) []*row {
+	if f == nil {
+		return nil
+	}
+	out := make([]*row, len(f.Vars))
+	for i, v := range f.Vars {
+		hosts := make([]string, len(v.ByRank))
+		for j, vr := range v.ByRank {
+			hosts[j] = vr.Host
+		}
+		out[i] = &row{key: v.Name, name: v.Name, dtype: v.DType, globalRows: v.GlobalRows, nranks: len(v.ByRank),
+			stat: v.Stat, search: strings.ToLower(v.Name + " " + strings.Join(hosts, " "))}
+	}
+	return out
+}
+
+func varRankRows(f *data.Frame, name string) []*row {
+	if f == nil {
+		return nil
+	}
+	state := map[string]string{}
+	for _, r := range f.Ranks {
+		state[r.Path] = r.State
+	}
+	var out []*row
+	for _, v := range f.Vars {
+		if v.Name != name {
+			continue
+		}
+		for _, vr := range v.ByRank {
+			out = append(out, &row{key: vr.Path, rank: vr.Rank, host: vr.Host, name: vr.Name,
+				state: state[vr.Path], stat: vr.Stat,
+				search: strings.ToLower(fmt.Sprintf("rank%d r%d %d %s %s", vr.Rank, vr.Rank, vr.Rank, vr.Host, vr.Name))})
+		}
+	}
+	return out
+}
+
+var _ = telemetry.NumPhases

@@ -1,0 +1,612 @@
+// Package ui is ddtop: bubbletea models and lipgloss styles that show, per
+// rank and per variable, where a ddstore job's data-loading time goes. It
+// reads telemetry snapshots (through ui/data) and nothing else: it never
+// imports the engine or the fabric, so ddtop builds without libfabric.
+//
+// Pages: ranks (one row per rank), variables (summed over ranks; enter
+// shows one variable's per-rank rows) and the rank drill-down (phases,
+// latency histogram, throughput sparkline, readers, recent calls).
+// Tables are bubbles' table, fitted to the pages by ui/components/columns
+// (priority dropping, flex width, sort indicator, cursor kept on its row);
+// the filter is bubbles' textinput; the text graphics (phase bar,
+// sparkline) live in ui/components/bar, key bindings in ui/keys, styles in
+// ui/styles and the snapshot-diff and rate math in ui/data.
+package ui
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/charmbracelet/bubbles/cursor"
+	"github.com/charmbracelet/bubbles/help"
+	"github.com/charmbracelet/bubbles/key"
+	"github.com/charmbracelet/bubbles/textinput"
+	tea "github.com/charmbracelet/bubbletea"
+	"github.com/charmbracelet/lipgloss"
+	"github.com/charmbracelet/x/ansi"
+
+	"github.com/ddstore/ddstore/telemetry"
+	"github.com/ddstore/ddstore/ui/components/bar"
+	"github.com/ddstore/ddstore/ui/data"
+	"github.com/ddstore/ddstore/ui/keys"
+	"github.com/ddstore/ddstore/ui/styles"
+)
+
+// Options configure ddtop. Zero fields take the documented defaults.
+type Options struct {
+	Dir      string        // segment directory; default "/dev/shm"
+	Job      string        // show only this job; "" = every job
+	Interval time.Duration // refresh interval; default 1s, at least 50ms
+	History  int           // throughput points kept per rank; default 300
+	Recent   int           // recent calls kept per rank; default 256
+	// Now is the clock that measures refresh intervals (rates divide by
+	// them); default time.Now. Tests inject a fake one.
+	Now func() time.Time
+}
+
+// ErrOptions reports invalid Options.
+var ErrOptions = data.ErrOptions
+
+// Validate checks the options.
+func (o Options) Validate() error {
+	if o.Interval != 0 && o.Interval < 50*time.Millisecond {
+		return fmt.Errorf("%w: interval %v is below 50ms", ErrOptions, o.Interval)
+	}
+	return o.dataOptions().Validate()
+}
+
+func (o Options) withDefaults() Options {
+	if o.Interval == 0 {
+		o.Interval = time.Second
+	}
+	if o.Dir == "" {
+		o.Dir = data.DefaultDir
+	}
+	return o
+}
+
+func (o Options) dataOptions() data.Options {
+	return data.Options{Dir: o.Dir, Job: o.Job, History: o.History, Recent: o.Recent, Now: o.Now}
+}
+
+// Views.
+const (
+	viewRanks = iota
+	viewVars
+	viewDetail
+	numViews
+)
+
+var viewNames = [numViews]string{"ranks", "variables", "detail"}
+
+// Messages.
+type (
+	frameMsg struct {
+		f   *data.Frame
+		err error
+		gen int
+	}
+	tickMsg struct{ gen int }
+)
+
+// source serialises polls: a refresh may still be running when a key asks
+// for another.
+type source struct {
+	mu sync.Mutex
+	p  *data.Poller
+}
+
+func (s *source) poll() (*data.Frame, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.p.Poll()
+}
+
+// Model is ddtop's root model.
+type Model struct {
+	o      Options
+	src    *source
+	frame  *data.Frame
+	err    error
+	gen    int // refresh chain generation: pause/resume starts a new chain
+	paused bool
+
+	view      int
+	ranks     list
+	vars      list
+	varRanks  list
+	varSel    string // variable whose per-rank rows the variables view shows; "" = all variables
+	detail    detail
+	detailRet int // view esc returns to from the detail
+
+	keys      keys.KeyMap
+	help      help.Model
+	filter    textinput.Model
+	width     int
+	height    int
+	quitting  bool
+	bodyLines int
+}
+
+// New builds the model; it reads nothing until Init's first refresh.
+func New(o Options) (*Model, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	o = o.withDefaults()
+	p, err := data.NewPoller(o.dataOptions())
+	if err != nil {
+		return nil, err
+	}
+	m := &Model{
+		o: o, src: &source{p: p},
+		ranks: newList(rankCols), vars: newList(varCols), varRanks: newList(varRankCols),
+		detail: newDetail(), keys: keys.Default(), help: help.New(), filter: newFilter(),
+		width: 100, height: 30,
+	}
+	m.layout()
+	return m, nil
+}
+
+// newFilter is the filter's one-line input: "/" prompt, a steady cursor
+// (no blink ticks between refreshes).
+func newFilter() textinput.Model {
+	f := textinput.New()
+	f.Prompt = "/"
+	f.Cursor.SetMode(cursor.CursorStatic)
+	return f
+}
+
+// Close releases the segments.
+func (m *Model) Close() error {
+	m.src.mu.Lock()
+	defer m.src.mu.Unlock()
+	return m.src.p.Close()
+}
+
+// Run starts the interactive monitor and returns when the user quits.
+func Run(o Options) error {
+	m, err := New(o)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	_, err = tea.NewProgram(m, tea.WithAltScreen()).Run()
+	return err
+}
+
+func (m *Model) pollCmd() tea.Cmd {
+	gen, src := m.gen, m.src
+	return func() tea.Msg {
+		f, err := src.poll()
+		return frameMsg{f: f, err: err, gen: gen}
+	}
+}
+
+func (m *Model) tickCmd() tea.Cmd {
+	gen := m.gen
+	return tea.Tick(m.o.Interval, func(time.Time) tea.Msg { return tickMsg{gen: gen} })
+}
+
+// Init starts the first refresh.
+func (m *Model) Init() tea.Cmd { return m.pollCmd() }
+
+// Refresh polls synchronously and applies the frame (tests and --once).
+func (m *Model) Refresh() error {
+	f, err := m.src.poll()
+	m.apply(f, err)
+	return err
+}
+
+// Frame is the last frame shown.
+func (m *Model) Frame() *data.Frame { return m.frame }
+
+func (m *Model) apply(f *data.Frame, err error) {
+	m.err = err
+	if err != nil {
+		return
+	}
+	m.frame = f
+	m.ranks.setRows(rankRows(f))
+	m.vars.setRows(varRows(f))
+	if m.varSel != "" {
+		m.varRanks.setRows(varRankRows(f, m.varSel))
+	}
+	m.detail.setFrame(f)
+}
+
+// Update handles refreshes, resizes and keys.
+func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
+	switch msg := msg.(type) {
+	case frameMsg:
+		if msg.gen != m.gen {
+			return m, nil // from a chain that pause/resume replaced
+		}
+		if !m.paused {
+			m.apply(msg.f, msg.err)
+		}
+		return m, m.tickCmd()
+	case tickMsg:
+		if msg.gen != m.gen || m.paused {
+			return m, nil
+		}
+		return m, m.pollCmd()
+	case tea.WindowSizeMsg:
+		m.width, m.height = msg.Width, msg.Height
+		m.layout()
+		return m, nil
+	case tea.KeyMsg:
+		return m.key(msg)
+	}
+	if m.filter.Focused() {
+		return m, m.updateFilter(msg) // e.g. a clipboard paste (ctrl+v)
+	}
+	return m, nil
+}
+
+// updateFilter passes msg to the filter input and filters the lists again
+// when its text changed.
+func (m *Model) updateFilter(msg tea.Msg) tea.Cmd {
+	before := m.filter.Value()
+	var cmd tea.Cmd
+	m.filter, cmd = m.filter.Update(msg)
+	if m.filter.Value() != before {
+		m.applyFilter()
+	}
+	return cmd
+}
+
+func (m *Model) key(msg tea.KeyMsg) (tea.Model, tea.Cmd) {
+	if m.filter.Focused() {
+		var cmd tea.Cmd
+		fk := m.filter.KeyMap
+		switch {
+		case msg.Type == tea.KeyEnter:
+			m.filter.Blur()
+		case msg.Type == tea.KeyEsc:
+			m.filter.Blur()
+			m.filter.SetValue("")
+			m.applyFilter()
+		case msg.Type == tea.KeyCtrlC:
+			m.quitting = true
+			return m, tea.Quit
+		case msg.Alt && msg.Type == tea.KeyRunes &&
+			!key.Matches(msg, fk.WordForward, fk.WordBackward, fk.DeleteWordForward, fk.DeleteWordBackward):
+			// alt+key (or esc typed fast before a key) is not text
+		default:
+			cmd = m.updateFilter(msg)
+		}
+		m.layout()
+		return m, cmd
+	}
+	if msg.Type == tea.KeyRunes && len(msg.Runes) > 1 && !msg.Paste {
+		// Keys typed faster than a read arrive together: one at a time.
+		var cmds []tea.Cmd
+		for _, r := range msg.Runes {
+			_, c := m.key(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune{r}, Alt: msg.Alt})
+			cmds = append(cmds, c)
+		}
+		return m, tea.Batch(cmds...)
+	}
+	k := m.keys
+	switch {
+	case key.Matches(msg, k.Quit):
+		m.quitting = true
+		return m, tea.Quit
+	case key.Matches(msg, k.Help):
+		m.help.ShowAll = !m.help.ShowAll
+		m.layout()
+	case key.Matches(msg, k.Pause):
+		m.paused = !m.paused
+		m.gen++
+		if !m.paused {
+			return m, m.pollCmd()
+		}
+	case key.Matches(msg, k.NextView):
+		step := 1
+		if msg.String() == "shift+tab" {
+			step = numViews - 1
+		}
+		m.setView((m.view + step) % numViews)
+	case key.Matches(msg, k.Ranks):
+		m.setView(viewRanks)
+	case key.Matches(msg, k.Vars):
+		m.setView(viewVars)
+	case key.Matches(msg, k.Detail):
+		if m.detail.path == "" {
+			if r := m.ranks.selected(); r != nil {
+				m.detail.follow(r.key, m.frame)
+			}
+		}
+		m.setView(viewDetail)
+	case key.Matches(msg, k.Filter):
+		cmd := m.filter.Focus()
+		m.layout()
+		return m, cmd
+	case key.Matches(msg, k.Sort):
+		if l := m.activeList(); l != nil {
+			l.cycleSort()
+		}
+	case key.Matches(msg, k.Reverse):
+		if l := m.activeList(); l != nil {
+			l.reverse()
+		}
+	case key.Matches(msg, k.Enter):
+		m.enter()
+	case key.Matches(msg, k.Back):
+		m.back()
+	case key.Matches(msg, k.Up), key.Matches(msg, k.Down), key.Matches(msg, k.PageUp), key.Matches(msg, k.PageDown):
+		m.move(msg)
+	}
+	return m, nil
+}
+
+func (m *Model) setView(v int) {
+	m.view = v
+	m.layout()
+}
+
+// activeList is the list the cursor keys move, nil on the detail view.
+func (m *Model) activeList() *list {
+	switch {
+	case m.view == viewRanks:
+		return &m.ranks
+	case m.view == viewVars && m.varSel != "":
+		return &m.varRanks
+	case m.view == viewVars:
+		return &m.vars
+	}
+	return nil
+}
+
+func (m *Model) move(msg tea.KeyMsg) {
+	k := m.keys
+	if l := m.activeList(); l != nil {
+		switch {
+		case key.Matches(msg, k.Up):
+			l.tbl.MoveUp(1)
+		case key.Matches(msg, k.Down):
+			l.tbl.MoveDown(1)
+		case key.Matches(msg, k.PageUp):
+			l.tbl.MoveUp(l.tbl.PageSize())
+		case key.Matches(msg, k.PageDown):
+			l.tbl.MoveDown(l.tbl.PageSize())
+		}
+		return
+	}
+	vp := &m.detail.vp
+	switch {
+	case key.Matches(msg, k.Up):
+		vp.ScrollUp(1)
+	case key.Matches(msg, k.Down):
+		vp.ScrollDown(1)
+	case key.Matches(msg, k.PageUp):
+		vp.PageUp()
+	case key.Matches(msg, k.PageDown):
+		vp.PageDown()
+	}
+}
+
+func (m *Model) enter() {
+	switch {
+	case m.view == viewRanks:
+		if r := m.ranks.selected(); r != nil {
+			m.openDetail(r.key, viewRanks)
+		}
+	case m.view == viewVars && m.varSel == "":
+		if r := m.vars.selected(); r != nil {
+			m.varSel = r.key
+			m.varRanks.setRows(varRankRows(m.frame, m.varSel))
+			m.varRanks.tbl.SetCursor(0)
+			m.layout()
+		}
+	case m.view == viewVars:
+		if r := m.varRanks.selected(); r != nil {
+			m.openDetail(r.key, viewVars)
+		}
+	}
+}
+
+func (m *Model) openDetail(path string, from int) {
+	m.detail.follow(path, m.frame)
+	m.detailRet = from
+	m.setView(viewDetail)
+}
+
+func (m *Model) back() {
+	switch {
+	case m.filter.Value() != "":
+		m.filter.SetValue("")
+		m.applyFilter()
+	case m.view == viewDetail:
+		m.setView(m.detailRet)
+	case m.view == viewVars && m.varSel != "":
+		m.varSel = ""
+		m.layout()
+	}
+}
+
+func (m *Model) applyFilter() {
+	f := m.filter.Value()
+	m.ranks.setFilter(f)
+	m.vars.setFilter(f)
+	m.varRanks.setFilter(f)
+}
+
+// Header, legend and footer take fixed lines; the page gets the rest.
+func (m *Model) layout() {
+	w, h := max(m.width, 20), max(m.height, 6)
+	m.help.Width = w
+	foot := lineCount(m.help.View(m.keys))
+	if m.filter.Focused() || m.filter.Value() != "" {
+		foot++
+	}
+	// Prompt, text and the cursor's cell fill the width.
+	m.filter.Width = max(w-lipgloss.Width(m.filter.Prompt)-1, 1)
+	body := max(h-3-foot, 2)
+	if m.view == viewVars && m.varSel != "" {
+		body = max(body-1, 2) // the "variable X by rank" line
+	}
+	m.bodyLines = body
+	m.ranks.setSize(w, body)
+	m.vars.setSize(w, body)
+	m.varRanks.setSize(w, body)
+	m.detail.setSize(w, body)
+}
+
+func lineCount(s string) int {
+	if s == "" {
+		return 0
+	}
+	return strings.Count(s, "\n") + 1
+}
+
+// View draws the screen: tabs and status, totals, the phase legend, the
+// page, then filter and help. It never exceeds the terminal's size.
+func (m *Model) View() string {
+	if m.quitting {
+		return ""
+	}
+	w, h := max(m.width, 20), max(m.height, 6)
+	var lines []string
+	lines = append(lines, m.titleLine())
+	lines = append(lines, m.summaryLine())
+	lines = append(lines, " "+bar.Legend(telemetry.PhaseNames[:]))
+	var body string
+	switch m.view {
+	case viewRanks:
+		body = m.ranks.view()
+		if len(m.ranks.shown) == 0 {
+			body += "\n" + m.emptyText()
+		}
+	case viewVars:
+		if m.varSel != "" {
+			body = styles.Section.Render("variable "+m.varSel) + " by rank " + styles.Faint.Render("(esc: all variables)") + "\n" + m.varRanks.view()
+		} else {
+			body = m.vars.view()
+			if len(m.vars.shown) == 0 {
+				body += "\n" + m.emptyText()
+			}
+		}
+	case viewDetail:
+		body = m.detail.view()
+	}
+	bl := strings.Split(body, "\n")
+	want := m.bodyLines
+	if m.view == viewVars && m.varSel != "" {
+		want++
+	}
+	for len(bl) < want {
+		bl = append(bl, "")
+	}
+	lines = append(lines, bl[:min(len(bl), want)]...)
+	if m.filter.Focused() || m.filter.Value() != "" {
+		lines = append(lines, m.filter.View())
+	}
+	lines = append(lines, strings.Split(m.help.View(m.keys), "\n")...)
+	if len(lines) > h {
+		lines = lines[:h]
+	}
+	for i, l := range lines {
+		if ansi.StringWidth(l) > w {
+			lines[i] = ansi.Truncate(l, w, "")
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+func (m *Model) emptyText() string {
+	switch {
+	case m.err != nil:
+		return styles.Bad.Render(m.err.Error())
+	case m.frame == nil:
+		return styles.Faint.Render("reading " + m.o.Dir + " …")
+	case m.filter.Value() != "":
+		return styles.Faint.Render("no rows match the filter " + fmt.Sprintf("%q", m.filter.Value()))
+	case len(m.frame.Problems) > 0:
+		return styles.Warn.Render(m.frame.Problems[0])
+	default:
+		job := ""
+		if m.o.Job != "" {
+			job = " for job " + m.o.Job
+		}
+		return styles.Faint.Render("no ddstore segments in " + m.o.Dir + job + " yet; waiting")
+	}
+}
+
+func (m *Model) titleLine() string {
+	var tabs []string
+	for i, n := range viewNames {
+		t := fmt.Sprintf("%d %s", i+1, n)
+		if i == m.view {
+			tabs = append(tabs, styles.TabOn.Render("["+t+"]"))
+		} else {
+			tabs = append(tabs, styles.TabOff.Render(" "+t+" "))
+		}
+	}
+	s := styles.Title.Render("ddtop") + " "
+	if m.paused {
+		s += styles.Paused.Render(" PAUSED ") + " "
+	}
+	s += strings.Join(tabs, "")
+	if m.frame != nil {
+		var live, stale, exited int
+		for _, r := range m.frame.Ranks {
+			switch r.State {
+			case telemetry.StateLive:
+				live++
+			case telemetry.StateStale:
+				stale++
+			default:
+				exited++
+			}
+		}
+		s += fmt.Sprintf("  %d ranks: %d live", len(m.frame.Ranks), live)
+		if stale > 0 {
+			s += ", " + styles.Warn.Render(fmt.Sprintf("%d stale", stale))
+		}
+		if exited > 0 {
+			s += ", " + styles.Bad.Render(fmt.Sprintf("%d exited", exited))
+		}
+	}
+	if l := m.activeList(); l != nil && l.sortCol >= 0 {
+		dir := "▲"
+		if l.desc {
+			dir = "▼"
+		}
+		s += "  sort " + l.sortTitle() + dir
+	}
+	return s
+}
+
+func (m *Model) summaryLine() string {
+	if m.err != nil {
+		return styles.Bad.Render(m.err.Error())
+	}
+	if m.frame == nil {
+		return styles.Faint.Render(m.o.Dir)
+	}
+	var t data.Stat
+	var lw, ls int64
+	for _, r := range m.frame.Ranks {
+		s := r.Stat
+		t.Total = t.Total.Add(s.Total)
+		t.Delta = t.Delta.Add(s.Delta)
+		t.Interval = max(t.Interval, s.Interval)
+		lwin := r.Loader.Window()
+		lw += lwin.WaitNs
+		ls += lwin.StepNs
+	}
+	s := fmt.Sprintf("calls/s %s  rows/s %s  MB/s %s  µs/row %s  errors %d",
+		si(t.CallsPerSec()), si(t.RowsPerSec()), mbps(t.BytesPerSec()), us(t.NsPerRow()), t.Total.Errors)
+	if lw+ls > 0 {
+		s += fmt.Sprintf("  loader wait %s", pct(float64(lw)/float64(lw+ls)))
+	}
+	s += styles.Faint.Render(fmt.Sprintf("  every %v  %s", m.o.Interval, m.o.Dir))
+	if n := len(m.frame.Problems); n > 0 {
+		s += "  " + styles.Warn.Render(fmt.Sprintf("%d unreadable", n))
+	}
+	return s
+}

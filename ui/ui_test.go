@@ -1,0 +1,536 @@
+package ui
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	tea "github.com/charmbracelet/bubbletea"
+	"github.com/charmbracelet/lipgloss"
+	"github.com/charmbracelet/x/ansi"
+	"github.com/muesli/termenv"
+
+	"github.com/ddstore/ddstore/telemetry"
+)
+
+func TestMain(m *testing.M) {
+	lipgloss.SetColorProfile(termenv.Ascii)
+	os.Exit(m.Run())
+}
+
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time          { return c.t }
+func (c *clock) advance(d time.Duration) { c.t = c.t.Add(d) }
+
+// fixture is a directory of real telemetry writers.
+type fixture struct {
+	t   *testing.T
+	dir string
+	clk *clock
+	ws  []*telemetry.Writer
+	ids []map[string]int
+}
+
+func newFixture(t *testing.T) *fixture {
+	return &fixture{t: t, dir: t.TempDir(), clk: &clock{t: time.Unix(1_700_000_000, 0)}}
+}
+
+// rank creates rank r on host with the given variables.
+func (fx *fixture) rank(r, world int, host string, pid int, vars ...string) int {
+	fx.t.Helper()
+	w, err := telemetry.Create(telemetry.WriterOptions{Dir: fx.dir, Job: "job1", Rank: r, World: world, Host: host, Pid: pid,
+		Provider: "tcp;ofi_rxm", ReaderMode: "thread", Method: "tcp"})
+	if err != nil {
+		fx.t.Fatalf("create rank %d: %v", r, err)
+	}
+	fx.t.Cleanup(func() { w.Close() })
+	ids := map[string]int{}
+	for _, v := range vars {
+		id, err := w.AddVar(v, "float32", 16, 1000, 250)
+		if err != nil {
+			fx.t.Fatal(err)
+		}
+		ids[v] = id
+	}
+	fx.ws = append(fx.ws, w)
+	fx.ids = append(fx.ids, ids)
+	return len(fx.ws) - 1
+}
+
+// record makes writer i record n calls of variable v on reader rd: call k
+// has k+1 rows of 16 bytes, lock_wait 100 ns and cq_wait 300 ns a row.
+func (fx *fixture) record(i int, v string, rd int32, n int) {
+	for k := range n {
+		rows := int64(k + 1)
+		c := telemetry.Call{Var: int32(fx.ids[i][v]), Reader: rd, Rows: rows, Bytes: 16 * rows, RemoteRows: rows}
+		c.Phases[telemetry.PhaseLockWait] = 100 * rows
+		c.Phases[telemetry.PhaseCQWait] = 300 * rows
+		fx.ws[i].Record(&c)
+	}
+}
+
+func (fx *fixture) model() *Model {
+	fx.t.Helper()
+	m, err := New(Options{Dir: fx.dir, Now: fx.clk.now, Interval: 100 * time.Millisecond})
+	if err != nil {
+		fx.t.Fatal(err)
+	}
+	fx.t.Cleanup(func() { m.Close() })
+	m.Update(tea.WindowSizeMsg{Width: 120, Height: 40})
+	return m
+}
+
+func refresh(t *testing.T, m *Model) {
+	t.Helper()
+	if err := m.Refresh(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func press(m *Model, keys ...string) {
+	for _, k := range keys {
+		var msg tea.KeyMsg
+		switch k {
+		case "enter":
+			msg = tea.KeyMsg{Type: tea.KeyEnter}
+		case "esc":
+			msg = tea.KeyMsg{Type: tea.KeyEsc}
+		case "tab":
+			msg = tea.KeyMsg{Type: tea.KeyTab}
+		case "down":
+			msg = tea.KeyMsg{Type: tea.KeyDown}
+		case "backspace":
+			msg = tea.KeyMsg{Type: tea.KeyBackspace}
+		default:
+			msg = tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune(k)}
+		}
+		m.Update(msg)
+	}
+}
+
+// lineWith returns the first line of the view that contains s.
+func lineWith(t *testing.T, view, s string) string {
+	t.Helper()
+	for _, l := range strings.Split(view, "\n") {
+		if strings.Contains(l, s) {
+			return l
+		}
+	}
+	t.Fatalf("no line contains %q in:\n%s", s, view)
+	return ""
+}
+
+// rowFields returns the fields of the first line whose first field is first.
+func rowFields(t *testing.T, view, first string) []string {
+	t.Helper()
+	for _, l := range strings.Split(view, "\n") {
+		if f := fields(l); len(f) > 0 && f[0] == first {
+			return f
+		}
+	}
+	t.Fatalf("no row starts with %q in:\n%s", first, view)
+	return nil
+}
+
+func fields(l string) []string { return strings.Fields(strings.TrimPrefix(l, "▸")) }
+
+// shownRanks is the rank column of the ranks list, in display order.
+func shownRanks(m *Model) []int {
+	var out []int
+	for _, r := range m.ranks.shown {
+		out = append(out, r.rank)
+	}
+	return out
+}
+
+// threeRanks: rank r on host h<r> records 10*(r+1) calls of "x" between two
+// refreshes 2 s apart, so calls/s = 5*(r+1) and rows/s = sum(1..n)/2.
+func threeRanks(t *testing.T) (*fixture, *Model) {
+	fx := newFixture(t)
+	hosts := []string{"alpha", "beta", "gamma"}
+	for r := range 3 {
+		fx.rank(r, 3, hosts[r], 0, "x", "y")
+	}
+	m := fx.model()
+	refresh(t, m)
+	for r := range 3 {
+		fx.record(r, "x", 0, 10*(r+1))
+	}
+	fx.record(1, "y", 2, 4)
+	fx.clk.advance(2 * time.Second)
+	refresh(t, m)
+	return fx, m
+}
+
+func TestRanksViewRates(t *testing.T) {
+	_, m := threeRanks(t)
+	v := m.View()
+	for r, host := range []string{"alpha", "beta", "gamma"} {
+		f := fields(lineWith(t, v, host))
+		n := 10 * (r + 1)
+		rows := n * (n + 1) / 2
+		if r == 1 {
+			n, rows = n+4, rows+10
+		}
+		// RANK HOST PID STATE CALL/S ROW/S MB/S µS/ROW ...
+		want := []string{fmt.Sprint(r), host, fmt.Sprint(os.Getpid()), "live", si(float64(n) / 2), si(float64(rows) / 2),
+			mbps(float64(16*rows) / 2), us(400)}
+		for i, w := range want {
+			if f[i] != w {
+				t.Fatalf("rank %d row %q: field %d = %q, want %q", r, f, i, f[i], w)
+			}
+		}
+	}
+	// Title counts ranks by state; the summary sums calls/s over ranks.
+	if !strings.Contains(v, "3 ranks: 3 live") {
+		t.Fatalf("title: %s", lineWith(t, v, "ddtop"))
+	}
+	if want := "calls/s " + si(float64(10+24+30)/2); !strings.Contains(v, want) {
+		t.Fatalf("summary lacks %q: %s", want, lineWith(t, v, "calls/s"))
+	}
+	// Phase bar: lock_wait 1/4, cq_wait 3/4 of every call.
+	bar := fields(lineWith(t, v, "alpha"))
+	glyphs := bar[len(bar)-1]
+	if strings.Count(glyphs, "l")*3 != strings.Count(glyphs, "q") || strings.Trim(glyphs, "lq") != "" {
+		t.Fatalf("phase bar %q, want l:q = 1:3", glyphs)
+	}
+}
+
+func TestSortAndFilter(t *testing.T) {
+	_, m := threeRanks(t)
+	if got := fmt.Sprint(shownRanks(m)); got != "[0 1 2]" {
+		t.Fatalf("natural order %s", got)
+	}
+	// s cycles the sort column: RANK, HOST, PID, STATE, CALL/S.
+	press(m, "s")
+	if m.ranks.sortTitle() != "RANK" || m.ranks.desc {
+		t.Fatalf("first s: %q desc %v", m.ranks.sortTitle(), m.ranks.desc)
+	}
+	press(m, "s", "s", "s", "s")
+	if m.ranks.sortTitle() != "CALL/S" || !m.ranks.desc {
+		t.Fatalf("fifth s: %q desc %v", m.ranks.sortTitle(), m.ranks.desc)
+	}
+	if got := fmt.Sprint(shownRanks(m)); got != "[2 1 0]" {
+		t.Fatalf("by calls/s desc: %s", got)
+	}
+	v := m.View()
+	if !strings.Contains(v, "CALL/S▼") || !strings.Contains(lineWith(t, v, "ddtop"), "sort CALL/S▼") {
+		t.Fatalf("no sort indicator:\n%s", v)
+	}
+	press(m, "S")
+	if got := fmt.Sprint(shownRanks(m)); got != "[0 1 2]" || !strings.Contains(m.View(), "CALL/S▲") {
+		t.Fatalf("reversed: %s", got)
+	}
+	// The cursor follows its row across a re-sort.
+	press(m, "down", "down") // rank 2
+	press(m, "S")
+	if sel := m.ranks.selected(); sel == nil || sel.rank != 2 || m.ranks.tbl.Cursor() != 0 {
+		t.Fatalf("cursor after re-sort: %+v at %d", sel, m.ranks.tbl.Cursor())
+	}
+
+	// Filter by host, typed.
+	press(m, "/", "b", "e", "t")
+	if got := fmt.Sprint(shownRanks(m)); got != "[1]" {
+		t.Fatalf("filter bet: %s", got)
+	}
+	press(m, "enter")
+	v = m.View()
+	if !strings.Contains(v, "beta") || strings.Contains(v, "alpha") || !strings.Contains(v, "/bet") {
+		t.Fatalf("filtered view:\n%s", v)
+	}
+	// Keys work again after enter; esc clears the filter.
+	press(m, "esc")
+	if got := fmt.Sprint(shownRanks(m)); got != "[2 1 0]" {
+		t.Fatalf("after esc: %s", got)
+	}
+	// Filter by rank and by variable name (only rank 1 has calls on y,
+	// but every rank has y: the ranks view matches all).
+	press(m, "/", "r", "2", "enter")
+	if got := fmt.Sprint(shownRanks(m)); got != "[2]" {
+		t.Fatalf("filter r2: %s", got)
+	}
+	press(m, "esc", "/", "z", "z")
+	if len(m.ranks.shown) != 0 || !strings.Contains(m.View(), `no rows match the filter "zz"`) {
+		t.Fatalf("filter zz:\n%s", m.View())
+	}
+	press(m, "backspace", "backspace", "enter")
+	if len(m.ranks.shown) != 3 {
+		t.Fatalf("cleared by backspace: %d", len(m.ranks.shown))
+	}
+}
+
+func TestVariablesView(t *testing.T) {
+	_, m := threeRanks(t)
+	press(m, "tab")
+	if m.view != viewVars {
+		t.Fatalf("tab: view %d", m.view)
+	}
+	v := m.View()
+	// x: 10+20+30 calls over 2 s, rows sum over ranks.
+	rowsX := 55 + 210 + 465
+	fx := rowFields(t, v, "x")
+	// VARIABLE DTYPE ROWS RANKS CALL/S ROW/S MB/S
+	want := []string{"x", "float32", si(1000), "3", si(30), si(float64(rowsX) / 2), mbps(float64(16*rowsX) / 2)}
+	for i, w := range want {
+		if fx[i] != w {
+			t.Fatalf("x row %q: field %d = %q, want %q", fx, i, fx[i], w)
+		}
+	}
+	fy := rowFields(t, v, "y")
+	if fy[4] != si(2) || fy[5] != si(5) {
+		t.Fatalf("y row %q: want calls/s 2 rows/s 5", fy)
+	}
+	// enter: x by rank.
+	press(m, "enter")
+	v = m.View()
+	if m.varSel != "x" || !strings.Contains(v, "variable x by rank") {
+		t.Fatalf("enter on x:\n%s", v)
+	}
+	if f := fields(lineWith(t, v, "gamma")); f[0] != "2" || f[3] != si(15) {
+		t.Fatalf("x on rank 2: %q", f)
+	}
+	// enter on a rank row drills into that rank; esc comes back here.
+	press(m, "down", "enter")
+	if m.view != viewDetail || m.detail.rank == nil || m.detail.rank.Rank != 1 {
+		t.Fatalf("drill from variable: view %d rank %+v", m.view, m.detail.rank)
+	}
+	press(m, "esc")
+	if m.view != viewVars || m.varSel != "x" {
+		t.Fatalf("esc from detail: view %d var %q", m.view, m.varSel)
+	}
+	press(m, "esc")
+	if m.varSel != "" || !strings.Contains(m.View(), "VARIABLE") {
+		t.Fatal("esc from by-rank")
+	}
+	// 1 and 2 switch views directly.
+	press(m, "1")
+	if m.view != viewRanks {
+		t.Fatal("1")
+	}
+}
+
+func TestDetail(t *testing.T) {
+	fx, m := threeRanks(t)
+	press(m, "down", "enter") // rank 1: 20 calls of x on reader 0, 4 of y on reader 2
+	if m.view != viewDetail || m.detail.rank.Rank != 1 {
+		t.Fatalf("enter: view %d", m.view)
+	}
+	m.Update(tea.WindowSizeMsg{Width: 120, Height: 200}) // all of it on screen
+	v := m.View()
+	for _, s := range []string{"rank 1/3", "beta", "job job1", "provider tcp;ofi_rxm", "readers thread",
+		"PHASES", "CALL LATENCY (24 calls", "THROUGHPUT", "READERS (2 stripes)", "RECENT CALLS", "0 dropped"} {
+		if !strings.Contains(v, s) {
+			t.Fatalf("detail lacks %q:\n%s", s, v)
+		}
+	}
+	// Phases table: lock_wait 25%, cq_wait 75%, total ns = 400 * rows.
+	rows := 210 + 10
+	if f := rowFields(t, v, "lock_wait"); f[1] != dur(float64(100*rows)) || f[2] != "25%" {
+		t.Fatalf("lock_wait row %q", f)
+	}
+	if f := rowFields(t, v, "cq_wait"); f[1] != dur(float64(300*rows)) || f[2] != "75%" {
+		t.Fatalf("cq_wait row %q", f)
+	}
+	// Readers: one row per stripe.
+	if f := rowFields(t, v, "y"); f[1] != "2" || f[2] != "4" || f[3] != "10" {
+		t.Fatalf("reader y/2 row %q", f)
+	}
+	// Histogram rows add up to the calls; call latency is 400 ns * rows.
+	sum := 0
+	for _, l := range strings.Split(v, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(l), "< ") {
+			var n int
+			f := strings.Fields(l)
+			fmt.Sscan(f[2], &n)
+			sum += n
+		}
+	}
+	if sum != 24 {
+		t.Fatalf("histogram counts sum to %d, want 24:\n%s", sum, v)
+	}
+	// Recent calls: newest first: y's 4th call (4 rows) on reader 2.
+	after := v[strings.Index(v, "RECENT CALLS"):]
+	lines := strings.Split(after, "\n")
+	if f := fields(lines[2]); f[1] != "y" || f[2] != "2" || f[3] != "4" || f[4] != "64" {
+		t.Fatalf("newest call %q", f)
+	}
+	// Sparkline has one point per interval after the first snapshot.
+	if !strings.Contains(v, "over the last 1 intervals") {
+		t.Fatal("history length")
+	}
+	// A rank that goes away stays on the page, marked gone.
+	fx.ws[1].Close()
+	fx.clk.advance(time.Second)
+	refresh(t, m)
+	if m.detail.rank == nil || m.detail.rank.State != "gone" || !strings.Contains(m.View(), "gone") {
+		t.Fatalf("vanished rank: %+v", m.detail.rank)
+	}
+}
+
+func TestStates(t *testing.T) {
+	fx := newFixture(t)
+	child := exec.Command("true")
+	if err := child.Run(); err != nil {
+		t.Fatal(err)
+	}
+	fx.rank(0, 3, "", 0, "x")
+	fx.rank(1, 3, "", child.Process.Pid, "x")
+	i := fx.rank(2, 3, "", 0, "x")
+	// A hung writer: heartbeat a minute old (header offset 192, see
+	// telemetry/layout.go).
+	f, err := os.OpenFile(fx.ws[i].Path(), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := uint64(time.Now().Add(-time.Minute).UnixNano())
+	b := []byte{byte(old), byte(old >> 8), byte(old >> 16), byte(old >> 24), byte(old >> 32), byte(old >> 40), byte(old >> 48), byte(old >> 56)}
+	if _, err := f.WriteAt(b, 192); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	m := fx.model()
+	refresh(t, m)
+	v := m.View()
+	for r, st := range []string{"live", "exited", "stale"} {
+		var line string
+		for _, l := range strings.Split(v, "\n") {
+			if f := fields(l); len(f) > 3 && f[0] == fmt.Sprint(r) {
+				line = l
+			}
+		}
+		if f := fields(line); len(f) < 4 || f[3] != st {
+			t.Fatalf("rank %d: %q, want state %s\n%s", r, line, st, v)
+		}
+	}
+	if !strings.Contains(v, "3 ranks: 1 live, 1 stale, 1 exited") {
+		t.Fatalf("title: %s", lineWith(t, v, "ddtop"))
+	}
+}
+
+func TestPause(t *testing.T) {
+	fx, m := threeRanks(t)
+	press(m, "p")
+	if !m.paused || !strings.Contains(lineWith(t, m.View(), "ddtop"), "PAUSED") {
+		t.Fatal("p: not paused")
+	}
+	before := m.Frame()
+	// A refresh that lands while paused is dropped and stops the chain.
+	fx.record(0, "x", 0, 5)
+	fx.clk.advance(time.Second)
+	f, err := m.src.poll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, cmd := m.Update(frameMsg{f: f, gen: m.gen}); m.Frame() != before || cmd == nil {
+		t.Fatal("frame applied while paused")
+	}
+	if _, cmd := m.Update(tickMsg{gen: m.gen}); cmd != nil {
+		t.Fatal("tick while paused polls")
+	}
+	// Resume: a poll command comes back, and its frame is shown.
+	_, cmd := m.Update(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune("p")})
+	if m.paused || cmd == nil {
+		t.Fatal("p again: not resumed")
+	}
+	m.Update(cmd())
+	if m.Frame() == before || strings.Contains(m.View(), "PAUSED") {
+		t.Fatal("resume did not refresh")
+	}
+	// A frame from the old chain is ignored.
+	if _, cmd := m.Update(frameMsg{f: before, gen: m.gen - 1}); cmd != nil || m.Frame() == before {
+		t.Fatal("stale chain frame applied")
+	}
+}
+
+// Every view, at every size, fits: no line wider than the terminal and no
+// more lines than its height.
+func TestFitsTerminal(t *testing.T) {
+	_, m := threeRanks(t)
+	check := func(name string, w, h int) {
+		t.Helper()
+		m.Update(tea.WindowSizeMsg{Width: w, Height: h})
+		v := m.View()
+		lines := strings.Split(v, "\n")
+		if len(lines) > h {
+			t.Fatalf("%s at %dx%d: %d lines", name, w, h, len(lines))
+		}
+		for i, l := range lines {
+			if n := ansi.StringWidth(l); n > w {
+				t.Fatalf("%s at %dx%d: line %d is %d wide: %q", name, w, h, i, n, l)
+			}
+		}
+	}
+	for _, sz := range [][2]int{{80, 24}, {100, 30}, {60, 15}, {200, 60}, {40, 10}} {
+		w, h := sz[0], sz[1]
+		press(m, "1")
+		check("ranks", w, h)
+		press(m, "?")
+		check("ranks+help", w, h)
+		press(m, "?", "/", "a")
+		check("ranks+filter", w, h)
+		press(m, "esc", "esc", "2")
+		check("variables", w, h)
+		press(m, "enter")
+		check("variable by rank", w, h)
+		press(m, "enter")
+		check("detail", w, h)
+		press(m, "j", "j", "j")
+		check("detail scrolled", w, h)
+		press(m, "esc", "esc")
+	}
+	// At 80x24 the ranks view keeps rank, host, state, rates and the bar.
+	m.Update(tea.WindowSizeMsg{Width: 80, Height: 24})
+	press(m, "1")
+	hdr := lineWith(t, m.View(), "RANK")
+	for _, c := range []string{"RANK", "HOST", "STATE", "CALL/S", "ROW/S", "MB/S", "µS/ROW", "P99", "ERR", "PHASES"} {
+		if !strings.Contains(hdr, c) {
+			t.Fatalf("80 wide header lacks %s: %q", c, hdr)
+		}
+	}
+}
+
+func TestOptionsValidate(t *testing.T) {
+	if _, err := New(Options{Interval: time.Millisecond}); err == nil {
+		t.Fatal("1ms interval accepted")
+	}
+	if _, err := New(Options{History: -1}); err == nil {
+		t.Fatal("negative history accepted")
+	}
+}
+
+// The filter is a bubbles textinput: typing, backspace, ctrl+u, alt+key
+// ignored, and a long text scrolled to fit the width.
+func TestFilterInput(t *testing.T) {
+	_, m := threeRanks(t)
+	press(m, "/", "h", "o", "s", "t", "backspace")
+	m.Update(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune("x"), Alt: true})
+	if m.filter.Value() != "hos" || !strings.Contains(m.View(), "/hos") {
+		t.Fatalf("value %q view:\n%s", m.filter.Value(), m.View())
+	}
+	m.Update(tea.KeyMsg{Type: tea.KeyCtrlU})
+	if m.filter.Value() != "" || len(m.ranks.shown) != 3 {
+		t.Fatalf("ctrl+u: %q, %d rows", m.filter.Value(), len(m.ranks.shown))
+	}
+	m.Update(tea.WindowSizeMsg{Width: 20, Height: 10})
+	long := "abcdefghijklmnopqrstuvwxyz0123"
+	for _, r := range long {
+		m.Update(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune{r}})
+	}
+	var line string
+	for _, l := range strings.Split(m.View(), "\n") {
+		if strings.HasPrefix(l, "/") {
+			line = l
+		}
+	}
+	if ansi.StringWidth(line) > 20 || !strings.Contains(line, "0123") || m.filter.Value() != long {
+		t.Fatalf("narrow filter line %q (value %q)", line, m.filter.Value())
+	}
+	press(m, "enter")
+	if m.filter.Focused() || m.filter.Value() != long {
+		t.Fatal("enter: still focused or text lost")
+	}
+}
