@@ -1,0 +1,234 @@
+package bootstrap
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"time"
+)
+
+// Exchanger runs small collectives among all ranks of a job. Every rank must
+// call the same collectives with the same tags in the same order. An
+// Exchanger is not safe for concurrent use. After a failed collective the
+// Exchanger is broken: later calls return an ErrClosed error that wraps the
+// first failure.
+type Exchanger interface {
+	Rank() int
+	Size() int
+	// AllGather returns every rank's blob in rank order (result[Rank()] is a
+	// copy of mine). timeout ≤ 0 means Options.Timeout.
+	AllGather(tag string, mine []byte, timeout time.Duration) ([][]byte, error)
+	// Barrier returns once every rank has entered it.
+	Barrier(tag string, timeout time.Duration) error
+	Close() error
+}
+
+// JobNamer is implemented by exchangers that learn the job id from the
+// launcher (the PMI exchanger reports its KVS name).
+type JobNamer interface{ Job() string }
+
+// JobOf returns x's launcher job id when it knows one, else fallback.
+func JobOf(x Exchanger, fallback string) string {
+	if j, ok := x.(JobNamer); ok && j.Job() != "" {
+		return j.Job()
+	}
+	return fallback
+}
+
+// Options configures Connect. The zero value is valid: auto method, the
+// launcher's environment, 60s timeout.
+type Options struct {
+	// Method: "auto" (default when ""), "pmi", "tcp", "dir" or "single".
+	// auto: pmi if PMI_FD is set (and PMI_JOBID is not: that is Slurm's
+	// PMI-2); else tcp if Addr, DDSTORE_BOOTSTRAP_ADDR or
+	// MASTER_ADDR/MASTER_PORT is set; else dir if Dir or
+	// DDSTORE_BOOTSTRAP_DIR is set; else single when the world has one rank;
+	// else an error saying what to set.
+	Method string
+	// Addr is the tcp rendezvous "host:port" where rank 0 listens and the
+	// others connect. Default DDSTORE_BOOTSTRAP_ADDR, else MASTER_ADDR:MASTER_PORT
+	// (under torchrun MASTER_PORT is taken by torch's own store on the
+	// master node: set DDSTORE_BOOTSTRAP_ADDR there).
+	Addr string
+	// Dir is the shared directory of the dir method. Default DDSTORE_BOOTSTRAP_DIR.
+	Dir string
+	// Token must be equal on all ranks; peers with another token are refused.
+	// Default DDSTORE_JOB_TOKEN, else the job id.
+	Token string
+	// Timeout bounds Connect and is the default of every collective. Default 60s.
+	Timeout time.Duration
+	// Env is the launcher's view of this process. Zero (World == 0) means
+	// DetectEnv().
+	Env Env
+}
+
+// DefaultTimeout is Options.Timeout when zero.
+const DefaultTimeout = 60 * time.Second
+
+// Validate checks the fields that do not depend on the environment.
+func (o Options) Validate() error {
+	switch o.Method {
+	case "", "auto", "pmi", "tcp", "dir", "single":
+	default:
+		return optErr("Method %q: want auto, pmi, tcp, dir or single", o.Method)
+	}
+	if o.Timeout < 0 {
+		return optErr("Timeout %v is negative", o.Timeout)
+	}
+	if o.Env.World != 0 {
+		if err := o.Env.Validate(); err != nil {
+			return err
+		}
+	}
+	if strings.ContainsAny(o.Token, "\n\x00") {
+		return optErr("Token contains a newline or NUL")
+	}
+	return nil
+}
+
+func optErr(format string, args ...any) error {
+	return &Error{Method: "options", Kind: ErrEnv, Detail: fmt.Sprintf(format, args...)}
+}
+
+// resolved is Options with every default filled in.
+type resolved struct {
+	Options
+	method string
+}
+
+func (o Options) resolve() (resolved, error) {
+	if err := o.Validate(); err != nil {
+		return resolved{}, err
+	}
+	if o.Env.World == 0 {
+		e, err := DetectEnv()
+		if err != nil {
+			return resolved{}, err
+		}
+		o.Env = e
+	}
+	if o.Timeout == 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.Token == "" {
+		o.Token = os.Getenv("DDSTORE_JOB_TOKEN")
+	}
+	if o.Token == "" {
+		o.Token = o.Env.Job
+	}
+	if o.Dir == "" {
+		o.Dir = os.Getenv("DDSTORE_BOOTSTRAP_DIR")
+	}
+	addrErr := error(nil)
+	if o.Addr == "" {
+		o.Addr = os.Getenv("DDSTORE_BOOTSTRAP_ADDR")
+	}
+	if o.Addr == "" {
+		host, port := os.Getenv("MASTER_ADDR"), os.Getenv("MASTER_PORT")
+		switch {
+		case host != "" && port != "":
+			o.Addr = joinHostPort(host, port)
+		case host != "":
+			addrErr = optErr("MASTER_ADDR=%q is set but MASTER_PORT is not", host)
+		case port != "":
+			addrErr = optErr("MASTER_PORT=%q is set but MASTER_ADDR is not", port)
+		}
+	}
+	m := o.Method
+	if m == "" || m == "auto" {
+		// Slurm's PMI-2 plugin also sets PMI_FD (and PMI_JOBID, which Hydra
+		// does not): its wire protocol is not PMI-1, so it is not used.
+		_, hasPMI := os.LookupEnv("PMI_FD")
+		if _, pmi2 := os.LookupEnv("PMI_JOBID"); pmi2 {
+			hasPMI = false
+		}
+		switch {
+		case hasPMI:
+			m = "pmi"
+		case o.Addr != "" || addrErr != nil:
+			m = "tcp"
+		case o.Dir != "":
+			m = "dir"
+		case o.Env.World == 1:
+			m = "single"
+		default:
+			return resolved{}, optErr("%d ranks (%s) but no way to exchange: set MASTER_ADDR and MASTER_PORT "+
+				"(or DDSTORE_BOOTSTRAP_ADDR, Options.Addr) for tcp, DDSTORE_BOOTSTRAP_DIR (or Options.Dir) to a shared directory, "+
+				"or launch with MPICH mpiexec (PMI_FD)", o.Env.World, o.Env.Launcher)
+		}
+	}
+	switch m {
+	case "tcp":
+		if addrErr != nil {
+			return resolved{}, addrErr
+		}
+		if o.Addr == "" {
+			return resolved{}, optErr("tcp method needs Options.Addr or MASTER_ADDR and MASTER_PORT")
+		}
+	case "dir":
+		if o.Dir == "" {
+			return resolved{}, optErr("dir method needs Options.Dir or DDSTORE_BOOTSTRAP_DIR")
+		}
+	case "pmi":
+		if _, ok := os.LookupEnv("PMI_FD"); !ok {
+			return resolved{}, optErr("pmi method needs PMI_FD (start the job with MPICH's mpiexec)")
+		}
+	case "single":
+		if o.Env.World != 1 {
+			return resolved{}, optErr("single method with a world of %d ranks", o.Env.World)
+		}
+	}
+	return resolved{Options: o, method: m}, nil
+}
+
+func joinHostPort(host, port string) string {
+	if strings.Contains(host, ":") && !strings.HasPrefix(host, "[") {
+		return "[" + host + "]:" + port
+	}
+	return host + ":" + port
+}
+
+// Connect joins the job's exchange. It returns once every rank has joined
+// (tcp, dir, pmi all end with a collective that checks tokens and world
+// size), or an error naming the ranks that did not arrive within
+// Options.Timeout.
+func Connect(o Options) (Exchanger, error) {
+	r, err := o.resolve()
+	if err != nil {
+		return nil, err
+	}
+	if r.Env.World == 1 && (r.method == "tcp" || r.method == "dir") {
+		r.method = "single"
+	}
+	switch r.method {
+	case "single":
+		return &single{}, nil
+	case "tcp":
+		return connectTCP(r)
+	case "dir":
+		return connectDir(r)
+	default:
+		return connectPMI(r)
+	}
+}
+
+// single is the exchanger of a one-rank job.
+type single struct{ closed bool }
+
+func (s *single) Rank() int { return 0 }
+func (s *single) Size() int { return 1 }
+func (s *single) AllGather(tag string, mine []byte, _ time.Duration) ([][]byte, error) {
+	if s.closed {
+		return nil, &Error{Method: "single", Op: fmt.Sprintf("allgather %q", tag), Kind: ErrClosed}
+	}
+	if len(mine) > MaxMessage {
+		return nil, &Error{Method: "single", Op: fmt.Sprintf("allgather %q", tag), Kind: ErrTooLarge,
+			Detail: fmt.Sprintf("blob of %d bytes exceeds %d", len(mine), MaxMessage)}
+	}
+	return [][]byte{append([]byte(nil), mine...)}, nil
+}
+func (s *single) Barrier(tag string, t time.Duration) error {
+	_, err := s.AllGather(tag, nil, t)
+	return err
+}
+func (s *single) Close() error { s.closed = true; return nil }

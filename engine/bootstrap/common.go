@@ -1,0 +1,96 @@
+package bootstrap
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// collective is the bookkeeping shared by the exchangers: sequence numbers,
+// default timeout, and the "broken after the first failure" rule.
+type collective struct {
+	method  string
+	rank    int
+	world   int
+	timeout time.Duration
+	seq     uint64 // number of the collective in progress (connect is 0)
+	broken  error
+	closed  bool
+}
+
+func (c *collective) Rank() int { return c.rank }
+func (c *collective) Size() int { return c.world }
+
+// begin starts collective number c.seq+1 and returns its op name and deadline.
+func (c *collective) begin(kind, tag string, mine []byte, timeout time.Duration) (string, time.Time, error) {
+	op := fmt.Sprintf("%s %q", kind, tag)
+	if c.closed {
+		return op, time.Time{}, &Error{Method: c.method, Op: op, Kind: ErrClosed, Detail: "exchanger closed"}
+	}
+	if c.broken != nil {
+		return op, time.Time{}, &Error{Method: c.method, Op: op, Kind: ErrClosed,
+			Detail: "exchanger broken by an earlier failure", Err: c.broken}
+	}
+	if len(mine) > MaxMessage {
+		return op, time.Time{}, &Error{Method: c.method, Op: op, Kind: ErrTooLarge,
+			Detail: fmt.Sprintf("blob of %d bytes exceeds the limit of %d", len(mine), MaxMessage)}
+	}
+	if timeout <= 0 {
+		timeout = c.timeout
+	}
+	c.seq++
+	return op, time.Now().Add(timeout), nil
+}
+
+// fail marks the exchanger broken by err (if err is not nil) and returns err.
+func (c *collective) fail(err error) error {
+	if err != nil && c.broken == nil {
+		c.broken = err
+	}
+	return err
+}
+
+func (c *collective) errf(op string, kind error, ranks []int, format string, args ...any) *Error {
+	return &Error{Method: c.method, Op: op, Kind: kind, Ranks: ranks, Detail: fmt.Sprintf(format, args...)}
+}
+
+// mismatchDetail is the message of ErrMismatch for two ranks' collectives.
+func mismatchDetail(r int, rSeq uint64, rTag string, ref int, refSeq uint64, refTag string) string {
+	return fmt.Sprintf("collective mismatch: rank %d called %q (#%d), rank %d called %q (#%d)",
+		r, rTag, rSeq, ref, refTag, refSeq)
+}
+
+// kind codes for the wire.
+var kindCodes = []error{nil, ErrTimeout, ErrToken, ErrMismatch, ErrPeerLost, ErrClosed, ErrEnv, ErrTooLarge}
+
+func kindCode(err error) uint8 {
+	for i, k := range kindCodes[1:] {
+		if errors.Is(err, k) {
+			return uint8(i + 1)
+		}
+	}
+	return 0
+}
+
+func kindOf(code uint8) error {
+	if int(code) < len(kindCodes) && code > 0 {
+		return kindCodes[code]
+	}
+	return ErrPeerLost
+}
+
+// backoff sleeps d (bounded by the deadline) and returns the next delay,
+// doubling up to max.
+func backoff(d, max time.Duration, deadline time.Time) time.Duration {
+	if left := time.Until(deadline); left < d {
+		d = left
+	}
+	if d > 0 {
+		time.Sleep(d)
+	}
+	d *= 2
+	if d > max {
+		d = max
+	}
+	return d
+}

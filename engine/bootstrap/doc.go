@@ -1,0 +1,29 @@
+// Package bootstrap owns how the ranks of one ddstore job find each other:
+// which launcher started the process (DetectEnv: Slurm srun, MPICH Hydra
+// mpiexec, Open MPI mpirun, torchrun-style RANK/WORLD_SIZE, or none), and a
+// small collective exchanger (Connect) that gathers one blob from every rank
+// in rank order. The engine uses it to exchange fabric addresses, memory keys
+// and shard sizes once per variable; it is not on any hot path.
+//
+// Three exchange methods exist, chosen by Options.Method:
+//
+//   - "pmi": the launcher's PMI-1 key-value store over PMI_FD (MPICH Hydra).
+//     PMI-1 cannot tell who is missing from a barrier, so a PMI timeout
+//     names no ranks.
+//   - "tcp": a rendezvous at rank 0 (Options.Addr, DDSTORE_BOOTSTRAP_ADDR or
+//     MASTER_ADDR:MASTER_PORT); rank 0 is a hub, every collective is one
+//     round trip through it, and rank 0 tells the others who is missing.
+//   - "dir": files in a directory every rank can see (Options.Dir or
+//     DDSTORE_BOOTSTRAP_DIR), for example on $SCRATCH. The job id names the
+//     job's subdirectory, so it must be unique per run (Slurm's and ddrun's
+//     are; a crashed run's leftovers are refused only if its token differs).
+//
+// "auto" picks pmi when PMI_FD is set, else tcp when an address is known,
+// else dir when a directory is known, else the trivial exchanger of a single
+// rank job. Every wait has a deadline; a timeout names the ranks that never
+// arrived (errors.Is(err, ErrTimeout), RanksOf(err)); a job token
+// (Options.Token or DDSTORE_JOB_TOKEN) keeps two jobs that
+// share an address or a directory apart; every collective carries a sequence
+// number and its tag, so ranks that call collectives in a different order get
+// ErrMismatch instead of each other's data.
+package bootstrap

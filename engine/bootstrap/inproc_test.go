@@ -1,0 +1,263 @@
+package bootstrap
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// clearLauncherEnv unsets every variable Connect's defaults read.
+func clearLauncherEnv(t *testing.T) {
+	for _, k := range []string{"PMI_FD", "MASTER_ADDR", "MASTER_PORT", "DDSTORE_BOOTSTRAP_DIR", "DDSTORE_JOB_TOKEN", "DDSTORE_BOOTSTRAP_ADDR", "PMI_JOBID"} {
+		t.Setenv(k, "")
+		os.Unsetenv(k)
+	}
+}
+
+// connectAll connects world ranks in this process (one goroutine each).
+func connectAll(t *testing.T, o Options, world int) []Exchanger {
+	t.Helper()
+	xs := make([]Exchanger, world)
+	errs := make([]error, world)
+	var wg sync.WaitGroup
+	for r := range world {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			oo := o
+			oo.Env = Env{Rank: r, World: world, Launcher: "test", Job: "inproc"}
+			xs[r], errs[r] = Connect(oo)
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	return xs
+}
+
+// gatherAll runs one AllGather on every exchanger concurrently.
+func gatherAll(xs []Exchanger, tag string, blob func(r int) []byte) ([][][]byte, []error) {
+	res := make([][][]byte, len(xs))
+	errs := make([]error, len(xs))
+	var wg sync.WaitGroup
+	for r, x := range xs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res[r], errs[r] = x.AllGather(tag, blob(r), 3*time.Second)
+		}()
+	}
+	wg.Wait()
+	return res, errs
+}
+
+func TestTCPStrayClients(t *testing.T) {
+	clearLauncherEnv(t)
+	addr := "127.0.0.1:" + freePort(t)
+	strays := make(chan error, 2)
+	go func() {
+		// A port scanner or an HTTP client, and one announcing a 1 GiB frame:
+		// rank 0 must refuse both without allocating and go on.
+		for _, junk := range []string{"GET / HTTP/1.1\r\nHost: x\r\n\r\n", "\xff\xff\xff\x3f\x01"} {
+			var c net.Conn
+			var err error
+			for range 100 {
+				if c, err = net.Dial("tcp", addr); err == nil {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if err == nil {
+				c.Write([]byte(junk))
+				c.SetReadDeadline(time.Now().Add(5 * time.Second))
+				_, err = c.Read(make([]byte, 10))
+				c.Close()
+			}
+			strays <- err
+		}
+	}()
+	xs := connectAll(t, Options{Method: "tcp", Addr: addr, Token: "t", Timeout: 10 * time.Second}, 3)
+	defer func() {
+		for _, x := range xs {
+			x.Close()
+		}
+	}()
+	for range 2 {
+		if err := <-strays; err == nil {
+			t.Error("a stray client got an answer from rank 0")
+		}
+	}
+	blob := func(r int) []byte { return bytes.Repeat([]byte{byte(r + 1)}, 1000*r) }
+	res, errs := gatherAll(xs, "after-strays", blob)
+	for r := range xs {
+		if errs[r] != nil {
+			t.Fatalf("rank %d: %v", r, errs[r])
+		}
+		for p, b := range res[r] {
+			if !bytes.Equal(b, blob(p)) {
+				t.Fatalf("rank %d got a wrong blob of rank %d", r, p)
+			}
+		}
+	}
+}
+
+func TestTCPBrokenAfterFailure(t *testing.T) {
+	clearLauncherEnv(t)
+	xs := connectAll(t, Options{Method: "tcp", Addr: "127.0.0.1:" + freePort(t), Token: "t", Timeout: 5 * time.Second}, 2)
+	defer xs[0].Close()
+	xs[1].Close() // leaves: the next collective of rank 0 names it
+	_, err := xs[0].AllGather("a", []byte("x"), time.Second)
+	if !errors.Is(err, ErrPeerLost) || len(RanksOf(err)) != 1 || RanksOf(err)[0] != 1 ||
+		!strings.Contains(err.Error(), "rank 1 closed its exchanger") {
+		t.Fatalf("err = %v", err)
+	}
+	err = xs[0].Barrier("b", time.Second)
+	if !errors.Is(err, ErrClosed) || !errors.Is(err, ErrPeerLost) {
+		t.Fatalf("after a failure: %v, want ErrClosed wrapping ErrPeerLost", err)
+	}
+	if _, err := xs[1].AllGather("c", nil, time.Second); !errors.Is(err, ErrClosed) {
+		t.Fatalf("closed exchanger: %v", err)
+	}
+}
+
+func TestTCPRootGone(t *testing.T) {
+	clearLauncherEnv(t)
+	xs := connectAll(t, Options{Method: "tcp", Addr: "127.0.0.1:" + freePort(t), Token: "t", Timeout: 5 * time.Second}, 2)
+	xs[0].Close()
+	_, err := xs[1].AllGather("a", []byte("x"), time.Second)
+	if !errors.Is(err, ErrPeerLost) || RanksOf(err)[0] != 0 {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestSingle(t *testing.T) {
+	clearLauncherEnv(t)
+	x, err := Connect(Options{Env: Env{Rank: 0, World: 1, Job: "one"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine := []byte("abc")
+	all, err := x.AllGather("t", mine, 0)
+	if err != nil || len(all) != 1 || string(all[0]) != "abc" || &all[0][0] == &mine[0] {
+		t.Fatalf("%q %v", all, err)
+	}
+	x.Close()
+	if err := x.Barrier("b", 0); !errors.Is(err, ErrClosed) {
+		t.Fatal(err)
+	}
+}
+
+func TestConnectNoMethod(t *testing.T) {
+	clearLauncherEnv(t)
+	_, err := Connect(Options{Env: Env{Rank: 0, World: 2, Launcher: "slurm", Job: "j"}})
+	if !errors.Is(err, ErrEnv) || !strings.Contains(err.Error(), "MASTER_ADDR") || !strings.Contains(err.Error(), "DDSTORE_BOOTSTRAP_DIR") {
+		t.Fatalf("err = %v", err)
+	}
+	t.Setenv("MASTER_ADDR", "127.0.0.1")
+	_, err = Connect(Options{Env: Env{Rank: 0, World: 2, Job: "j"}})
+	if !errors.Is(err, ErrEnv) || !strings.Contains(err.Error(), "MASTER_PORT") {
+		t.Fatalf("err = %v", err)
+	}
+	_, err = Connect(Options{Method: "pmi", Env: Env{Rank: 0, World: 2, Job: "j"}})
+	if !errors.Is(err, ErrEnv) || !strings.Contains(err.Error(), "PMI_FD") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestTCPPortInUse(t *testing.T) {
+	clearLauncherEnv(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	t.Setenv("DDSTORE_BOOTSTRAP_ADDR", l.Addr().String())
+	_, err = Connect(Options{Env: Env{Rank: 0, World: 2, Job: "j"}, Timeout: time.Second})
+	if !errors.Is(err, ErrEnv) || !strings.Contains(err.Error(), "cannot listen on "+l.Addr().String()) {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestFrameLimit(t *testing.T) {
+	_, _, err := readFrameMax(strings.NewReader("\x01\x00\x01\x00rest"), maxHandshake)
+	if !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("err = %v", err)
+	}
+	typ, d, err := readFrame(bytes.NewReader(hello{rank: 3, world: 4, token: "tok", job: "j"}.frame()))
+	if err != nil || typ != fHello {
+		t.Fatal(typ, err)
+	}
+	h, err := parseHello(d)
+	if err != nil || h.rank != 3 || h.world != 4 || h.token != "tok" || h.job != "j" {
+		t.Fatalf("%+v %v", h, err)
+	}
+	// Truncated bodies are errors, never panics.
+	f := hello{rank: 1, world: 2, token: "x"}.frame()
+	for n := 5; n < len(f); n++ {
+		if _, err := parseHello(&dec{b: f[5:n]}); err == nil {
+			t.Fatalf("truncated at %d: no error", n)
+		}
+	}
+}
+
+func TestDirRecordCorrupt(t *testing.T) {
+	x := &dirEx{collective: collective{rank: 1, world: 2, seq: 4}, token: "t"}
+	b := x.encode("tag", []byte("blob"))
+	rec, err := decodeDirFile(b)
+	if err != nil || rec.seq != 4 || rec.tag != "tag" || string(rec.blob) != "blob" || rec.rank != 1 || rec.world != 2 {
+		t.Fatalf("%+v %v", rec, err)
+	}
+	b[len(b)-6] ^= 1
+	if _, err := decodeDirFile(b); err == nil {
+		t.Fatal("corrupt file accepted")
+	}
+}
+
+// A rank that is connected but never calls the collective: rank 0 names it
+// at its deadline, the others hear it from rank 0.
+func TestTCPAllGatherTimeout(t *testing.T) {
+	clearLauncherEnv(t)
+	xs := connectAll(t, Options{Method: "tcp", Addr: "127.0.0.1:" + freePort(t), Token: "t", Timeout: 5 * time.Second}, 3)
+	defer func() {
+		for _, x := range xs {
+			x.Close()
+		}
+	}()
+	start := time.Now()
+	_, errs := gatherAll(xs[:2], "step", func(r int) []byte { return []byte{byte(r)} }) // 3s timeout; rank 2 absent
+	if d := time.Since(start); d < 3*time.Second || d > 10*time.Second {
+		t.Errorf("took %v with a 3s timeout", d)
+	}
+	for r, want := range []string{"rank 2 did not arrive within 3s", "rank 0 reports: rank 2 did not arrive within 3s"} {
+		if err := errs[r]; !errors.Is(err, ErrTimeout) || fmt.Sprint(RanksOf(err)) != "[2]" || !strings.Contains(err.Error(), want) {
+			t.Errorf("rank %d: %v, want ErrTimeout naming rank 2 (%q)", r, err, want)
+		}
+	}
+	// The late rank finds the verdict waiting.
+	if _, err := xs[2].AllGather("step", nil, time.Second); !errors.Is(err, ErrTimeout) || fmt.Sprint(RanksOf(err)) != "[2]" {
+		t.Errorf("late rank 2: %v", err)
+	}
+}
+
+func TestDirBadJob(t *testing.T) {
+	clearLauncherEnv(t)
+	dir := t.TempDir()
+	for _, job := range []string{"", "..", "a/b"} {
+		_, err := Connect(Options{Method: "dir", Dir: dir, Env: Env{Rank: 0, World: 2, Job: job}, Timeout: time.Second})
+		if !errors.Is(err, ErrEnv) || !strings.Contains(err.Error(), "DDSTORE_JOB") {
+			t.Errorf("job %q: %v", job, err)
+		}
+	}
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,243 @@
+package bootstrap
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The multi-rank tests re-execute the test binary: with BSTEST_ROLE set,
+// TestMain runs one rank of a scenario and prints one "RESULT {json}" line.
+
+type rankResult struct {
+	Rank  int    `json:"rank"`
+	OK    bool   `json:"ok"`
+	Err   string `json:"err,omitempty"`
+	Kind  string `json:"kind,omitempty"`
+	Ranks []int  `json:"ranks,omitempty"`
+	Job   string `json:"job,omitempty"`
+	Token bool   `json:"token,omitempty"` // errors.Is(err, ErrToken)
+}
+
+func TestMain(m *testing.M) {
+	if role := os.Getenv("BSTEST_ROLE"); role != "" {
+		os.Exit(runRole(role))
+	}
+	os.Exit(m.Run())
+}
+
+// blobFor is rank r's blob of round k: its length and bytes derive from both.
+func blobFor(r, k int) []byte {
+	n := 3 + 97*r + 13*k
+	if r == 2 {
+		n += 5000 // several PMI chunks
+	}
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(r*31 + k*7 + i)
+	}
+	return b
+}
+
+func kindName(err error) string {
+	for _, k := range []error{ErrTimeout, ErrToken, ErrMismatch, ErrPeerLost, ErrClosed, ErrEnv, ErrTooLarge} {
+		if errors.Is(err, k) {
+			return strings.TrimPrefix(k.Error(), "bootstrap: ")
+		}
+	}
+	return "other"
+}
+
+func runRole(role string) int {
+	env, err := DetectEnv()
+	res := rankResult{Rank: env.Rank}
+	report := func(err error) int {
+		if err != nil {
+			res.Err, res.Kind, res.Ranks, res.Token = err.Error(), kindName(err), RanksOf(err), errors.Is(err, ErrToken)
+		} else {
+			res.OK = true
+		}
+		b, _ := json.Marshal(res)
+		fmt.Printf("RESULT %s\n", b)
+		return 0
+	}
+	if err != nil {
+		return report(err)
+	}
+	timeout, _ := time.ParseDuration(os.Getenv("BSTEST_TIMEOUT"))
+	if v, err := strconv.Atoi(os.Getenv("BSTEST_PMI_DIRECT")); err == nil {
+		pmiDirectMax = v
+	}
+	if role == "late" && env.Rank == env.World-1 {
+		time.Sleep(2 * timeout)
+	}
+	x, err := Connect(Options{Method: os.Getenv("BSTEST_METHOD"), Timeout: timeout})
+	if err != nil {
+		return report(err)
+	}
+	defer x.Close()
+	res.Job = JobOf(x, env.Job)
+	if x.Rank() != env.Rank || x.Size() != env.World {
+		return report(fmt.Errorf("exchanger says rank %d/%d, env %d/%d", x.Rank(), x.Size(), env.Rank, env.World))
+	}
+	switch role {
+	case "gather", "late":
+		for k := range 3 {
+			all, err := x.AllGather(fmt.Sprintf("round-%d", k), blobFor(env.Rank, k), 0)
+			if err != nil {
+				return report(err)
+			}
+			if len(all) != env.World {
+				return report(fmt.Errorf("round %d: %d blobs", k, len(all)))
+			}
+			for r, b := range all {
+				if !bytes.Equal(b, blobFor(r, k)) {
+					return report(fmt.Errorf("round %d: blob of rank %d has %d bytes, wrong content", k, r, len(b)))
+				}
+			}
+		}
+		if err := x.Barrier("end", 0); err != nil {
+			return report(err)
+		}
+		return report(x.Close())
+	case "mismatch":
+		tag := "fabric-addr"
+		if env.Rank == 1 {
+			tag = "shard-sizes"
+		}
+		_, err := x.AllGather(tag, blobFor(env.Rank, 0), 0)
+		if err == nil {
+			err = errors.New("mismatched collective succeeded")
+		}
+		return report(err)
+	case "die":
+		if _, err := x.AllGather("first", blobFor(env.Rank, 0), 0); err != nil {
+			return report(err)
+		}
+		if env.Rank == 2 {
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		}
+		_, err := x.AllGather("second", blobFor(env.Rank, 1), 0)
+		if err == nil {
+			err = errors.New("allgather with a dead rank succeeded")
+		}
+		return report(err)
+	}
+	return report(fmt.Errorf("unknown role %q", role))
+}
+
+type spawnSpec struct {
+	role    string
+	method  string
+	world   int
+	ranks   []int // ranks to start (default all)
+	timeout time.Duration
+	env     func(rank int) []string // extra per-rank env
+}
+
+// spawn starts the ranks of a scenario and returns each started rank's result.
+func spawn(t *testing.T, s spawnSpec) map[int]rankResult {
+	t.Helper()
+	if s.ranks == nil {
+		for r := range s.world {
+			s.ranks = append(s.ranks, r)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	type out struct {
+		rank int
+		b    []byte
+		err  error
+	}
+	outs := make(chan out, len(s.ranks))
+	for i, r := range s.ranks {
+		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+		cmd.Env = append(cleanEnv(),
+			"BSTEST_ROLE="+s.role, "BSTEST_METHOD="+s.method, "BSTEST_TIMEOUT="+s.timeout.String(),
+			"RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(s.world))
+		if s.env != nil {
+			cmd.Env = append(cmd.Env, s.env(i)...)
+		}
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		go func() {
+			b, err := cmd.Output()
+			if err != nil {
+				err = fmt.Errorf("%v: %s", err, stderr.String())
+			}
+			outs <- out{r, b, err}
+		}()
+	}
+	res := map[int]rankResult{}
+	for range s.ranks {
+		o := <-outs
+		rr, ok := parseResult(o.b)
+		if !ok && s.role == "die" && o.rank == 2 {
+			continue
+		}
+		if !ok {
+			t.Fatalf("rank %d printed no result (err %v): %q", o.rank, o.err, o.b)
+		}
+		t.Logf("rank %d: ok=%v %s", o.rank, rr.OK, rr.Err)
+		res[o.rank] = rr
+	}
+	return res
+}
+
+func parseResult(b []byte) (rankResult, bool) {
+	for _, line := range strings.Split(string(b), "\n") {
+		if j, ok := strings.CutPrefix(line, "RESULT "); ok {
+			var rr rankResult
+			if json.Unmarshal([]byte(j), &rr) == nil {
+				return rr, true
+			}
+		}
+	}
+	return rankResult{}, false
+}
+
+// cleanEnv is the environment without any launcher variables of the host.
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "SLURM_") || strings.HasPrefix(k, "PMI_") || strings.HasPrefix(k, "OMPI_") ||
+			strings.HasPrefix(k, "DDSTORE_") || strings.HasPrefix(k, "MASTER_") || strings.HasPrefix(k, "TORCHELASTIC_") ||
+			k == "RANK" || k == "WORLD_SIZE" || k == "LOCAL_RANK" || k == "LOCAL_WORLD_SIZE" {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
+}
+
+func wantAllOK(t *testing.T, res map[int]rankResult) {
+	t.Helper()
+	for r, rr := range res {
+		if !rr.OK {
+			t.Errorf("rank %d: %s", r, rr.Err)
+		}
+	}
+}
+
+func wantKind(t *testing.T, res map[int]rankResult, rank int, kind string, ranks []int, msg string) {
+	t.Helper()
+	rr, ok := res[rank]
+	if !ok {
+		t.Fatalf("rank %d: no result", rank)
+	}
+	if rr.OK || rr.Kind != kind || fmt.Sprint(rr.Ranks) != fmt.Sprint(ranks) || !strings.Contains(rr.Err, msg) {
+		t.Errorf("rank %d: got ok=%v kind=%q ranks=%v err=%q\nwant kind %q ranks %v containing %q",
+			rank, rr.OK, rr.Kind, rr.Ranks, rr.Err, kind, ranks, msg)
+	}
+}

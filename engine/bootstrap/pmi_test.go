@@ -1,0 +1,93 @@
+package bootstrap
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// runMPIExec runs n ranks of a scenario under MPICH's real Hydra mpiexec.
+func runMPIExec(t *testing.T, n int, role string, timeout time.Duration, need int, env ...string) map[int]rankResult {
+	t.Helper()
+	mpiexec, err := exec.LookPath("mpiexec")
+	if err != nil {
+		t.Skip("mpiexec not found: install MPICH (Debian package mpich) to test the PMI method")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, mpiexec, "-n", strconv.Itoa(n), os.Args[0], "-test.run=^$")
+	cmd.Env = append(cleanEnv(), "BSTEST_ROLE="+role, "BSTEST_METHOD=auto", "BSTEST_TIMEOUT="+timeout.String())
+	cmd.Env = append(cmd.Env, env...)
+	out, err := cmd.CombinedOutput()
+	res := map[int]rankResult{}
+	for _, line := range strings.Split(string(out), "\n") {
+		if j, ok := strings.CutPrefix(line, "RESULT "); ok {
+			var rr rankResult
+			if json.Unmarshal([]byte(j), &rr) == nil {
+				t.Logf("rank %d: ok=%v job=%s %s", rr.Rank, rr.OK, rr.Job, rr.Err)
+				res[rr.Rank] = rr
+			}
+		}
+	}
+	if len(res) < need {
+		t.Fatalf("mpiexec: %v; %d of %d results; output:\n%s", err, len(res), need, out)
+	}
+	return res
+}
+
+func TestPMIAllGather(t *testing.T) {
+	res := runMPIExec(t, 4, "gather", 10*time.Second, 4)
+	wantAllOK(t, res)
+	job := res[0].Job
+	if !strings.HasPrefix(job, "pmi-kvs_") {
+		t.Errorf("job %q is not from the PMI kvsname", job)
+	}
+	for r, rr := range res {
+		if rr.Job != job {
+			t.Errorf("rank %d job %q, rank 0 %q", r, rr.Job, job)
+		}
+	}
+}
+
+func TestPMIMismatch(t *testing.T) {
+	res := runMPIExec(t, 3, "mismatch", 5*time.Second, 3)
+	wantKind(t, res, 0, "collective mismatch", []int{1}, `rank 1 called "shard-sizes" (#1), rank 0 called "fabric-addr" (#1)`)
+	wantKind(t, res, 1, "collective mismatch", []int{0}, `rank 0 called "fabric-addr" (#1), rank 1 called "shard-sizes" (#1)`)
+}
+
+// PMI-1 cannot say who is missing from a barrier: the timeout names no
+// ranks but must still come, on time, as ErrTimeout. The first rank that
+// drops its PMI socket without finalize makes Hydra kill all the others, so
+// only one report is certain.
+func TestPMITimeout(t *testing.T) {
+	start := time.Now()
+	res := runMPIExec(t, 3, "late", time.Second, 1)
+	for r := range res {
+		if r == 2 {
+			t.Errorf("late rank 2 reported %+v", res[r])
+			continue
+		}
+		wantKind(t, res, r, "timeout", nil, "PMI server did not answer in time")
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("took %v", d)
+	}
+}
+
+// Above pmiDirectMax ranks the gather goes through rank 0 (forced here).
+func TestPMIAllGatherViaRoot(t *testing.T) {
+	wantAllOK(t, runMPIExec(t, 4, "gather", 10*time.Second, 4, "BSTEST_PMI_DIRECT=1"))
+}
+
+func TestPMIMismatchViaRoot(t *testing.T) {
+	res := runMPIExec(t, 3, "mismatch", 5*time.Second, 3, "BSTEST_PMI_DIRECT=1")
+	msg := `collective mismatch: rank 1 called "shard-sizes" (#1), rank 0 called "fabric-addr" (#1)`
+	wantKind(t, res, 0, "collective mismatch", []int{1}, msg)
+	wantKind(t, res, 1, "collective mismatch", []int{1}, "rank 0 reports: "+msg)
+	wantKind(t, res, 2, "collective mismatch", []int{1}, "rank 0 reports: "+msg)
+}

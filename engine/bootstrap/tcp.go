@@ -1,0 +1,496 @@
+package bootstrap
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// tcpEx is the tcp method. Rank 0 listens and is the hub of every
+// collective; the other ranks hold one connection to it.
+type tcpEx struct {
+	collective
+	addr  string
+	token string
+	job   string
+
+	// non-root
+	conn net.Conn
+
+	// root
+	ln      net.Listener
+	done    chan struct{}
+	inbox   chan inFrame
+	arrived chan int
+	mu      sync.Mutex // guards the fields below (admission runs on handshake goroutines)
+	phase   int        // phaseJoining, phaseRunning, phaseOver
+	peers   []net.Conn // by rank; peers[0] is nil
+	notes   []string   // connections refused while joining
+	tokenNo bool       // a refusal was a token mismatch
+}
+
+const (
+	phaseJoining = iota
+	phaseRunning
+	phaseOver
+)
+
+type inFrame struct {
+	rank int
+	typ  byte
+	d    *dec
+	err  error
+}
+
+// grace is how much longer a non-root rank waits than its own deadline, so
+// that rank 0's verdict (which names the missing ranks) arrives first.
+func grace(timeout time.Duration) time.Duration { return time.Second + timeout/10 }
+
+func connectTCP(r resolved) (Exchanger, error) {
+	x := &tcpEx{
+		collective: collective{method: "tcp", rank: r.Env.Rank, world: r.Env.World, timeout: r.Timeout},
+		addr:       r.Addr, token: r.Token, job: r.Env.Job,
+	}
+	deadline := time.Now().Add(r.Timeout)
+	var err error
+	if x.rank == 0 {
+		err = x.serve(deadline)
+	} else {
+		err = x.join(deadline)
+	}
+	if err != nil {
+		x.Close()
+		return nil, err
+	}
+	return x, nil
+}
+
+// ---- root ----
+
+func (x *tcpEx) serve(deadline time.Time) error {
+	ln, err := net.Listen("tcp", x.addr)
+	if err != nil {
+		// MASTER_ADDR may name this node by an address it cannot bind
+		// (a NAT or a service name): fall back to every interface.
+		if _, port, perr := net.SplitHostPort(x.addr); perr == nil && !errors.Is(err, syscall.EADDRINUSE) {
+			ln, err = net.Listen("tcp", ":"+port)
+		}
+	}
+	if err != nil {
+		return &Error{Method: "tcp", Op: "connect", Kind: ErrEnv,
+			Detail: fmt.Sprintf("rank 0 cannot listen on %s (from Options.Addr, DDSTORE_BOOTSTRAP_ADDR or MASTER_ADDR:MASTER_PORT; "+
+				"under torchrun MASTER_PORT is torch's own: set DDSTORE_BOOTSTRAP_ADDR=host:otherport)", x.addr), Err: err}
+	}
+	x.ln = ln
+	x.done = make(chan struct{})
+	x.inbox = make(chan inFrame, 2*x.world)
+	x.arrived = make(chan int, x.world)
+	x.peers = make([]net.Conn, x.world)
+	go x.acceptLoop()
+
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	for n := 1; n < x.world; {
+		select {
+		case <-x.arrived:
+			n++
+		case <-timer.C:
+			x.mu.Lock()
+			x.phase = phaseOver
+			var missing []int
+			for r := 1; r < x.world; r++ {
+				if x.peers[r] == nil {
+					missing = append(missing, r)
+				}
+			}
+			detail := fmt.Sprintf("%s did not connect to %s within %v", rankList(missing), x.addr, x.timeout)
+			var cause error
+			if len(x.notes) > 0 {
+				cause = errors.New("refused: " + strings.Join(x.notes, "; "))
+				if x.tokenNo {
+					cause = fmt.Errorf("%w: %v", ErrToken, cause)
+				}
+			}
+			x.mu.Unlock()
+			e := &Error{Method: "tcp", Op: "connect", Kind: ErrTimeout, Ranks: missing, Detail: detail, Err: cause}
+			x.broadcast(verdictFrame(fAbort, ErrTimeout, missing, detail))
+			return e
+		}
+	}
+	x.mu.Lock()
+	x.phase = phaseRunning
+	x.mu.Unlock()
+	var lost []int
+	for r := 1; r < x.world; r++ {
+		if err := writeFrame(x.peers[r], newEnc(fReady).frame(), deadline.Add(grace(x.timeout))); err != nil {
+			lost = append(lost, r)
+		}
+	}
+	if lost != nil {
+		detail := fmt.Sprintf("%s dropped before the start", rankList(lost))
+		x.broadcast(verdictFrame(fAbort, ErrPeerLost, lost, detail))
+		return &Error{Method: "tcp", Op: "connect", Kind: ErrPeerLost, Ranks: lost, Detail: detail}
+	}
+	for r := 1; r < x.world; r++ {
+		go x.readLoop(r, x.peers[r])
+	}
+	return nil
+}
+
+func (x *tcpEx) acceptLoop() {
+	for {
+		c, err := x.ln.Accept()
+		if err != nil {
+			select {
+			case <-x.done:
+				return
+			default:
+			}
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				continue
+			}
+			return
+		}
+		go x.handshake(c)
+	}
+}
+
+// handshake reads a newcomer's hello and admits or refuses it.
+func (x *tcpEx) handshake(c net.Conn) {
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	typ, d, err := readFrameMax(c, maxHandshake)
+	var h hello
+	if err == nil && typ != fHello {
+		err = fmt.Errorf("first frame has type %d, want hello", typ)
+	}
+	if err == nil {
+		h, err = parseHello(d)
+	}
+	if err != nil {
+		x.note(false, "%s: bad handshake: %v", c.RemoteAddr(), err)
+		c.Close()
+		return
+	}
+	c.SetReadDeadline(time.Time{})
+	from := fmt.Sprintf("%s (rank %d, pid %d on %s, job %q)", c.RemoteAddr(), h.rank, h.pid, h.host, h.job)
+
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	refuse := func(kind error, detail string) {
+		x.notes = append(x.notes, from+": "+detail)
+		if kind == ErrToken {
+			x.tokenNo = true
+		}
+		writeFrame(c, verdictFrame(fReject, kind, []int{h.rank}, detail), time.Now().Add(time.Second))
+		c.Close()
+	}
+	switch {
+	case h.token != x.token:
+		refuse(ErrToken, fmt.Sprintf("job token mismatch: rank 0 belongs to job %q; check DDSTORE_JOB_TOKEN/DDSTORE_JOB", x.job))
+	case h.world != x.world:
+		refuse(ErrMismatch, fmt.Sprintf("world size mismatch: rank 0 has %d ranks, rank %d says %d", x.world, h.rank, h.world))
+	case h.rank < 1 || h.rank >= x.world:
+		refuse(ErrEnv, fmt.Sprintf("rank %d is outside [1, %d)", h.rank, x.world))
+	case x.phase == phaseOver:
+		refuse(ErrClosed, "rank 0 has given up (timeout or closed)")
+	case x.peers[h.rank] != nil:
+		refuse(ErrEnv, fmt.Sprintf("duplicate rank: rank %d is already connected from %s", h.rank, x.peers[h.rank].RemoteAddr()))
+	case x.phase != phaseJoining:
+		refuse(ErrEnv, "all ranks have already joined")
+	default:
+		if err := writeFrame(c, newEnc(fAccept).frame(), time.Now().Add(5*time.Second)); err != nil {
+			c.Close()
+			return
+		}
+		x.peers[h.rank] = c
+		x.arrived <- h.rank
+	}
+}
+
+func (x *tcpEx) note(token bool, format string, args ...any) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if len(x.notes) < 16 {
+		x.notes = append(x.notes, fmt.Sprintf(format, args...))
+	}
+	x.tokenNo = x.tokenNo || token
+}
+
+func (x *tcpEx) readLoop(rank int, c net.Conn) {
+	for {
+		typ, d, err := readFrame(c)
+		select {
+		case x.inbox <- inFrame{rank: rank, typ: typ, d: d, err: err}:
+		case <-x.done:
+			return
+		}
+		if err != nil || typ == fBye {
+			return
+		}
+	}
+}
+
+// broadcast sends frame to every connected rank, best effort, in parallel.
+func (x *tcpEx) broadcast(frame []byte) {
+	x.mu.Lock()
+	peers := append([]net.Conn(nil), x.peers...)
+	x.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, c := range peers {
+		if c == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			writeFrame(c, frame, time.Now().Add(time.Second))
+		}()
+	}
+	wg.Wait()
+}
+
+func (x *tcpEx) rootAbort(op string, kind error, ranks []int, format string, args ...any) error {
+	e := x.errf(op, kind, ranks, format, args...)
+	x.broadcast(verdictFrame(fAbort, kind, ranks, e.Detail))
+	return x.fail(e)
+}
+
+func (x *tcpEx) AllGather(tag string, mine []byte, timeout time.Duration) ([][]byte, error) {
+	op, deadline, err := x.begin("allgather", tag, mine, timeout)
+	if err != nil {
+		return nil, err
+	}
+	if x.rank != 0 {
+		return x.gatherLeaf(op, tag, mine, deadline)
+	}
+	blobs := make([][]byte, x.world)
+	got := make([]bool, x.world)
+	blobs[0], got[0] = append([]byte{}, mine...), true
+	total := len(mine)
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	for n := 1; n < x.world; {
+		select {
+		case f := <-x.inbox:
+			r := f.rank
+			switch {
+			case f.err != nil:
+				return nil, x.rootAbort(op, ErrPeerLost, []int{r}, "rank %d's connection dropped: %v", r, f.err)
+			case f.typ == fBye:
+				return nil, x.rootAbort(op, ErrPeerLost, []int{r}, "rank %d closed its exchanger", r)
+			case f.typ != fGather:
+				return nil, x.rootAbort(op, ErrPeerLost, []int{r}, "rank %d sent an unexpected frame of type %d", r, f.typ)
+			}
+			seq, rtag, blob := f.d.u64(), f.d.str(), f.d.bytes()
+			switch {
+			case f.d.err != nil:
+				return nil, x.rootAbort(op, ErrPeerLost, []int{r}, "rank %d sent a malformed frame", r)
+			case seq != x.seq || rtag != tag:
+				return nil, x.rootAbort(op, ErrMismatch, []int{r}, "%s", mismatchDetail(r, seq, rtag, 0, x.seq, tag))
+			case got[r]:
+				return nil, x.rootAbort(op, ErrMismatch, []int{r}, "rank %d sent collective #%d twice", r, seq)
+			}
+			total += len(blob)
+			if total > MaxMessage {
+				return nil, x.rootAbort(op, ErrTooLarge, nil, "gathered blobs exceed %d bytes (at rank %d)", MaxMessage, r)
+			}
+			blobs[r], got[r] = blob, true
+			n++
+		case <-timer.C:
+			var missing []int
+			for r, ok := range got {
+				if !ok {
+					missing = append(missing, r)
+				}
+			}
+			return nil, x.rootAbort(op, ErrTimeout, missing, "%s did not arrive within %v", rankList(missing), timeoutOr(timeout, x.timeout))
+		}
+	}
+	e := newEnc(fResult)
+	e.u64(x.seq)
+	e.u32(uint32(x.world))
+	for _, b := range blobs {
+		e.bytes(b)
+	}
+	frame := e.frame()
+	wdl := deadline
+	if min := time.Now().Add(5 * time.Second); wdl.Before(min) {
+		wdl = min
+	}
+	for r := 1; r < x.world; r++ {
+		if err := writeFrame(x.peers[r], frame, wdl); err != nil {
+			return nil, x.rootAbort(op, ErrPeerLost, []int{r}, "sending the result to rank %d failed: %v", r, err)
+		}
+	}
+	return blobs, nil
+}
+
+func timeoutOr(t, def time.Duration) time.Duration {
+	if t > 0 {
+		return t
+	}
+	return def
+}
+
+func (x *tcpEx) gatherLeaf(op, tag string, mine []byte, deadline time.Time) ([][]byte, error) {
+	timeout := time.Until(deadline)
+	e := newEnc(fGather)
+	e.u64(x.seq)
+	e.str(tag)
+	e.bytes(mine)
+	if err := writeFrame(x.conn, e.frame(), deadline.Add(grace(timeout))); err != nil {
+		return nil, x.fail(x.leafIOErr(op, err, timeout))
+	}
+	x.conn.SetReadDeadline(deadline.Add(grace(timeout)))
+	typ, d, err := readFrame(x.conn)
+	if err != nil {
+		return nil, x.fail(x.leafIOErr(op, err, timeout))
+	}
+	switch typ {
+	case fResult:
+		seq, n := d.u64(), int(d.u32())
+		if d.err != nil || seq != x.seq || n != x.world {
+			return nil, x.fail(x.errf(op, ErrMismatch, []int{0}, "rank 0 answered collective #%d with %d blobs, want #%d with %d", seq, n, x.seq, x.world))
+		}
+		blobs := make([][]byte, n)
+		for i := range blobs {
+			blobs[i] = d.bytes()
+		}
+		if d.err != nil {
+			return nil, x.fail(x.errf(op, ErrPeerLost, []int{0}, "malformed result from rank 0"))
+		}
+		return blobs, nil
+	case fAbort:
+		return nil, x.fail(verdictErr(x.method, op, d))
+	default:
+		return nil, x.fail(x.errf(op, ErrPeerLost, []int{0}, "unexpected frame type %d from rank 0", typ))
+	}
+}
+
+func (x *tcpEx) leafIOErr(op string, err error, timeout time.Duration) error {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return x.errf(op, ErrTimeout, []int{0}, "rank 0 did not answer within %v", timeout.Round(time.Millisecond))
+	}
+	return &Error{Method: x.method, Op: op, Kind: ErrPeerLost, Ranks: []int{0}, Detail: "connection to rank 0 lost", Err: err}
+}
+
+// verdictErr turns a reject/abort frame into an error.
+func verdictErr(method, op string, d *dec) error {
+	kind, ranks, detail := d.u8(), d.ranks(), d.str()
+	if d.err != nil {
+		return &Error{Method: method, Op: op, Kind: ErrPeerLost, Ranks: []int{0}, Detail: "malformed verdict from rank 0"}
+	}
+	return &Error{Method: method, Op: op, Kind: kindOf(kind), Ranks: ranks, Detail: "rank 0 reports: " + detail}
+}
+
+func (x *tcpEx) Barrier(tag string, timeout time.Duration) error {
+	_, err := x.AllGather(tag, nil, timeout)
+	return err
+}
+
+func (x *tcpEx) Close() error {
+	if x.closed {
+		return nil
+	}
+	x.closed = true
+	if x.rank != 0 {
+		if x.conn != nil {
+			writeFrame(x.conn, newEnc(fBye).frame(), time.Now().Add(time.Second))
+			return x.conn.Close()
+		}
+		return nil
+	}
+	if x.done == nil {
+		return nil
+	}
+	x.mu.Lock()
+	x.phase = phaseOver
+	peers := x.peers
+	x.mu.Unlock()
+	close(x.done)
+	x.ln.Close()
+	for _, c := range peers {
+		if c != nil {
+			c.Close()
+		}
+	}
+	return nil
+}
+
+// ---- non-root ----
+
+func (x *tcpEx) join(deadline time.Time) error {
+	const op = "connect"
+	h := hello{rank: x.rank, world: x.world, token: x.token, job: x.job, pid: os.Getpid()}
+	h.host, _ = os.Hostname()
+	delay := 10 * time.Millisecond
+	var last error
+	for {
+		if !time.Now().Before(deadline) {
+			return &Error{Method: "tcp", Op: op, Kind: ErrTimeout, Ranks: []int{0},
+				Detail: fmt.Sprintf("rank 0 did not answer at %s within %v", x.addr, x.timeout), Err: last}
+		}
+		dt := time.Until(deadline)
+		if dt > 2*time.Second {
+			dt = 2 * time.Second
+		}
+		c, err := net.DialTimeout("tcp", x.addr, dt)
+		if err != nil {
+			last = err
+			delay = backoff(delay, 200*time.Millisecond, deadline)
+			continue
+		}
+		wdl := deadline.Add(grace(x.timeout))
+		err = writeFrame(c, h.frame(), wdl)
+		var typ byte
+		var d *dec
+		if err == nil {
+			c.SetReadDeadline(wdl)
+			typ, d, err = readFrameMax(c, maxHandshake)
+		}
+		if err != nil {
+			// Not our rank 0 yet (it may be restarting): retry.
+			c.Close()
+			last = err
+			delay = backoff(delay, 200*time.Millisecond, deadline)
+			continue
+		}
+		switch typ {
+		case fAccept:
+		case fReject:
+			c.Close()
+			e := verdictErr("tcp", op, d).(*Error)
+			e.Detail = fmt.Sprintf("rank 0 at %s refused rank %d: %s", x.addr, x.rank, strings.TrimPrefix(e.Detail, "rank 0 reports: "))
+			return e
+		default:
+			c.Close()
+			return x.errf(op, ErrPeerLost, []int{0}, "%s answered the handshake with frame type %d", x.addr, typ)
+		}
+		x.conn = c
+		typ, d, err = readFrameMax(c, maxHandshake)
+		if err != nil {
+			return x.leafIOErr(op, err, x.timeout)
+		}
+		switch typ {
+		case fReady:
+			c.SetReadDeadline(time.Time{})
+			return nil
+		case fAbort:
+			return verdictErr("tcp", op, d)
+		default:
+			return x.errf(op, ErrPeerLost, []int{0}, "unexpected frame type %d from rank 0", typ)
+		}
+	}
+}
+
+func writeFrame(c net.Conn, frame []byte, deadline time.Time) error {
+	c.SetWriteDeadline(deadline)
+	_, err := c.Write(frame)
+	return err
+}
