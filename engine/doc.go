@@ -1,0 +1,20 @@
+// Package engine is the ddstore store: it owns the shards of every variable
+// on this rank, the collective calls that create and free them (Add, Init,
+// Free), and the read path (Get, GetBatch) that fetches any global row of
+// the caller's width group.
+//
+// Shards live outside the Go heap in shared-memory files under /dev/shm.
+// Readers on the same node map a peer's shard read-only and copy rows with
+// memcpy; readers on other nodes read through libfabric (package fabric)
+// from the same mapping exported with FI_REMOTE_READ. Every Get/GetBatch
+// is timed phase by phase and recorded in the process's telemetry segment
+// (package telemetry), which ddtop reads.
+//
+// The hot path (Get, GetBatch on a Store or a Reader) makes no heap
+// allocation, takes no global lock and makes no system call beyond the
+// fabric's own. Variables are found through an immutable, copy-on-write map
+// behind an atomic pointer.
+//
+// Subpackages: engine/bootstrap (launcher environment and the exchange of
+// addresses between ranks) and engine/launch (a local launcher).
+package engine

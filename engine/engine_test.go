@@ -1,0 +1,871 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math/rand"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ddstore/ddstore/telemetry"
+)
+
+// varSpec is a test variable: rows of rowBytes, member i of a group holds
+// base+i rows, except that member emptyMember (if ≥ 0) holds none.
+type varSpec struct {
+	name        string
+	dt          DType
+	rowBytes    int64
+	base        int64
+	emptyMember int
+}
+
+func (v varSpec) rowElems() int { return int(v.rowBytes) / v.dt.Size() }
+
+func (v varSpec) nLocal(member int) int64 {
+	if member == v.emptyMember {
+		return 0
+	}
+	return v.base + int64(member)
+}
+
+// salt of a variable in a group; groups hold equal replicas in content
+// except for the salt, so a read that leaves the group fails the check.
+func (v varSpec) salt(group int) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(v.name))
+	return h.Sum64() ^ uint64(group)*0x9e3779b97f4a7c15
+}
+
+// specFor is the matrix variable of one row size, with a dtype per size.
+func specFor(rowBytes int64) varSpec {
+	switch {
+	case rowBytes <= 4096:
+		return varSpec{name: fmt.Sprintf("f32-%d", rowBytes), dt: Float32, rowBytes: rowBytes, base: 150, emptyMember: -1}
+	case rowBytes <= 16384:
+		return varSpec{name: fmt.Sprintf("i64-%d", rowBytes), dt: Int64, rowBytes: rowBytes, base: 60, emptyMember: 2}
+	case rowBytes <= 256<<10:
+		return varSpec{name: fmt.Sprintf("u8-%d", rowBytes), dt: Uint8, rowBytes: rowBytes, base: 12, emptyMember: -1}
+	}
+	return varSpec{name: fmt.Sprintf("raw-%d", rowBytes), dt: Bytes, rowBytes: rowBytes, base: 5, emptyMember: -1}
+}
+
+// addPattern adds spec with this rank's rows of the global pattern.
+func addPattern(s *Store, spec varSpec) error {
+	member := s.Rank() % s.Width()
+	var start int64
+	for i := 0; i < member; i++ {
+		start += spec.nLocal(i)
+	}
+	n := spec.nLocal(member)
+	local := make([]byte, n*spec.rowBytes)
+	salt := spec.salt(s.Group())
+	for i := int64(0); i < n; i++ {
+		fillRow(local[i*spec.rowBytes:(i+1)*spec.rowBytes], salt, start+i)
+	}
+	return s.Add(spec.name, spec.dt, spec.rowElems(), local)
+}
+
+// getter is the read API shared by Store and Reader.
+type getter interface {
+	Get(name string, start, count int64, dst []byte) error
+	GetBatch(name string, idx []int64, dst []byte) error
+}
+
+// checkVar reads spec through g (Get ranges across every shard boundary,
+// GetBatch of random indices with duplicates) and checks every row.
+func checkVar(s *Store, g getter, spec varSpec, rng *rand.Rand) (calls int64, err error) {
+	info, err := s.Query(spec.name)
+	if err != nil {
+		return 0, err
+	}
+	var want int64
+	for i := 0; i < s.Width(); i++ {
+		if info.Shards[i] != want {
+			return 0, fmt.Errorf("%s: Shards %v: member %d starts at %d, want %d", spec.name, info.Shards, i, info.Shards[i], want)
+		}
+		want += spec.nLocal(i)
+	}
+	if info.GlobalRows != want || info.RowBytes != spec.rowBytes || info.DType != spec.dt {
+		return 0, fmt.Errorf("%s: Query = %+v, want %d rows of %d bytes %s", spec.name, info, want, spec.rowBytes, spec.dt)
+	}
+	global, rb := info.GlobalRows, spec.rowBytes
+	salt := spec.salt(s.Group())
+	maxRows := int64(24<<20) / rb
+	if maxRows > 400 {
+		maxRows = 400
+	}
+	dst := make([]byte, maxRows*rb)
+
+	var ranges [][2]int64
+	ranges = append(ranges, [2]int64{0, min(global, maxRows)}, [2]int64{global - 1, 1}, [2]int64{0, 0})
+	for _, b := range info.Shards[1 : len(info.Shards)-1] {
+		lo := max(b-3, 0)
+		ranges = append(ranges, [2]int64{lo, min(global-lo, 6)})
+	}
+	for i := 0; i < 4; i++ {
+		n := 1 + rng.Int63n(min(global, maxRows))
+		ranges = append(ranges, [2]int64{rng.Int63n(global - n + 1), n})
+	}
+	for _, r := range ranges {
+		calls++
+		if err := g.Get(spec.name, r[0], r[1], dst); err != nil {
+			return calls, fmt.Errorf("Get(%s, %d, %d): %w", spec.name, r[0], r[1], err)
+		}
+		if err := checkRows(dst, rb, salt, seqIdx(r[0], r[1])); err != nil {
+			return calls, fmt.Errorf("Get(%s, %d, %d): %w", spec.name, r[0], r[1], err)
+		}
+	}
+	for round := 0; round < 3; round++ {
+		n := min(maxRows, int64(1+rng.Intn(300)))
+		idx := make([]int64, n)
+		for i := range idx {
+			switch {
+			case i > 0 && rng.Intn(5) == 0:
+				idx[i] = idx[rng.Intn(i)] // duplicate
+			default:
+				idx[i] = rng.Int63n(global)
+			}
+		}
+		idx[0], idx[n-1] = global-1, 0
+		calls++
+		if err := g.GetBatch(spec.name, idx, dst); err != nil {
+			return calls, fmt.Errorf("GetBatch(%s, %d rows): %w", spec.name, n, err)
+		}
+		if err := checkRows(dst, rb, salt, idx); err != nil {
+			return calls, fmt.Errorf("GetBatch(%s, %d rows): %w", spec.name, n, err)
+		}
+	}
+	return calls, nil
+}
+
+// checkAllocs requires zero allocations of Get and GetBatch on g.
+func checkAllocs(s *Store, g getter, spec varSpec, what string) error {
+	info, err := s.Query(spec.name)
+	if err != nil {
+		return err
+	}
+	n := min(info.GlobalRows, 130, int64(8<<20)/spec.rowBytes)
+	dst := make([]byte, n*spec.rowBytes)
+	idx := make([]int64, n)
+	for i := range idx {
+		idx[i] = (int64(i) * 7919) % info.GlobalRows
+	}
+	var callErr error
+	if a := testing.AllocsPerRun(20, func() {
+		if err := g.GetBatch(spec.name, idx, dst); err != nil {
+			callErr = err
+		}
+	}); a != 0 || callErr != nil {
+		return fmt.Errorf("%s GetBatch(%s, %d rows): %v allocs per call (want 0), err %v", what, spec.name, n, a, callErr)
+	}
+	if a := testing.AllocsPerRun(20, func() {
+		if err := g.Get(spec.name, info.GlobalRows-n, n, dst); err != nil {
+			callErr = err
+		}
+	}); a != 0 || callErr != nil {
+		return fmt.Errorf("%s Get(%s, %d rows): %v allocs per call (want 0), err %v", what, spec.name, n, a, callErr)
+	}
+	return nil
+}
+
+func parseRows(s string) []int64 {
+	var out []int64
+	for _, f := range strings.Split(s, ",") {
+		if n, err := strconv.ParseInt(strings.TrimSpace(f), 10, 64); err == nil {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func init() {
+	scenarios["matrix"] = scenarioMatrix
+	scenarios["errors"] = scenarioErrors
+	scenarios["width"] = scenarioWidth
+	scenarios["badwidth"] = scenarioBadWidth
+	scenarios["badprovider"] = scenarioBadProvider
+	scenarios["concurrent"] = scenarioConcurrent
+	scenarios["kill"] = scenarioKill
+}
+
+// scenarioMatrix: every row size of ROWS through the store's shared reader
+// and through a Reader; zero allocations; telemetry counts every call.
+func scenarioMatrix(w *worker) error {
+	s, err := w.open()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "JOB=%s\n", s.Job())
+	defer s.Close()
+	r, err := s.NewReader()
+	if err != nil {
+		return err
+	}
+	rng := rand.New(rand.NewSource(int64(w.rank) + 1))
+	for _, rb := range parseRows(w.param("ROWS", "3072,12800")) {
+		spec := specFor(rb)
+		if err := addPattern(s, spec); err != nil {
+			return fmt.Errorf("Add %s: %w", spec.name, err)
+		}
+		sharedCalls, err := checkVar(s, s, spec, rng)
+		if err != nil {
+			return fmt.Errorf("store: %w", err)
+		}
+		readerCalls, err := checkVar(s, r, spec, rng)
+		if err != nil {
+			return fmt.Errorf("reader: %w", err)
+		}
+		if w.param("ALLOCS", "1") == "1" {
+			if err := checkAllocs(s, s, spec, "store"); err != nil {
+				return err
+			}
+			if err := checkAllocs(s, r, spec, "reader"); err != nil {
+				return err
+			}
+			sharedCalls += 42 // AllocsPerRun: one warm-up + 20 runs, twice
+			readerCalls += 42
+		}
+		if err := checkTelemetry(s, w.mode, spec.name, r.ID(), sharedCalls, readerCalls); err != nil {
+			return err
+		}
+	}
+	if err := r.Close(); err != nil {
+		return err
+	}
+	for _, rb := range parseRows(w.param("ROWS", "3072,12800")) {
+		if err := s.Free(specFor(rb).name); err != nil {
+			return err
+		}
+	}
+	return s.Close()
+}
+
+// checkTelemetry reads this rank's segment and checks the call counts of
+// the shared stripe (0) and the reader's stripe.
+func checkTelemetry(s *Store, mode, name string, readerID int, shared, reader int64) error {
+	w := s.Telemetry()
+	if w == nil {
+		return errors.New("telemetry is off")
+	}
+	seg, err := telemetry.Open(w.Path())
+	if err != nil {
+		return err
+	}
+	defer seg.Close()
+	snap, err := seg.Snapshot()
+	if err != nil {
+		return err
+	}
+	v := snap.Var(name)
+	if v == nil {
+		return fmt.Errorf("telemetry: no variable %q in %s", name, w.Path())
+	}
+	get := func(id int) telemetry.Counters {
+		if id < len(v.Readers) {
+			return v.Readers[id]
+		}
+		return telemetry.Counters{}
+	}
+	c0, c1 := get(0), get(readerID)
+	if c0.Calls != shared || c1.Calls != reader {
+		return fmt.Errorf("telemetry %q: calls shared %d reader %d, want %d and %d", name, c0.Calls, c1.Calls, shared, reader)
+	}
+	if c0.Rows == 0 || c0.Bytes != c0.Rows*v.RowBytes || c0.LocalRows+c0.RemoteRows != c0.Rows {
+		return fmt.Errorf("telemetry %q: shared counters inconsistent: %+v", name, c0)
+	}
+	// Readers never wait for a lock; the shared reader does (only when the
+	// variable has shards behind the fabric). Local rows are mapped rows.
+	lw := telemetry.PhaseLockWait
+	if c1.PhaseNs[lw] != 0 {
+		return fmt.Errorf("telemetry %q: reader %d has lock wait %dns, want 0", name, readerID, c1.PhaseNs[lw])
+	}
+	if remote := mode != "local"; remote != (c0.PhaseNs[lw] > 0) || remote != (c0.RemoteRows > 0) ||
+		remote != (c1.PhaseNs[telemetry.PhaseCQWait]+c1.PhaseNs[telemetry.PhasePost] > 0) {
+		return fmt.Errorf("telemetry %q in mode %s: shared lock wait %dns, remote rows %d, reader post+cq %dns",
+			name, mode, c0.PhaseNs[lw], c0.RemoteRows, c1.PhaseNs[telemetry.PhaseCQWait]+c1.PhaseNs[telemetry.PhasePost])
+	}
+	if c1.PhaseNs[telemetry.PhaseCopy] <= 0 && mode == "local" {
+		return fmt.Errorf("telemetry %q: no copy time on the mapped path", name)
+	}
+	var sum int64
+	for _, p := range c1.PhaseNs {
+		sum += p
+	}
+	if sum <= 0 {
+		return fmt.Errorf("telemetry %q: reader phases all zero: %v", name, c1.PhaseNs)
+	}
+	return nil
+}
+
+// scenarioErrors: each bad input is a clear error and the store keeps working.
+func scenarioErrors(w *worker) error {
+	s, err := w.open()
+	if err != nil {
+		return err
+	}
+	spec := specFor(3072)
+	if err := addPattern(s, spec); err != nil {
+		return err
+	}
+	info, _ := s.Query(spec.name)
+	rb, global := spec.rowBytes, info.GlobalRows
+	dst := make([]byte, 4*rb)
+	salt := spec.salt(s.Group())
+	works := func(step string) error {
+		idx := []int64{global - 1, 0, global / 2, global - 1}
+		if err := s.GetBatch(spec.name, idx, dst); err != nil {
+			return fmt.Errorf("after %s: %w", step, err)
+		}
+		if err := checkRows(dst, rb, salt, idx); err != nil {
+			return fmt.Errorf("after %s: %w", step, err)
+		}
+		return nil
+	}
+	expect := func(step string, err, kind error, words ...string) error {
+		if !errors.Is(err, kind) {
+			return fmt.Errorf("%s: got %v, want %v", step, err, kind)
+		}
+		if s.Rank() == 1 {
+			w.logf("%s: %v", step, err)
+		}
+		for _, wd := range words {
+			if !strings.Contains(err.Error(), wd) {
+				return fmt.Errorf("%s: error %q does not mention %q", step, err, wd)
+			}
+		}
+		return works(step)
+	}
+	r, err := s.NewReader()
+	if err != nil {
+		return err
+	}
+	for _, g := range []getter{s, r} {
+		g := g
+		if err := expect("index -1", g.GetBatch(spec.name, []int64{0, -1}, dst), ErrIndex, "-1", spec.name); err != nil {
+			return err
+		}
+		if err := expect("index global", g.GetBatch(spec.name, []int64{global}, dst), ErrIndex, strconv.FormatInt(global, 10)); err != nil {
+			return err
+		}
+		if err := expect("range past end", g.Get(spec.name, global-2, 3, dst), ErrIndex, strconv.FormatInt(global+1, 10)); err != nil {
+			return err
+		}
+		if err := expect("negative count", g.Get(spec.name, 0, -1, dst), ErrIndex); err != nil {
+			return err
+		}
+		if err := expect("unknown var", g.GetBatch("nope", []int64{0}, dst), ErrUnknownVar, `"nope"`); err != nil {
+			return err
+		}
+		if err := expect("unknown var Get", g.Get("nope", 0, 1, dst), ErrUnknownVar, `"nope"`); err != nil {
+			return err
+		}
+		if err := expect("short dst", g.GetBatch(spec.name, []int64{0, 1}, dst[:rb+1]), ErrShortBuffer,
+			strconv.FormatInt(2*rb, 10), strconv.FormatInt(rb+1, 10)); err != nil {
+			return err
+		}
+		if err := expect("short dst Get", g.Get(spec.name, 0, 5, dst), ErrShortBuffer); err != nil {
+			return err
+		}
+	}
+	if _, err := s.Query("nope"); !errors.Is(err, ErrUnknownVar) {
+		return fmt.Errorf("Query unknown: %v", err)
+	}
+	// Update bounds and content.
+	if err := expect("update past end", s.Update(spec.name, make([]byte, rb), info.LocalRows), ErrIndex); err != nil {
+		return err
+	}
+	if err := expect("update bad size", s.Update(spec.name, make([]byte, rb-1), 0), ErrDType); err != nil {
+		return err
+	}
+	// Mismatched dtype: rank 1 says Int32 where the others say Float32.
+	dt := Float32
+	if s.Rank() == 1 {
+		dt = Int32
+	}
+	err = s.Add("mm", dt, 4, make([]byte, 16*4))
+	if err := expect("dtype mismatch", err, ErrMismatch, "dtype", "int32", "float32", "rank"); err != nil {
+		return err
+	}
+	// Mismatched row size.
+	elems := 4
+	if s.Rank() == 2 {
+		elems = 8
+	}
+	err = s.Add("mm", Float32, elems, make([]byte, 64))
+	if err := expect("row mismatch", err, ErrMismatch, "row", "rank 2"); err != nil {
+		return err
+	}
+	// Mismatched names.
+	name := "mm"
+	if s.Rank() == 0 {
+		name = "other"
+	}
+	if err := expect("name mismatch", s.Add(name, Float32, 4, make([]byte, 64)), ErrMismatch, `"other"`, `"mm"`); err != nil {
+		return err
+	}
+	// Local data not a whole number of rows on rank 3.
+	data := make([]byte, 64)
+	if s.Rank() == s.World()-1 {
+		data = data[:63]
+	}
+	err = s.Add("mm", Float32, 4, data)
+	want := ErrMismatch
+	if s.Rank() == s.World()-1 {
+		want = ErrDType
+	}
+	if err := expect("bad local length", err, want, "63"); err != nil {
+		return err
+	}
+	// Nobody kept a half-made "mm" or "other": a good Add now works.
+	for _, n := range []string{"mm", "other"} {
+		if _, err := s.Query(n); !errors.Is(err, ErrUnknownVar) {
+			return fmt.Errorf("%q kept after a failed Add: %v", n, err)
+		}
+	}
+	// Names that sanitize to the same file name are distinct variables.
+	if err := addPattern(s, varSpec{name: "a/b", dt: Int64, rowBytes: 8, base: 2, emptyMember: -1}); err != nil {
+		return err
+	}
+	if err := addPattern(s, varSpec{name: "a_b", dt: Int64, rowBytes: 8, base: 3, emptyMember: -1}); err != nil {
+		return err
+	}
+	for _, spec := range []varSpec{{name: "a/b", dt: Int64, rowBytes: 8, base: 2, emptyMember: -1},
+		{name: "a_b", dt: Int64, rowBytes: 8, base: 3, emptyMember: -1}} {
+		if _, err := checkVar(s, s, spec, rand.New(rand.NewSource(2))); err != nil {
+			return err
+		}
+		if err := s.Free(spec.name); err != nil {
+			return err
+		}
+	}
+	good := varSpec{name: "mm", dt: Int32, rowBytes: 16, base: 3, emptyMember: -1}
+	if err := addPattern(s, good); err != nil {
+		return fmt.Errorf("good Add after mismatches: %w", err)
+	}
+	if _, err := checkVar(s, s, good, rand.New(rand.NewSource(1))); err != nil {
+		return err
+	}
+	if err := expect("Add existing", addPattern(s, good), ErrExists, `"mm"`); err != nil {
+		return err
+	}
+	// Update then read back: rank 0 overwrites its first row with the pattern of row 99999.
+	if s.Rank() == 0 {
+		row := make([]byte, good.rowBytes)
+		fillRow(row, 77, 99999)
+		if err := s.Update("mm", row, 0); err != nil {
+			return err
+		}
+		got := make([]byte, good.rowBytes)
+		if err := s.Get("mm", 0, 1, got); err != nil {
+			return err
+		}
+		if err := checkRows(got, good.rowBytes, 77, []int64{99999}); err != nil {
+			return fmt.Errorf("after Update: %w", err)
+		}
+	}
+	// Update on every rank + Barrier: every rank then sees every new row.
+	mi, _ := s.Query("mm")
+	upd := make([]byte, mi.LocalRows*good.rowBytes)
+	for i := int64(0); i < mi.LocalRows; i++ {
+		fillRow(upd[i*good.rowBytes:(i+1)*good.rowBytes], 555, mi.LocalStart+i)
+	}
+	if err := s.Update("mm", upd, 0); err != nil {
+		return err
+	}
+	if err := s.Barrier(); err != nil {
+		return err
+	}
+	all := make([]byte, mi.GlobalRows*good.rowBytes)
+	if err := s.Get("mm", 0, mi.GlobalRows, all); err != nil {
+		return err
+	}
+	if err := checkRows(all, good.rowBytes, 555, seqIdx(0, mi.GlobalRows)); err != nil {
+		return fmt.Errorf("after Update and Barrier: %w", err)
+	}
+	if err := s.Barrier(); err != nil { // nobody updates while others read
+		return err
+	}
+	// Free mismatch, then real Free.
+	fname := "mm"
+	if s.Rank() == 1 {
+		fname = spec.name
+	}
+	if err := expect("free mismatch", s.Free(fname), ErrMismatch, "name"); err != nil {
+		return err
+	}
+	if err := s.Free("mm"); err != nil {
+		return err
+	}
+	if err := expect("free unknown", s.Free("mm"), ErrUnknownVar, `"mm"`); err != nil {
+		return err
+	}
+	if err := expect("Get freed", s.GetBatch("mm", []int64{0}, dst), ErrUnknownVar); err != nil {
+		return err
+	}
+	// Init + Update: a zero-filled variable.
+	if err := s.Init("z", Int64, 2, 4); err != nil {
+		return err
+	}
+	zi, _ := s.Query("z")
+	zb := make([]byte, zi.GlobalRows*16)
+	for i := range zb {
+		zb[i] = 1
+	}
+	if err := s.Get("z", 0, zi.GlobalRows, zb); err != nil {
+		return err
+	}
+	for i, b := range zb {
+		if b != 0 {
+			return fmt.Errorf("Init: byte %d is %d, want 0", i, b)
+		}
+	}
+	// Use after Close.
+	v, _ := s.Var(spec.name)
+	if err := s.Close(); err != nil {
+		return fmt.Errorf("Close: %w", err)
+	}
+	checks := []struct {
+		what string
+		err  error
+	}{
+		{"Get", s.Get(spec.name, 0, 1, dst)},
+		{"GetBatch", s.GetBatch(spec.name, []int64{0}, dst)},
+		{"Var.GetBatch", v.GetBatch([]int64{0}, dst)},
+		{"Reader.GetBatch", r.GetBatch(spec.name, []int64{0}, dst)},
+		{"Add", s.Add("late", Bytes, 1, nil)},
+		{"Free", s.Free(spec.name)},
+		{"Update", s.Update(spec.name, dst[:rb], 0)},
+		{"Close", s.Close()},
+	}
+	if _, err := s.NewReader(); !errors.Is(err, ErrClosed) {
+		return fmt.Errorf("NewReader after Close: %v", err)
+	}
+	if _, err := s.Query(spec.name); !errors.Is(err, ErrClosed) {
+		return fmt.Errorf("Query after Close: %v", err)
+	}
+	for _, c := range checks {
+		if !errors.Is(c.err, ErrClosed) {
+			return fmt.Errorf("%s after Close: got %v, want ErrClosed", c.what, c.err)
+		}
+	}
+	return nil
+}
+
+// scenarioWidth: groups of WIDTH ranks, each a full replica.
+func scenarioWidth(w *worker) error {
+	s, err := w.open()
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	spec := varSpec{name: "wide", dt: Float64, rowBytes: 96, base: 40, emptyMember: -1}
+	if err := addPattern(s, spec); err != nil {
+		return err
+	}
+	info, _ := s.Query(spec.name)
+	lo := s.Rank() / s.Width() * s.Width()
+	for i, r := range info.GroupRanks {
+		if r != lo+i {
+			return fmt.Errorf("GroupRanks %v, want from %d", info.GroupRanks, lo)
+		}
+	}
+	if len(info.GroupRanks) != s.Width() || info.Group != s.Rank()/s.Width() {
+		return fmt.Errorf("group %d ranks %v with width %d", info.Group, info.GroupRanks, s.Width())
+	}
+	if _, err := checkVar(s, s, spec, rand.New(rand.NewSource(int64(s.Rank())))); err != nil {
+		return err
+	}
+	return s.Close()
+}
+
+func scenarioBadWidth(w *worker) error {
+	s, err := w.open()
+	if err == nil {
+		s.Close()
+		return errors.New("Open with a world size that is not a multiple of Width succeeded")
+	}
+	if !strings.Contains(err.Error(), "Width") {
+		return fmt.Errorf("Open error does not name Width: %v", err)
+	}
+	return nil
+}
+
+// scenarioBadProvider: rank 1 asks for a provider that does not exist;
+// every rank's Open fails, naming rank 1 and the provider.
+func scenarioBadProvider(w *worker) error {
+	o := storeOptions("tcp", w.params)
+	rank, _ := strconv.Atoi(os.Getenv("RANK"))
+	if rank == 1 {
+		o.Fabric.Provider = "no-such-provider"
+	}
+	s, err := Open(o)
+	if err == nil {
+		s.Close()
+		return errors.New("Open succeeded although rank 1's fabric cannot open")
+	}
+	w.logf("Open: %v", err)
+	for _, word := range []string{"rank 1", "no-such-provider"} {
+		if !strings.Contains(err.Error(), word) {
+			return fmt.Errorf("Open error does not name %q: %v", word, err)
+		}
+	}
+	return nil
+}
+
+// scenarioConcurrent: Readers and shared-store calls from many goroutines.
+func scenarioConcurrent(w *worker) error {
+	s, err := w.open()
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	spec := varSpec{name: "conc", dt: Float32, rowBytes: 3072, base: 50, emptyMember: -1}
+	if err := addPattern(s, spec); err != nil {
+		return err
+	}
+	iters := w.intParam("ITERS", 20)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for gi := 0; gi < 6; gi++ {
+		wg.Add(1)
+		go func(gi int) {
+			defer wg.Done()
+			var g getter = s
+			if gi < 4 {
+				r, err := s.NewReader()
+				if err != nil {
+					errs <- err
+					return
+				}
+				defer r.Close()
+				g = r
+			}
+			rng := rand.New(rand.NewSource(int64(s.Rank()*100 + gi)))
+			for i := 0; i < iters; i++ {
+				if _, err := checkVar(s, g, spec, rng); err != nil {
+					errs <- fmt.Errorf("goroutine %d: %w", gi, err)
+					return
+				}
+			}
+		}(gi)
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return err
+	}
+	return s.Close()
+}
+
+// scenarioKill: the last rank SIGKILLs itself after Add; the others must
+// get an error naming it within the deadline and keep reading the rest.
+func scenarioKill(w *worker) error {
+	s, err := w.open()
+	if err != nil {
+		return err
+	}
+	spec := varSpec{name: "victim", dt: Bytes, rowBytes: 3072, base: 20, emptyMember: -1}
+	if err := addPattern(s, spec); err != nil {
+		return err
+	}
+	victim := s.World() - 1
+	if s.Rank() == victim {
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		time.Sleep(time.Minute)
+	}
+	info, _ := s.Query(spec.name)
+	salt := spec.salt(0)
+	vRows := seqIdx(info.Shards[victim], 4)
+	var others []int64
+	for g := int64(0); g < info.Shards[victim]; g += 7 {
+		others = append(others, g)
+	}
+	dst := make([]byte, int64(len(others)+len(vRows))*spec.rowBytes)
+	deadline := time.Now().Add(time.Duration(w.intParam("DEADLINE_S", 15)) * time.Second)
+	t0 := time.Now()
+	for {
+		err := s.GetBatch(spec.name, vRows, dst)
+		if err == nil {
+			if err := checkRows(dst, spec.rowBytes, salt, vRows); err != nil {
+				return err
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("reads of dead rank %d still succeed after %v", victim, time.Since(t0))
+			}
+			time.Sleep(5 * time.Millisecond)
+			continue
+		}
+		if !errors.Is(err, ErrPeerDead) && !errors.Is(err, ErrTimeout) {
+			return fmt.Errorf("read of dead rank: got %v, want ErrPeerDead or ErrTimeout", err)
+		}
+		if !strings.Contains(err.Error(), fmt.Sprintf("rank %d", victim)) {
+			return fmt.Errorf("error does not name rank %d: %v", victim, err)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("dead rank detected after %v, past the deadline: %v", time.Since(t0), err)
+		}
+		w.logf("dead rank detected after %v: %v", time.Since(t0).Round(time.Millisecond), err)
+		break
+	}
+	// The other ranks' rows keep working, through the store and a Reader.
+	r, err := s.NewReader()
+	if err != nil {
+		return err
+	}
+	for _, g := range []getter{s, r} {
+		for i := 0; i < 3; i++ {
+			if err := g.GetBatch(spec.name, others, dst); err != nil {
+				return fmt.Errorf("read of live ranks after the kill: %w", err)
+			}
+			if err := checkRows(dst, spec.rowBytes, salt, others); err != nil {
+				return err
+			}
+		}
+	}
+	// A mixed batch fails naming the victim.
+	mixed := append(append([]int64{}, others...), vRows...)
+	if err := s.GetBatch(spec.name, mixed, dst); !errors.Is(err, ErrPeerDead) && !errors.Is(err, ErrTimeout) {
+		return fmt.Errorf("mixed batch with dead rows: %v", err)
+	} else if w.mode == "local" {
+		if err := checkRows(dst, spec.rowBytes, salt, others); err != nil {
+			return fmt.Errorf("live rows of a mixed batch: %w", err)
+		}
+	}
+	r.Close()
+	// The bootstrap cannot hold a barrier without the victim: meet the
+	// other survivors through files, so nobody exits while others read.
+	if err := fileBarrier(w.param("TELDIR", os.TempDir()), "survivors", w.rank, victim, 60*time.Second); err != nil {
+		return err
+	}
+	// Close cannot meet the dead rank at its barrier: it must still return.
+	t1 := time.Now()
+	err = s.Close()
+	w.logf("Close after the kill took %v: %v", time.Since(t1).Round(time.Millisecond), err)
+	if time.Since(t1) > 20*time.Second {
+		return fmt.Errorf("Close took %v", time.Since(t1))
+	}
+	return nil
+}
+
+var allRows = []int64{3072, 12800, 204800, 1048576}
+
+func rowsParam() string {
+	rows := allRows
+	if testing.Short() {
+		rows = rows[:3]
+	}
+	var parts []string
+	for _, r := range rows {
+		parts = append(parts, strconv.FormatInt(r, 10))
+	}
+	return strings.Join(parts, ",")
+}
+
+func TestMatrix(t *testing.T) {
+	for _, mode := range []string{"local", "tcp", "shm"} {
+		t.Run("path="+mode, func(t *testing.T) {
+			spawnRanks(t, 4, "matrix", map[string]string{"MODE": mode, "ROWS": rowsParam()}, 120*time.Second, nil)
+		})
+	}
+}
+
+func TestBadInputs(t *testing.T) {
+	spawnRanks(t, 4, "errors", map[string]string{"MODE": "local"}, 60*time.Second, nil)
+}
+
+func TestBadInputsFabric(t *testing.T) {
+	spawnRanks(t, 4, "errors", map[string]string{"MODE": "tcp"}, 60*time.Second, nil)
+}
+
+func TestWidth(t *testing.T) {
+	spawnRanks(t, 4, "width", map[string]string{"MODE": "local", "WIDTH": "2"}, 60*time.Second, nil)
+	spawnRanks(t, 4, "width", map[string]string{"MODE": "tcp", "WIDTH": "2"}, 60*time.Second, nil)
+}
+
+func TestOpenErrors(t *testing.T) {
+	spawnRanks(t, 4, "badwidth", map[string]string{"MODE": "local", "WIDTH": "3"}, 60*time.Second, nil)
+	spawnRanks(t, 3, "badprovider", map[string]string{"MODE": "tcp"}, 60*time.Second, nil)
+}
+
+// TestConcurrentReaders is the small variant meant for -race.
+func TestConcurrentReaders(t *testing.T) {
+	for _, mode := range []string{"local", "tcp"} {
+		t.Run("path="+mode, func(t *testing.T) {
+			spawnRanks(t, 4, "concurrent", map[string]string{"MODE": mode, "ITERS": "4"}, 120*time.Second, nil)
+		})
+	}
+}
+
+func TestKilledRank(t *testing.T) {
+	for _, mode := range []string{"local", "tcp", "shm"} {
+		t.Run("path="+mode, func(t *testing.T) {
+			res := spawnRanks(t, 4, "kill", map[string]string{"MODE": mode, "FTIMEOUT": "2s", "TIMEOUT": "4s",
+				"DEADLINE_S": "8"}, 90*time.Second,
+				func(r rankResult) bool { return r.rank == 3 && killedBySignal(r.err, syscall.SIGKILL) })
+			if !killedBySignal(res[3].err, syscall.SIGKILL) {
+				t.Errorf("rank 3 was not killed: %v\n%s", res[3].err, res[3].output)
+			}
+		})
+	}
+}
+
+// TestMPIExec runs the matrix scenario under MPICH's mpiexec (PMI exchange).
+func TestMPIExec(t *testing.T) {
+	mpiexec, err := exec.LookPath("mpiexec")
+	if err != nil {
+		t.Skip("mpiexec not installed")
+	}
+	cmd := exec.Command(mpiexec, "-n", "4", os.Args[0], "-test.run=^$")
+	cmd.Env = append(cleanEnv(), workerEnv+"=matrix", "DDT_MODE=tcp", "DDT_ROWS=3072,12800", "DDT_TELDIR="+t.TempDir())
+	done := make(chan struct{})
+	timer := time.AfterFunc(90*time.Second, func() {
+		if cmd.Process != nil {
+			cmd.Process.Kill()
+		}
+		close(done)
+	})
+	out, err := cmd.CombinedOutput()
+	timer.Stop()
+	if err != nil {
+		t.Fatalf("mpiexec: %v\n%s", err, out)
+	}
+	jobs := regexp.MustCompile(`JOB=(\S+)`).FindAllStringSubmatch(string(out), -1)
+	if len(jobs) != 4 {
+		t.Fatalf("want 4 ranks reporting their job, got %d:\n%s", len(jobs), out)
+	}
+	for _, j := range jobs {
+		if j[1] != jobs[0][1] {
+			t.Errorf("ranks disagree on the job id: %q vs %q", j[1], jobs[0][1])
+		}
+	}
+	checkNoShardFiles(t, jobs[0][1])
+}
+
+// fileBarrier waits until ranks [0, n) have each created dir/tag.<rank>.
+func fileBarrier(dir, tag string, rank, n int, timeout time.Duration) error {
+	if err := os.WriteFile(fmt.Sprintf("%s/%s.%d", dir, tag, rank), nil, 0o600); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(timeout)
+	for r := 0; r < n; r++ {
+		for {
+			if _, err := os.Stat(fmt.Sprintf("%s/%s.%d", dir, tag, r)); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("file barrier %s: rank %d did not arrive within %v", tag, r, timeout)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,101 @@
+package engine
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/ddstore/ddstore/engine/bootstrap"
+	"github.com/ddstore/ddstore/fabric"
+)
+
+// Node modes.
+const (
+	// NodeModeAuto maps the shards of ranks on the same node (same hostname
+	// and boot id) and uses the fabric only across nodes.
+	NodeModeAuto = "auto"
+	// NodeModeFabric treats every rank as its own node: all reads of other
+	// ranks' rows go through the fabric (testing, or measuring the fabric).
+	NodeModeFabric = "fabric"
+)
+
+// Options configure Open. Start from DefaultOptions.
+type Options struct {
+	// Bootstrap: how ranks find each other. A zero Bootstrap.Env (World 0)
+	// is filled by bootstrap.DetectEnv; set Env.Rank/Env.World to override.
+	Bootstrap bootstrap.Options
+	// Fabric: provider, domain, window (reads in flight, default 128) and
+	// per-operation timeout (default 10s). Opened only when a peer of the
+	// caller's width group is on another node (or NodeMode is "fabric").
+	// An empty Provider is taken from DDSTORE_FABRIC, an empty Domain from
+	// FABRIC_IFACE.
+	Fabric fabric.Options
+	// NodeMode: "auto" (default; "" means auto) or "fabric".
+	NodeMode string
+	// Width: ranks per replica group; 0 means the world size. The world
+	// size must be a multiple of Width. Reads stay inside the caller's group
+	// of Width consecutive ranks, whose shards make up the global rows.
+	Width int
+	// Telemetry: export per-call telemetry in a shared-memory segment.
+	// Default true; the environment variable DDSTORE_TELEMETRY=0 turns it off.
+	Telemetry bool
+	// TelemetryDir: directory of the telemetry segment. Default "/dev/shm";
+	// the environment variable DDSTORE_TELEMETRY_DIR replaces the default.
+	TelemetryDir string
+	// ShardDir: directory of the shard files. Default "/dev/shm".
+	ShardDir string
+	// Timeout: deadline of every collective step (Open, Add, Init, Free,
+	// Close barrier). Default 60s.
+	Timeout time.Duration
+}
+
+// DefaultOptions returns the documented defaults.
+func DefaultOptions() Options {
+	return Options{
+		Bootstrap:    bootstrap.Options{Method: "auto", Timeout: 60 * time.Second},
+		Fabric:       fabric.Options{Window: 128, Timeout: 10 * time.Second},
+		NodeMode:     NodeModeAuto,
+		Telemetry:    true,
+		TelemetryDir: "/dev/shm",
+		ShardDir:     "/dev/shm",
+		Timeout:      60 * time.Second,
+	}
+}
+
+// Validate checks the options and fills zero values with defaults.
+func (o *Options) Validate() error {
+	switch o.NodeMode {
+	case "":
+		o.NodeMode = NodeModeAuto
+	case NodeModeAuto, NodeModeFabric:
+	default:
+		return fmt.Errorf("ddstore: options: NodeMode %q: want %q or %q", o.NodeMode, NodeModeAuto, NodeModeFabric)
+	}
+	if o.Width < 0 {
+		return fmt.Errorf("ddstore: options: Width %d is negative", o.Width)
+	}
+	if o.Timeout < 0 {
+		return fmt.Errorf("ddstore: options: Timeout %v is negative", o.Timeout)
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 60 * time.Second
+	}
+	if o.TelemetryDir == "" {
+		o.TelemetryDir = "/dev/shm"
+	}
+	if o.ShardDir == "" {
+		o.ShardDir = "/dev/shm"
+	}
+	if o.Fabric.Window == 0 {
+		o.Fabric.Window = 128
+	}
+	if o.Fabric.Timeout == 0 {
+		o.Fabric.Timeout = 10 * time.Second
+	}
+	if err := o.Fabric.Validate(); err != nil {
+		return fmt.Errorf("ddstore: options: fabric: %w", err)
+	}
+	if o.Bootstrap.Timeout == 0 {
+		o.Bootstrap.Timeout = o.Timeout
+	}
+	return nil
+}

@@ -1,0 +1,111 @@
+package engine
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+)
+
+// deadSet is an atomic bitmap of ranks known to be dead.
+type deadSet struct{ words []atomic.Uint64 }
+
+func newDeadSet(world int) deadSet { return deadSet{words: make([]atomic.Uint64, (world+63)/64)} }
+
+func (d *deadSet) mark(rank int) { d.words[rank>>6].Or(1 << (uint(rank) & 63)) }
+
+func (d *deadSet) has(rank int) bool { return d.words[rank>>6].Load()&(1<<(uint(rank)&63)) != 0 }
+
+// pidWatcher watches same-node peers through pidfds (one goroutine, poll)
+// and marks exited ranks in the dead set.
+type pidWatcher struct {
+	dead   *deadSet
+	fds    []int32 // pidfds
+	ranks  []int   // rank of fds[i]
+	wakeR  int     // pipe read end, wakes poll on stop
+	wakeW  int
+	done   chan struct{}
+	closed sync.Once
+}
+
+// watchPeers starts the watcher for the given ranks and pids. Ranks whose
+// pidfd cannot be opened are marked dead only if the process is gone
+// (ESRCH); other failures (old kernel, permissions) leave them unwatched.
+func watchPeers(dead *deadSet, ranks, pids []int) (*pidWatcher, error) {
+	w := &pidWatcher{dead: dead, done: make(chan struct{})}
+	for i, pid := range pids {
+		fd, err := unix.PidfdOpen(pid, 0)
+		if err == unix.ESRCH {
+			dead.mark(ranks[i])
+			continue
+		}
+		if err != nil {
+			continue
+		}
+		w.fds = append(w.fds, int32(fd))
+		w.ranks = append(w.ranks, ranks[i])
+	}
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+		w.closeFDs()
+		return nil, err
+	}
+	w.wakeR, w.wakeW = p[0], p[1]
+	go w.run()
+	return w, nil
+}
+
+func (w *pidWatcher) run() {
+	defer close(w.done)
+	pfd := make([]unix.PollFd, 0, len(w.fds)+1)
+	live := make([]int, 0, len(w.fds)) // indices into fds still watched
+	for i := range w.fds {
+		live = append(live, i)
+	}
+	for {
+		pfd = pfd[:0]
+		pfd = append(pfd, unix.PollFd{Fd: int32(w.wakeR), Events: unix.POLLIN})
+		for _, i := range live {
+			pfd = append(pfd, unix.PollFd{Fd: w.fds[i], Events: unix.POLLIN})
+		}
+		n, err := unix.Poll(pfd, -1)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || n < 0 {
+			return
+		}
+		if pfd[0].Revents != 0 {
+			return
+		}
+		kept := live[:0]
+		for j, i := range live {
+			if pfd[j+1].Revents != 0 {
+				w.dead.mark(w.ranks[i])
+				continue
+			}
+			kept = append(kept, i)
+		}
+		live = kept
+	}
+}
+
+func (w *pidWatcher) closeFDs() {
+	for _, fd := range w.fds {
+		unix.Close(int(fd))
+	}
+}
+
+// stop ends the goroutine and closes the fds.
+func (w *pidWatcher) stop() {
+	if w == nil {
+		return
+	}
+	w.closed.Do(func() {
+		unix.Write(w.wakeW, []byte{1})
+		<-w.done
+		w.closeFDs()
+		unix.Close(w.wakeR)
+		unix.Close(w.wakeW)
+	})
+}

@@ -1,0 +1,541 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/ddstore/ddstore/fabric"
+	"github.com/ddstore/ddstore/telemetry"
+)
+
+// maxReadBytes caps one fabric read of a contiguous range (Get); larger
+// runs are split into reads of whole rows up to this size.
+const maxReadBytes = 4 << 20
+
+// readCtx is one fabric reader with its peer handles and a preallocated
+// op buffer. It is used by one goroutine at a time: a Reader's, or a
+// variable's shared reader under the variable's mutex.
+type readCtx struct {
+	s      *Store
+	fr     *fabric.Reader
+	peers  []fabric.Peer   // by group member; zero for mapped shards
+	ops    []fabric.ReadOp // len 0, cap window
+	opRank []int           // rank of ops[i], for errors
+	tel    int32           // telemetry reader id
+}
+
+// newReadCtx opens a fabric reader and connects it to every group member
+// whose shards are read through the fabric.
+func (s *Store) newReadCtx(telReader int32) (*readCtx, error) {
+	c := &readCtx{s: s, tel: telReader, peers: make([]fabric.Peer, s.width)}
+	if s.fab == nil {
+		return c, nil
+	}
+	fr, err := s.fab.NewReader()
+	if err != nil {
+		return nil, fmt.Errorf("ddstore: new fabric reader: %w", err)
+	}
+	c.fr = fr
+	for i := 0; i < s.width; i++ {
+		r := s.groupLo + i
+		if s.peers[r].sameNode {
+			continue
+		}
+		p, err := fr.AddPeer(r, s.peers[r].Addr)
+		if err != nil {
+			fr.Close()
+			return nil, fmt.Errorf("ddstore: connect reader to rank %d: %w", r, err)
+		}
+		c.peers[i] = p
+	}
+	w := s.opts.Fabric.Window
+	c.ops = make([]fabric.ReadOp, 0, w)
+	c.opRank = make([]int, 0, w)
+	return c, nil
+}
+
+func (c *readCtx) close() {
+	if c != nil && c.fr != nil {
+		c.fr.Close()
+		c.fr = nil
+	}
+}
+
+// acquire finds the variable and counts the call in flight; the caller
+// must v.inflight.Add(-1) when done.
+func (s *Store) acquire(name string) (*Var, error) {
+	v := (*s.vars.Load())[name]
+	if v == nil {
+		if s.closed.Load() {
+			return nil, fmt.Errorf("%w: variable %q", ErrClosed, name)
+		}
+		return nil, fmt.Errorf("%w: %q", ErrUnknownVar, name)
+	}
+	if err := v.enter(); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// enter counts a call in flight, then checks that the variable is alive
+// (Free and Close set the flags first, then wait for the count).
+func (v *Var) enter() error {
+	v.inflight.Add(1)
+	if v.s.closed.Load() {
+		v.inflight.Add(-1)
+		return fmt.Errorf("%w: variable %q", ErrClosed, v.name)
+	}
+	if v.freed.Load() {
+		v.inflight.Add(-1)
+		return fmt.Errorf("%w: %q (freed)", ErrUnknownVar, v.name)
+	}
+	return nil
+}
+
+// owner returns the group member whose shard holds global row g
+// (0 ≤ g < global): the largest i with offsets[i] ≤ g.
+func (v *Var) owner(g int64) int {
+	lo, hi := 0, len(v.offsets)-1
+	for hi-lo > 1 {
+		mid := int(uint(lo+hi) >> 1)
+		if v.offsets[mid] <= g {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo
+}
+
+// callStats accumulates one call's telemetry. With telemetry off (timed
+// false) nothing reads the clock.
+type callStats struct {
+	timed                 bool
+	locked                bool  // holds the variable's shared reader (v.mu)
+	start, end            int64 // nanotime
+	lockWait              int64
+	copyTime              int64
+	fab                   fabric.Timing
+	localRows, remoteRows int64
+	targets               uint64
+}
+
+// now reads the clock (ns) when the call is timed, else returns 0.
+func (st *callStats) now() int64 {
+	if st.timed {
+		return nanotime()
+	}
+	return 0
+}
+
+// finish records the call and then releases the shared reader, if the
+// call took it: a telemetry stripe has one writer at a time, and stripe
+// (var, 0) of the shared path is serialised by the variable's lock.
+func (v *Var) finish(tel int32, st *callStats, rows int64, err error) {
+	v.record(tel, st, rows, err)
+	if st.locked {
+		v.mu.Unlock()
+	}
+}
+
+func (v *Var) record(tel int32, st *callStats, rows int64, err error) {
+	if !st.timed {
+		return
+	}
+	if st.end == 0 {
+		st.end = nanotime()
+	}
+	total := st.end - st.start
+	c := telemetry.Call{Var: v.telID, Reader: tel, Rows: rows, Bytes: rows * v.rowBytes,
+		LocalRows: st.localRows, RemoteRows: st.remoteRows, Targets: st.targets, Err: err != nil}
+	c.Phases[telemetry.PhaseLockWait] = st.lockWait
+	c.Phases[telemetry.PhaseMR] = int64(st.fab.MR)
+	c.Phases[telemetry.PhasePost] = int64(st.fab.Post)
+	c.Phases[telemetry.PhaseCQWait] = int64(st.fab.CQWait)
+	c.Phases[telemetry.PhaseCopy] = st.copyTime
+	other := total - st.lockWait - int64(st.fab.MR) - int64(st.fab.Post) - int64(st.fab.CQWait) - st.copyTime
+	if other < 0 {
+		other = 0
+	}
+	c.Phases[telemetry.PhaseOther] = other
+	v.s.tel.Record(&c)
+}
+
+// lockShared takes the variable's shared reader when the call needs the
+// fabric, timing the wait.
+func (v *Var) lockShared(st *callStats) *readCtx {
+	if v.shared == nil {
+		return nil
+	}
+	t := st.now()
+	v.mu.Lock()
+	st.locked = true
+	st.lockWait = st.now() - t
+	return v.shared
+}
+
+// getBatch reads rows idx[i] into dst[i*rowBytes:]. c is the Reader's
+// context, or nil for the variable's shared reader.
+func (v *Var) getBatch(c *readCtx, idx []int64, dst []byte) (err error) {
+	if err = v.enter(); err != nil {
+		return err
+	}
+	defer v.inflight.Add(-1)
+	st := callStats{timed: v.telID >= 0 && v.s.tel != nil} // telID is stable while entered
+	st.start = st.now()
+	tel := int32(0)
+	if c != nil {
+		tel = c.tel
+	}
+	rows := int64(len(idx))
+	defer func() { v.finish(tel, &st, rows, err) }()
+
+	rb := v.rowBytes
+	if need := rows * rb; int64(len(dst)) < need {
+		return v.errShort(rows, need, len(dst))
+	}
+	for _, g := range idx {
+		if g < 0 || g >= v.global {
+			return v.errIndex(g)
+		}
+	}
+	if c == nil {
+		c = v.lockShared(&st)
+	}
+	s := v.s
+	t0 := st.now()
+	var fabTime int64
+	var deadRank = -1
+	if c != nil {
+		c.ops = c.ops[:0]
+		c.opRank = c.opRank[:0]
+	}
+	for i, g := range idx {
+		o := v.owner(g)
+		rank := s.groupLo + o
+		st.targets |= 1 << (uint(rank) & 63)
+		off := (g - v.offsets[o]) * rb
+		// Full capacity on purpose: the fabric pins a destination once and
+		// recognises later rows of the same buffer by [ptr, ptr+cap).
+		d := dst[int64(i)*rb : int64(i+1)*rb]
+		if rank != s.rank && s.dead.has(rank) {
+			if deadRank < 0 {
+				deadRank = rank
+			}
+			continue
+		}
+		if src := v.src[o]; src != nil {
+			copy(d, src[off:off+rb])
+			st.localRows++
+			continue
+		}
+		c.ops = append(c.ops, fabric.ReadOp{Dst: d, Peer: c.peers[o], Addr: v.remote[o].base + uint64(off), Key: v.remote[o].key})
+		c.opRank = append(c.opRank, rank)
+		st.remoteRows++
+		if len(c.ops) == cap(c.ops) {
+			if err = v.flush(c, &st, &fabTime); err != nil {
+				return err
+			}
+		}
+	}
+	if c != nil && len(c.ops) > 0 {
+		if err = v.flush(c, &st, &fabTime); err != nil {
+			return err
+		}
+	}
+	st.end = st.now()
+	st.copyTime = st.end - t0 - fabTime
+	if deadRank >= 0 {
+		return v.errDead(deadRank)
+	}
+	return nil
+}
+
+// get reads rows [start, start+count) into dst, coalescing each shard's
+// part into one copy (mapped) or reads of up to maxReadBytes (fabric).
+func (v *Var) get(c *readCtx, start, count int64, dst []byte) (err error) {
+	if err = v.enter(); err != nil {
+		return err
+	}
+	defer v.inflight.Add(-1)
+	st := callStats{timed: v.telID >= 0 && v.s.tel != nil} // telID is stable while entered
+	st.start = st.now()
+	tel := int32(0)
+	if c != nil {
+		tel = c.tel
+	}
+	defer func() { v.finish(tel, &st, count, err) }()
+
+	rb := v.rowBytes
+	if start < 0 || count < 0 || start > v.global-count {
+		return v.errRange(start, count)
+	}
+	if need := count * rb; int64(len(dst)) < need {
+		return v.errShort(count, need, len(dst))
+	}
+	if count == 0 {
+		return nil
+	}
+	if c == nil {
+		c = v.lockShared(&st)
+	}
+	s := v.s
+	t0 := st.now()
+	var fabTime int64
+	deadRank := -1
+	if c != nil {
+		c.ops = c.ops[:0]
+		c.opRank = c.opRank[:0]
+	}
+	end := start + count
+	chunkRows := int64(maxReadBytes) / rb
+	if chunkRows < 1 {
+		chunkRows = 1
+	}
+	g := start
+	for o := v.owner(start); g < end; o++ {
+		hi := v.offsets[o+1]
+		if hi > end {
+			hi = end
+		}
+		if hi <= g {
+			continue
+		}
+		rank := s.groupLo + o
+		st.targets |= 1 << (uint(rank) & 63)
+		n := hi - g
+		d := dst[(g-start)*rb : (hi-start)*rb]
+		off := (g - v.offsets[o]) * rb
+		g = hi
+		if rank != s.rank && s.dead.has(rank) {
+			if deadRank < 0 {
+				deadRank = rank
+			}
+			continue
+		}
+		if src := v.src[o]; src != nil {
+			copy(d, src[off:off+n*rb])
+			st.localRows += n
+			continue
+		}
+		st.remoteRows += n
+		for k := int64(0); k < n; k += chunkRows {
+			m := n - k
+			if m > chunkRows {
+				m = chunkRows
+			}
+			c.ops = append(c.ops, fabric.ReadOp{Dst: d[k*rb : (k+m)*rb], Peer: c.peers[o],
+				Addr: v.remote[o].base + uint64(off+k*rb), Key: v.remote[o].key})
+			c.opRank = append(c.opRank, rank)
+			if len(c.ops) == cap(c.ops) {
+				if err = v.flush(c, &st, &fabTime); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	if c != nil && len(c.ops) > 0 {
+		if err = v.flush(c, &st, &fabTime); err != nil {
+			return err
+		}
+	}
+	st.end = st.now()
+	st.copyTime = st.end - t0 - fabTime
+	if deadRank >= 0 {
+		return v.errDead(deadRank)
+	}
+	return nil
+}
+
+// flush runs the queued fabric reads.
+func (v *Var) flush(c *readCtx, st *callStats, fabTime *int64) error {
+	t := st.now()
+	ft, err := c.fr.ReadBatch(c.ops)
+	*fabTime += st.now() - t
+	st.fab.MR += ft.MR
+	st.fab.Post += ft.Post
+	st.fab.CQWait += ft.CQWait
+	if err != nil {
+		err = v.fabricError(c, err)
+	}
+	c.ops = c.ops[:0]
+	c.opRank = c.opRank[:0]
+	return err
+}
+
+// fabricError names the failed peer and classifies the error.
+func (v *Var) fabricError(c *readCtx, err error) error {
+	rank := fabricErrRank(err)
+	if rank < 0 && len(c.opRank) > 0 {
+		// Name the ranks of the batch when the fabric did not say which.
+		rank = c.opRank[0]
+		for _, r := range c.opRank {
+			if r != rank {
+				rank = -1
+				break
+			}
+		}
+	}
+	who := "a peer rank"
+	if rank >= 0 {
+		who = fmt.Sprintf("rank %d", rank)
+	}
+	switch {
+	case errors.Is(err, fabric.ErrTimeout):
+		return fmt.Errorf("%w: variable %q: read from %s: %w", ErrTimeout, v.name, who, err)
+	case isPeerFailure(err):
+		if rank >= 0 {
+			v.s.dead.mark(rank)
+		}
+		return fmt.Errorf("%w: variable %q: read from %s: %w", ErrPeerDead, v.name, who, err)
+	}
+	return fmt.Errorf("ddstore: variable %q: read from %s: %w", v.name, who, err)
+}
+
+func (v *Var) errShort(rows, need int64, have int) error {
+	return fmt.Errorf("%w: variable %q: %d rows of %d bytes need %d bytes, dst has %d",
+		ErrShortBuffer, v.name, rows, v.rowBytes, need, have)
+}
+
+func (v *Var) errIndex(g int64) error {
+	return fmt.Errorf("%w: variable %q: row %d outside [0,%d)", ErrIndex, v.name, g, v.global)
+}
+
+func (v *Var) errRange(start, count int64) error {
+	return fmt.Errorf("%w: variable %q: rows [%d,%d) (start %d, count %d) outside [0,%d)",
+		ErrIndex, v.name, start, start+count, start, count, v.global)
+}
+
+func (v *Var) errDead(rank int) error {
+	return fmt.Errorf("%w: variable %q: rank %d (pid %d) owns requested rows and has exited",
+		ErrPeerDead, v.name, rank, v.s.peers[rank].Pid)
+}
+
+// Get reads the contiguous global rows [start, start+count) of variable
+// name into dst, which must hold count rows. The range may span shards.
+func (s *Store) Get(name string, start, count int64, dst []byte) error {
+	v := (*s.vars.Load())[name]
+	if v == nil {
+		return s.errLookup(name)
+	}
+	return v.get(nil, start, count, dst)
+}
+
+// GetBatch reads global rows idx[i] of variable name into
+// dst[i*rowBytes:(i+1)*rowBytes], in index order; duplicates are allowed.
+func (s *Store) GetBatch(name string, idx []int64, dst []byte) error {
+	v := (*s.vars.Load())[name]
+	if v == nil {
+		return s.errLookup(name)
+	}
+	return v.getBatch(nil, idx, dst)
+}
+
+func (s *Store) errLookup(name string) error {
+	if s.closed.Load() {
+		return fmt.Errorf("%w: variable %q", ErrClosed, name)
+	}
+	return fmt.Errorf("%w: %q", ErrUnknownVar, name)
+}
+
+// Get is Store.Get on this variable through the shared reader.
+func (v *Var) Get(start, count int64, dst []byte) error { return v.get(nil, start, count, dst) }
+
+// GetBatch is Store.GetBatch on this variable through the shared reader.
+func (v *Var) GetBatch(idx []int64, dst []byte) error { return v.getBatch(nil, idx, dst) }
+
+// Reader reads with its own fabric endpoint and completion queue, so
+// readers never wait for each other or for the store's shared reader.
+// Use one Reader per goroutine; its methods must not be called concurrently.
+type Reader struct {
+	s      *Store
+	c      *readCtx
+	closed atomic.Bool // set by Close or Store.Close (another goroutine)
+}
+
+// NewReader returns a Reader with its own fabric endpoint. Close it when done
+// (Store.Close closes any left open).
+func (s *Store) NewReader() (*Reader, error) {
+	if s.closed.Load() {
+		return nil, fmt.Errorf("%w: NewReader", ErrClosed)
+	}
+	id := s.readerSeq.Add(1)
+	c, err := s.newReadCtx(1 + (id-1)%(maxTelReaders-1))
+	if err != nil {
+		return nil, err
+	}
+	r := &Reader{s: s, c: c}
+	s.readersMu.Lock()
+	defer s.readersMu.Unlock()
+	if s.closed.Load() {
+		c.close()
+		return nil, fmt.Errorf("%w: NewReader", ErrClosed)
+	}
+	s.readers[r] = struct{}{}
+	return r, nil
+}
+
+// maxTelReaders is the number of telemetry reader stripes per variable;
+// reader ids wrap into [1, maxTelReaders).
+const maxTelReaders = 64
+
+// ID is the reader's telemetry id (stripe); the store's shared path is 0.
+func (r *Reader) ID() int { return int(r.c.tel) }
+
+// Get is Store.Get through this reader's endpoint.
+func (r *Reader) Get(name string, start, count int64, dst []byte) error {
+	if r.closed.Load() {
+		return fmt.Errorf("%w: reader closed", ErrClosed)
+	}
+	v := (*r.s.vars.Load())[name]
+	if v == nil {
+		return r.s.errLookup(name)
+	}
+	return v.get(r.c, start, count, dst)
+}
+
+// GetBatch is Store.GetBatch through this reader's endpoint.
+func (r *Reader) GetBatch(name string, idx []int64, dst []byte) error {
+	if r.closed.Load() {
+		return fmt.Errorf("%w: reader closed", ErrClosed)
+	}
+	v := (*r.s.vars.Load())[name]
+	if v == nil {
+		return r.s.errLookup(name)
+	}
+	return v.getBatch(r.c, idx, dst)
+}
+
+// GetVar is Get on a variable handle, skipping the name lookup.
+func (r *Reader) GetVar(v *Var, start, count int64, dst []byte) error {
+	if r.closed.Load() {
+		return fmt.Errorf("%w: reader closed", ErrClosed)
+	}
+	return v.get(r.c, start, count, dst)
+}
+
+// GetBatchVar is GetBatch on a variable handle, skipping the name lookup.
+func (r *Reader) GetBatchVar(v *Var, idx []int64, dst []byte) error {
+	if r.closed.Load() {
+		return fmt.Errorf("%w: reader closed", ErrClosed)
+	}
+	return v.getBatch(r.c, idx, dst)
+}
+
+// Close releases the reader's endpoint.
+func (r *Reader) Close() error {
+	r.s.readersMu.Lock()
+	defer r.s.readersMu.Unlock()
+	if r.closed.Load() {
+		return nil
+	}
+	delete(r.s.readers, r)
+	r.release()
+	return nil
+}
+
+func (r *Reader) release() {
+	r.closed.Store(true)
+	r.c.close()
+}

@@ -1,0 +1,116 @@
+package engine
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// shardFile is a shard in a shared-memory file, mapped outside the Go heap.
+// The owner maps it read-write; same-node peers map it read-only.
+type shardFile struct {
+	path  string
+	mem   []byte // the whole mapping (at least one page)
+	data  []byte // mem[:size]: the rows
+	owner bool
+	rank  int // owner's rank
+}
+
+// shardName is the file name of a rank's shard of a variable. seq (the
+// collective's sequence number) keeps names apart that sanitize alike.
+func shardName(job string, rank, seq int, name string) string {
+	return fmt.Sprintf("ddstore-%s-%d-%d-%s.shard", sanitizeName(job), rank, seq, sanitizeName(name))
+}
+
+// sanitizeName keeps [A-Za-z0-9._-] and replaces anything else by '_'.
+func sanitizeName(s string) string {
+	if s == "" {
+		return "_"
+	}
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '-':
+			return r
+		}
+		return '_'
+	}, s)
+}
+
+func mapLen(size int64) int {
+	page := int64(os.Getpagesize())
+	n := (size + page - 1) / page * page
+	if n == 0 {
+		n = page
+	}
+	return int(n)
+}
+
+// createShard creates (replacing a stale one) and maps a zero-filled shard
+// file of size bytes, mode 0600.
+func createShard(dir, file string, size int64) (*shardFile, error) {
+	path := filepath.Join(dir, file)
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
+	if err == unix.EEXIST {
+		// A leftover of a crashed run with the same job id: replace it.
+		_ = unix.Unlink(path)
+		fd, err = unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ddstore: create shard file %s: %w", path, err)
+	}
+	defer unix.Close(fd)
+	n := mapLen(size)
+	if err := unix.Ftruncate(fd, int64(n)); err != nil {
+		_ = unix.Unlink(path)
+		return nil, fmt.Errorf("ddstore: size shard file %s to %d bytes: %w", path, n, err)
+	}
+	mem, err := unix.Mmap(fd, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		_ = unix.Unlink(path)
+		return nil, fmt.Errorf("ddstore: map shard file %s (%d bytes): %w", path, n, err)
+	}
+	return &shardFile{path: path, mem: mem, data: mem[:size:size], owner: true}, nil
+}
+
+// openShard maps a peer's shard file read-only.
+func openShard(path string, rank int, size int64) (*shardFile, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("ddstore: open peer shard file %s: %w", path, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, fmt.Errorf("ddstore: stat peer shard file %s: %w", path, err)
+	}
+	n := mapLen(size)
+	if st.Size < int64(n) {
+		return nil, fmt.Errorf("ddstore: peer shard file %s has %d bytes, want %d", path, st.Size, n)
+	}
+	mem, err := unix.Mmap(fd, 0, n, unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("ddstore: map peer shard file %s: %w", path, err)
+	}
+	return &shardFile{path: path, mem: mem, data: mem[:size:size], rank: rank}, nil
+}
+
+// close unmaps; the owner also removes the file.
+func (f *shardFile) close() error {
+	if f == nil || f.mem == nil {
+		return nil
+	}
+	err := unix.Munmap(f.mem)
+	f.mem, f.data = nil, nil
+	if f.owner {
+		if e := unix.Unlink(f.path); e != nil && e != unix.ENOENT && err == nil {
+			err = e
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("ddstore: release shard %s: %w", f.path, err)
+	}
+	return nil
+}

@@ -1,0 +1,384 @@
+package engine
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ddstore/ddstore/engine/bootstrap"
+	"github.com/ddstore/ddstore/fabric"
+	"github.com/ddstore/ddstore/telemetry"
+)
+
+// peerInfo is what Open learns about every rank.
+type peerInfo struct {
+	Host        string `json:"host"`
+	BootID      string `json:"boot"`
+	Node        string `json:"node"` // node identity; equal means "same node"
+	Pid         int    `json:"pid"`
+	Addr        []byte `json:"addr,omitempty"` // fabric address, nil without fabric
+	sameNode    bool   // shards read through shared memory
+	sameMachine bool   // same host and boot (sameNode, unless NodeMode "fabric")
+}
+
+// varMap is the immutable name → variable map; replaced on Add/Free.
+type varMap map[string]*Var
+
+// Store is one rank's view of the distributed store. All methods are safe
+// for concurrent use. Collective methods (Add, Init, Free, Close) must be
+// called by every rank in the same order.
+type Store struct {
+	opts Options
+	ex   bootstrap.Exchanger
+	env  bootstrap.Env
+	job  string
+
+	rank, world, localRank int
+	width, groupLo         int
+	peers                  []peerInfo // by global rank
+
+	fab *fabric.Fabric // nil when the group is on one node
+	tel *telemetry.Writer
+
+	vars   atomic.Pointer[varMap]
+	closed atomic.Bool
+
+	collMu sync.Mutex // serializes collectives (Add, Init, Free, Close)
+	seq    int        // collective sequence number, for tags
+
+	dead    deadSet
+	watcher *pidWatcher
+
+	readerSeq atomic.Int32
+	readersMu sync.Mutex
+	readers   map[*Reader]struct{}
+
+	hbStop chan struct{}
+	hbDone chan struct{}
+}
+
+// Open joins the job: it connects the bootstrap exchange, learns which
+// ranks share this node, opens the fabric when a peer of the caller's width
+// group is on another node, starts telemetry and the dead-peer watcher.
+// Every rank of the job must call Open.
+func Open(o Options) (*Store, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	if v := os.Getenv("DDSTORE_TELEMETRY"); v == "0" || strings.EqualFold(v, "false") || strings.EqualFold(v, "off") {
+		o.Telemetry = false
+	}
+	if v := os.Getenv("DDSTORE_TELEMETRY_DIR"); v != "" && o.TelemetryDir == "/dev/shm" {
+		o.TelemetryDir = v
+	}
+	if v := os.Getenv("DDSTORE_FABRIC"); v != "" && o.Fabric.Provider == "" {
+		o.Fabric.Provider = v
+	}
+	if v := os.Getenv("FABRIC_IFACE"); v != "" && o.Fabric.Domain == "" {
+		o.Fabric.Domain = v
+	}
+	env := o.Bootstrap.Env
+	if env.World == 0 {
+		e, err := bootstrap.DetectEnv()
+		if err != nil {
+			return nil, fmt.Errorf("ddstore: open: %w", err)
+		}
+		env = e
+		o.Bootstrap.Env = e
+	}
+	ex, err := bootstrap.Connect(o.Bootstrap)
+	if err != nil {
+		return nil, fmt.Errorf("ddstore: open: bootstrap: %w", err)
+	}
+	s := &Store{opts: o, ex: ex, env: env, rank: ex.Rank(), world: ex.Size(), localRank: env.LocalRank,
+		readers: map[*Reader]struct{}{}}
+	s.job = bootstrap.JobOf(ex, env.Job)
+	if s.job == "" {
+		s.job = fmt.Sprintf("p%d", os.Getpid())
+	}
+	if err := s.open(); err != nil {
+		s.release()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Store) open() error {
+	o := &s.opts
+	s.width = o.Width
+	if s.width == 0 {
+		s.width = s.world
+	}
+	if s.world%s.width != 0 {
+		return fmt.Errorf("ddstore: open: world size %d is not a multiple of Width %d", s.world, s.width)
+	}
+	s.groupLo = s.rank / s.width * s.width
+	s.dead = newDeadSet(s.world)
+	empty := varMap{}
+	s.vars.Store(&empty)
+
+	// Round 1: node identity and pid.
+	host, _ := os.Hostname()
+	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	me := peerInfo{Host: host, BootID: strings.TrimSpace(string(boot)), Pid: os.Getpid()}
+	me.Node = me.Host + "/" + me.BootID
+	if o.NodeMode == NodeModeFabric {
+		me.Node = fmt.Sprintf("%s/rank%d", me.Node, s.rank)
+	}
+	blobs, err := s.gather("open-node", me)
+	if err != nil {
+		return err
+	}
+	s.peers = make([]peerInfo, s.world)
+	for r, b := range blobs {
+		if err := json.Unmarshal(b, &s.peers[r]); err != nil {
+			return fmt.Errorf("ddstore: open: rank %d sent a bad node record: %v", r, err)
+		}
+		s.peers[r].sameNode = s.peers[r].Node == me.Node
+		s.peers[r].sameMachine = s.peers[r].Host == me.Host && s.peers[r].BootID == me.BootID
+	}
+	needFabric := false
+	for r := s.groupLo; r < s.groupLo+s.width; r++ {
+		if !s.peers[r].sameNode {
+			needFabric = true
+		}
+	}
+
+	// Local setup whose failure every rank must learn of: fabric, telemetry.
+	var localErr error
+	var addr []byte
+	if needFabric {
+		s.fab, localErr = fabric.Open(o.Fabric)
+		if localErr == nil {
+			addr = s.fab.Address()
+		}
+	}
+	if localErr == nil && o.Telemetry {
+		s.tel, localErr = telemetry.Create(telemetry.WriterOptions{
+			Dir: o.TelemetryDir, Job: s.job, Rank: s.rank, World: s.world, Host: host,
+			Provider: s.providerName(), ReaderMode: "shared+readers", Method: s.env.Launcher,
+		})
+		if localErr != nil {
+			localErr = fmt.Errorf("telemetry: %w", localErr)
+		}
+	}
+	type round2 struct {
+		Addr []byte `json:"addr"`
+		Err  string `json:"err,omitempty"`
+	}
+	r2 := round2{Addr: addr}
+	if localErr != nil {
+		r2.Err = localErr.Error()
+	}
+	blobs, err = s.gather("open-addr", r2)
+	if err != nil {
+		return err
+	}
+	var failed []string
+	for r, b := range blobs {
+		var x round2
+		if err := json.Unmarshal(b, &x); err != nil {
+			return fmt.Errorf("ddstore: open: rank %d sent a bad address record: %v", r, err)
+		}
+		if x.Err != "" {
+			failed = append(failed, fmt.Sprintf("rank %d: %s", r, x.Err))
+		}
+		s.peers[r].Addr = x.Addr
+	}
+	if localErr != nil {
+		return fmt.Errorf("ddstore: open rank %d: %w", s.rank, localErr)
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("ddstore: open failed on %s", strings.Join(failed, "; "))
+	}
+
+	// Peers of the group on this machine (even in NodeMode "fabric", where
+	// they are read through the fabric): watch their pids, so that reads of
+	// a dead peer fail before they reach the provider.
+	var ranks, pids []int
+	for r := s.groupLo; r < s.groupLo+s.width; r++ {
+		if r != s.rank && s.peers[r].sameMachine {
+			ranks = append(ranks, r)
+			pids = append(pids, s.peers[r].Pid)
+		}
+	}
+	if len(ranks) > 0 {
+		if s.watcher, err = watchPeers(&s.dead, ranks, pids); err != nil {
+			return fmt.Errorf("ddstore: open: peer watcher: %w", err)
+		}
+	}
+	if s.tel != nil {
+		s.hbStop, s.hbDone = make(chan struct{}), make(chan struct{})
+		go s.heartbeat()
+	}
+	return nil
+}
+
+func (s *Store) providerName() string {
+	if s.fab != nil {
+		return s.fab.Info().Provider
+	}
+	return "shm-map"
+}
+
+func (s *Store) heartbeat() {
+	defer close(s.hbDone)
+	t := time.NewTicker(500 * time.Millisecond)
+	defer t.Stop()
+	s.tel.Heartbeat()
+	for {
+		select {
+		case <-s.hbStop:
+			return
+		case <-t.C:
+			s.tel.Heartbeat()
+		}
+	}
+}
+
+// gather JSON-encodes mine and all-gathers it under tag.
+func (s *Store) gather(tag string, mine any) ([][]byte, error) {
+	b, err := json.Marshal(mine)
+	if err != nil {
+		return nil, fmt.Errorf("ddstore: %s: encode: %w", tag, err)
+	}
+	blobs, err := s.ex.AllGather(tag, b, s.opts.Timeout)
+	if err != nil {
+		return nil, wrapBootstrap(tag, err)
+	}
+	if len(blobs) != s.world {
+		return nil, fmt.Errorf("ddstore: %s: got %d records for %d ranks", tag, len(blobs), s.world)
+	}
+	return blobs, nil
+}
+
+func wrapBootstrap(tag string, err error) error {
+	if errors.Is(err, bootstrap.ErrTimeout) {
+		return fmt.Errorf("%w: %s: %w", ErrTimeout, tag, err)
+	}
+	return fmt.Errorf("ddstore: %s: %w", tag, err)
+}
+
+// Rank is this process's global rank.
+func (s *Store) Rank() int { return s.rank }
+
+// World is the number of ranks.
+func (s *Store) World() int { return s.world }
+
+// LocalRank is the rank among the processes on this node, as the launcher said.
+func (s *Store) LocalRank() int { return s.localRank }
+
+// Width is the number of ranks per replica group.
+func (s *Store) Width() int { return s.width }
+
+// Group is the index of this rank's width group.
+func (s *Store) Group() int { return s.rank / s.width }
+
+// Job is the job id used to name shard and telemetry files.
+func (s *Store) Job() string { return s.job }
+
+// Telemetry is the telemetry writer, nil when telemetry is off.
+func (s *Store) Telemetry() *telemetry.Writer { return s.tel }
+
+// Fabric is the open fabric, nil when every peer of the group is on this node.
+func (s *Store) Fabric() *fabric.Fabric { return s.fab }
+
+// SameNode reports whether rank's shards are read through shared memory.
+func (s *Store) SameNode(rank int) bool {
+	return rank >= 0 && rank < s.world && s.peers[rank].sameNode
+}
+
+// PeerDead reports whether rank is known to have exited or failed.
+func (s *Store) PeerDead(rank int) bool { return rank >= 0 && rank < s.world && s.dead.has(rank) }
+
+// Close is collective: it waits for this rank's reads in flight, meets the
+// other ranks at a barrier (so nobody reads this rank's memory any more),
+// then stops telemetry, unmaps and removes the shard files and closes the
+// fabric. Resources are released even if the barrier fails (the error is
+// returned). Later calls return ErrClosed.
+func (s *Store) Close() error {
+	s.collMu.Lock()
+	defer s.collMu.Unlock()
+	if s.closed.Swap(true) {
+		return fmt.Errorf("%w: Close called twice", ErrClosed)
+	}
+	vm := *s.vars.Load()
+	deadline := time.Now().Add(s.opts.Timeout)
+	var errs []error
+	for _, v := range vm {
+		if err := v.waitIdle(deadline); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := s.ex.Barrier("close", s.opts.Timeout); err != nil {
+		errs = append(errs, wrapBootstrap("close barrier", err))
+	}
+	if err := s.release(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// release frees everything this store holds; used by Close and failed Open.
+func (s *Store) release() error {
+	s.closed.Store(true)
+	var errs []error
+	if s.hbStop != nil {
+		close(s.hbStop)
+		<-s.hbDone
+		s.hbStop = nil
+	}
+	s.readersMu.Lock()
+	for r := range s.readers {
+		r.release()
+	}
+	s.readers = map[*Reader]struct{}{}
+	s.readersMu.Unlock()
+	if p := s.vars.Load(); p != nil {
+		for _, v := range *p {
+			if err := v.release(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		empty := varMap{}
+		s.vars.Store(&empty)
+	}
+	if s.tel != nil {
+		if err := s.tel.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("ddstore: telemetry close: %w", err))
+		}
+	}
+	s.watcher.stop()
+	if s.fab != nil {
+		if err := s.fab.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("ddstore: fabric close: %w", err))
+		}
+	}
+	if s.ex != nil {
+		if err := s.ex.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("ddstore: bootstrap close: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Barrier returns once every rank has called it (collective; deadline
+// Options.Timeout). Use it, for example, after Update so that readers see
+// the new rows.
+func (s *Store) Barrier() error {
+	s.collMu.Lock()
+	defer s.collMu.Unlock()
+	if s.closed.Load() {
+		return fmt.Errorf("%w: Barrier", ErrClosed)
+	}
+	s.seq++
+	if err := s.ex.Barrier(fmt.Sprintf("barrier-%d", s.seq), s.opts.Timeout); err != nil {
+		return wrapBootstrap("barrier", err)
+	}
+	return nil
+}

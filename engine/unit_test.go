@@ -1,0 +1,120 @@
+package engine
+
+import (
+	"errors"
+	"math/rand"
+	"testing"
+	"time"
+
+	"github.com/ddstore/ddstore/engine/bootstrap"
+)
+
+func TestOwnerSearch(t *testing.T) {
+	// Shards with empty members at the start, middle and end.
+	sizes := []int64{0, 5, 0, 0, 3, 1, 0}
+	v := &Var{offsets: make([]int64, len(sizes)+1)}
+	for i, n := range sizes {
+		v.offsets[i+1] = v.offsets[i] + n
+	}
+	for g := int64(0); g < v.offsets[len(sizes)]; g++ {
+		o := v.owner(g)
+		if !(v.offsets[o] <= g && g < v.offsets[o+1]) {
+			t.Errorf("owner(%d) = %d with shard [%d,%d)", g, o, v.offsets[o], v.offsets[o+1])
+		}
+	}
+	if a := testing.AllocsPerRun(10, func() { v.owner(7) }); a != 0 {
+		t.Errorf("owner allocates %v", a)
+	}
+}
+
+func TestDType(t *testing.T) {
+	for d := Int32; d <= Bytes; d++ {
+		p, err := ParseDType(d.String())
+		if err != nil || p != d || d.Size() == 0 {
+			t.Errorf("%v: parse %v %v size %d", d, p, err, d.Size())
+		}
+	}
+	if _, err := ParseDType("complex128"); !errors.Is(err, ErrDType) {
+		t.Errorf("ParseDType(complex128) = %v", err)
+	}
+	if DType(0).Valid() || DType(99).Size() != 0 {
+		t.Error("invalid dtypes reported valid")
+	}
+}
+
+func TestOptionsValidate(t *testing.T) {
+	o := DefaultOptions()
+	if err := o.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []func(*Options){
+		func(o *Options) { o.NodeMode = "cluster" },
+		func(o *Options) { o.Width = -1 },
+		func(o *Options) { o.Timeout = -time.Second },
+	} {
+		o := DefaultOptions()
+		bad(&o)
+		if err := o.Validate(); err == nil {
+			t.Errorf("Validate accepted %+v", o)
+		}
+	}
+}
+
+// TestSingleRank is an in-process store of one rank: the whole API on the
+// mapped path, zero allocations, telemetry on.
+func TestSingleRank(t *testing.T) {
+	o := DefaultOptions()
+	o.TelemetryDir = t.TempDir()
+	o.Bootstrap.Method = "single"
+	job := testJob("single")
+	o.Bootstrap.Env = bootstrap.Env{Rank: 0, World: 1, LocalWorld: 1, Launcher: "none", Job: job}
+	s, err := Open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer checkNoShardFiles(t, job)
+	spec := varSpec{name: "x", dt: Int32, rowBytes: 40, base: 1000, emptyMember: -1}
+	if err := addPattern(s, spec); err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewSource(1))
+	if _, err := checkVar(s, s, spec, rng); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.NewReader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := checkVar(s, r, spec, rng); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkAllocs(s, s, spec, "store"); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkAllocs(s, r, spec, "reader"); err != nil {
+		t.Fatal(err)
+	}
+	v, err := s.Var("x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := make([]byte, 3*spec.rowBytes)
+	if err := v.GetBatch([]int64{999, 0, 999}, dst); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkRows(dst, spec.rowBytes, spec.salt(0), []int64{999, 0, 999}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Free("x"); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.GetBatch([]int64{0}, dst); !errors.Is(err, ErrUnknownVar) {
+		t.Errorf("freed handle: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.GetBatch("x", []int64{0}, dst); !errors.Is(err, ErrClosed) {
+		t.Errorf("reader after Close: %v", err)
+	}
+}

@@ -1,0 +1,480 @@
+package engine
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ddstore/ddstore/fabric"
+	"github.com/ddstore/ddstore/telemetry"
+)
+
+// VarInfo describes a variable as seen by this rank's group.
+type VarInfo struct {
+	Name       string
+	DType      DType
+	RowElems   int     // elements per row
+	RowBytes   int64   // bytes per row
+	GlobalRows int64   // rows of the group's global index space
+	LocalRows  int64   // rows in this rank's shard
+	LocalStart int64   // global index of this rank's first row
+	Shards     []int64 // prefix offsets: shard of group member i is [Shards[i], Shards[i+1])
+	Group      int     // width group index
+	GroupRanks []int   // global ranks of the group, in shard order
+}
+
+// Var is a handle to one variable. Get and GetBatch on it skip the name
+// lookup. A Var is invalid after Free or Close (its calls then fail).
+type Var struct {
+	s        *Store
+	name     string
+	dt       DType
+	rowElems int
+	rowBytes int64
+	nLocal   int64
+	offsets  []int64  // len width+1
+	global   int64    // offsets[width]
+	src      [][]byte // per group member: mapped rows, nil when read through the fabric
+	remote   []remoteShard
+	own      *shardFile
+	mapped   []*shardFile // same-node peers' shards
+	peerPath []string     // by group member: shard file of a peer on this machine
+	exp      *fabric.Export
+	telID    int32 // -1: not in telemetry
+
+	inflight atomic.Int64
+	freed    atomic.Bool
+
+	mu     sync.Mutex // the shared reader (Store-level calls)
+	shared *readCtx   // nil when every shard is mapped
+}
+
+type remoteShard struct {
+	key, base uint64
+}
+
+// varMeta is what every rank contributes to a collective on a variable.
+type varMeta struct {
+	Op       string `json:"op"`
+	Name     string `json:"name"`
+	DType    DType  `json:"dtype"`
+	RowElems int    `json:"elems"`
+	RowBytes int64  `json:"rowBytes"`
+	NLocal   int64  `json:"n"`
+	Path     string `json:"path,omitempty"`
+	Key      uint64 `json:"key,omitempty"`
+	Base     uint64 `json:"base,omitempty"`
+	Err      string `json:"err,omitempty"`
+}
+
+// Add creates variable name from each rank's local rows (collective): the
+// rows are copied into this rank's shard. len(local) must be a multiple of
+// rowElems*dt.Size(). If any rank fails or ranks disagree on the name,
+// dtype or row size, every rank returns an error and none keeps the variable.
+func (s *Store) Add(name string, dt DType, rowElems int, local []byte) error {
+	return s.create("add", name, dt, rowElems, -1, local)
+}
+
+// Init creates variable name with nLocalRows zero-filled rows on this rank
+// (collective); fill them with Update.
+func (s *Store) Init(name string, dt DType, rowElems int, nLocalRows int64) error {
+	return s.create("init", name, dt, rowElems, nLocalRows, nil)
+}
+
+func (s *Store) create(op, name string, dt DType, rowElems int, nLocal int64, local []byte) error {
+	s.collMu.Lock()
+	defer s.collMu.Unlock()
+	if s.closed.Load() {
+		return fmt.Errorf("%w: %s %q", ErrClosed, op, name)
+	}
+	s.seq++
+	tag := fmt.Sprintf("coll-%d", s.seq)
+
+	me := varMeta{Op: op, Name: name, DType: dt, RowElems: rowElems, RowBytes: int64(rowElems) * int64(dt.Size())}
+	var localErr error
+	switch {
+	case name == "":
+		localErr = fmt.Errorf("%w: empty variable name", ErrDType)
+	case !dt.Valid():
+		localErr = fmt.Errorf("%w: variable %q: invalid dtype %d", ErrDType, name, uint8(dt))
+	case rowElems <= 0:
+		localErr = fmt.Errorf("%w: variable %q: %d elements per row", ErrDType, name, rowElems)
+	case op == "add" && int64(len(local))%me.RowBytes != 0:
+		localErr = fmt.Errorf("%w: variable %q: %d bytes of local data is not a multiple of the row size %d (%d × %s)",
+			ErrDType, name, len(local), me.RowBytes, rowElems, dt)
+	case op == "init" && nLocal < 0:
+		localErr = fmt.Errorf("%w: variable %q: %d local rows", ErrIndex, name, nLocal)
+	case (*s.vars.Load())[name] != nil:
+		localErr = fmt.Errorf("%w: %q", ErrExists, name)
+	}
+	if op == "add" && localErr == nil {
+		nLocal = int64(len(local)) / me.RowBytes
+	}
+	me.NLocal = nLocal
+
+	var own *shardFile
+	var exp *fabric.Export
+	cleanup := func() {
+		if exp != nil {
+			exp.Close()
+		}
+		own.close()
+	}
+	if localErr == nil {
+		own, localErr = createShard(s.opts.ShardDir, shardName(s.job, s.rank, s.seq, name), nLocal*me.RowBytes)
+		if localErr == nil {
+			copy(own.data, local)
+			me.Path = own.path
+			if s.fab != nil {
+				exp, localErr = s.fab.Export(own.mem)
+				if localErr == nil {
+					me.Key, me.Base = exp.Key(), exp.Base()
+				} else {
+					localErr = fmt.Errorf("ddstore: variable %q: fabric export of %d bytes: %w", name, len(own.mem), localErr)
+				}
+			}
+		}
+	}
+	if localErr != nil {
+		me.Err = localErr.Error()
+	}
+	blobs, err := s.gather(tag, me)
+	if err != nil {
+		cleanup()
+		return fmt.Errorf("ddstore: %s %q: %w", op, name, err)
+	}
+	metas := make([]varMeta, s.world)
+	for r, b := range blobs {
+		if err := json.Unmarshal(b, &metas[r]); err != nil {
+			cleanup()
+			return fmt.Errorf("%w: %s %q: rank %d sent a bad record: %v", ErrMismatch, op, name, r, err)
+		}
+	}
+	if err := checkAgreement(metas, s.rank, localErr); err != nil {
+		cleanup()
+		return err
+	}
+
+	// Build the variable: map same-node shards, connect the shared reader.
+	v := &Var{s: s, name: name, dt: dt, rowElems: rowElems, rowBytes: me.RowBytes, nLocal: nLocal,
+		own: own, exp: exp, telID: -1}
+	v.offsets = make([]int64, s.width+1)
+	v.src = make([][]byte, s.width)
+	v.remote = make([]remoteShard, s.width)
+	v.peerPath = make([]string, s.width)
+	needFabric := false
+	for i := 0; i < s.width; i++ {
+		r := s.groupLo + i
+		m := metas[r]
+		if r != s.rank && s.peers[r].sameMachine {
+			v.peerPath[i] = m.Path
+		}
+		v.offsets[i+1] = v.offsets[i] + m.NLocal
+		switch {
+		case r == s.rank:
+			v.src[i] = own.data
+		case s.peers[r].sameNode && localErr == nil:
+			f, err := openShard(m.Path, r, m.NLocal*m.RowBytes)
+			if err != nil {
+				localErr = fmt.Errorf("variable %q: rank %d's shard: %w", name, r, err)
+				break
+			}
+			v.mapped = append(v.mapped, f)
+			v.src[i] = f.data
+		default:
+			v.remote[i] = remoteShard{key: m.Key, base: m.Base}
+			needFabric = true
+		}
+	}
+	v.global = v.offsets[s.width]
+	if needFabric && localErr == nil {
+		if s.fab == nil {
+			localErr = fmt.Errorf("variable %q: remote shards but no fabric", name)
+		} else {
+			v.shared, localErr = s.newReadCtx(0)
+		}
+	}
+	// Round 2: every rank must have mapped and connected, or nobody keeps it.
+	ok := ""
+	if localErr != nil {
+		ok = localErr.Error()
+	}
+	blobs, err = s.gather(tag+"-ok", ok)
+	if err == nil {
+		var failed []string
+		for r, b := range blobs {
+			var e string
+			if json.Unmarshal(b, &e) != nil || e != "" {
+				failed = append(failed, fmt.Sprintf("rank %d: %s", r, e))
+			}
+		}
+		if len(failed) > 0 {
+			err = fmt.Errorf("%w: %s %q failed on %s", ErrMismatch, op, name, strings.Join(failed, "; "))
+		}
+	}
+	if err != nil {
+		v.release()
+		return err
+	}
+	if s.tel != nil {
+		id, err := s.tel.AddVar(name, dt.String(), v.rowBytes, v.global, v.nLocal)
+		if err == nil {
+			v.telID = int32(id)
+		}
+	}
+	s.publish(func(m varMap) { m[name] = v })
+	return nil
+}
+
+// checkAgreement returns the same error on every rank when any rank failed
+// locally or the ranks disagree on op, name, dtype or row shape.
+func checkAgreement(metas []varMeta, rank int, localErr error) error {
+	var failed []string
+	for r, m := range metas {
+		if m.Err != "" {
+			failed = append(failed, fmt.Sprintf("rank %d: %s", r, m.Err))
+		}
+	}
+	var mism []string
+	diff := func(field string, val func(m varMeta) string) {
+		groups := map[string][]int{}
+		var order []string
+		for r, m := range metas {
+			k := val(m)
+			if _, ok := groups[k]; !ok {
+				order = append(order, k)
+			}
+			groups[k] = append(groups[k], r)
+		}
+		if len(order) < 2 {
+			return
+		}
+		parts := make([]string, 0, len(order))
+		for _, k := range order {
+			word := "ranks"
+			if len(groups[k]) == 1 {
+				word = "rank"
+			}
+			parts = append(parts, fmt.Sprintf("%s on %s %s", k, word, rankList(groups[k])))
+		}
+		mism = append(mism, field+": "+strings.Join(parts, ", "))
+	}
+	diff("call", func(m varMeta) string { return m.Op })
+	diff("name", func(m varMeta) string { return fmt.Sprintf("%q", m.Name) })
+	diff("dtype", func(m varMeta) string { return m.DType.String() })
+	diff("row", func(m varMeta) string { return fmt.Sprintf("%d elements/%d bytes", m.RowElems, m.RowBytes) })
+	name := metas[rank].Name
+	switch {
+	case len(mism) > 0:
+		return fmt.Errorf("%w: variable %q: %s", ErrMismatch, name, strings.Join(mism, "; "))
+	case localErr != nil:
+		return localErr
+	case len(failed) > 0:
+		return fmt.Errorf("%w: variable %q failed on %s", ErrMismatch, name, strings.Join(failed, "; "))
+	}
+	return nil
+}
+
+func rankList(rs []int) string {
+	var b strings.Builder
+	for i, r := range rs {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprint(&b, r)
+	}
+	return b.String()
+}
+
+// publish replaces the variable map by an edited copy (collMu held).
+func (s *Store) publish(edit func(varMap)) {
+	old := *s.vars.Load()
+	m := make(varMap, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	edit(m)
+	s.vars.Store(&m)
+}
+
+// Var returns a handle to variable name.
+func (s *Store) Var(name string) (*Var, error) {
+	if s.closed.Load() {
+		return nil, fmt.Errorf("%w: Var %q", ErrClosed, name)
+	}
+	v := (*s.vars.Load())[name]
+	if v == nil {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownVar, name)
+	}
+	return v, nil
+}
+
+// Vars lists the variable names, sorted.
+func (s *Store) Vars() []string {
+	m := *s.vars.Load()
+	names := make([]string, 0, len(m))
+	for k := range m {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Query describes variable name.
+func (s *Store) Query(name string) (VarInfo, error) {
+	v, err := s.Var(name)
+	if err != nil {
+		return VarInfo{}, err
+	}
+	return v.Info(), nil
+}
+
+// Info describes the variable.
+func (v *Var) Info() VarInfo {
+	s := v.s
+	ranks := make([]int, s.width)
+	for i := range ranks {
+		ranks[i] = s.groupLo + i
+	}
+	return VarInfo{Name: v.name, DType: v.dt, RowElems: v.rowElems, RowBytes: v.rowBytes,
+		GlobalRows: v.global, LocalRows: v.nLocal, LocalStart: v.offsets[s.rank-s.groupLo],
+		Shards: append([]int64(nil), v.offsets...), Group: s.rank / s.width, GroupRanks: ranks}
+}
+
+// Name is the variable's name.
+func (v *Var) Name() string { return v.name }
+
+// RowBytes is the size of one row.
+func (v *Var) RowBytes() int64 { return v.rowBytes }
+
+// GlobalRows is the number of rows of the group's global index space.
+func (v *Var) GlobalRows() int64 { return v.global }
+
+// Update overwrites rows of this rank's shard starting at local row
+// localOffset (local, not collective). Readers may see a row half-written
+// while Update runs; synchronize (e.g. a barrier of your own) if that matters.
+func (s *Store) Update(name string, rows []byte, localOffset int64) error {
+	v, err := s.acquire(name)
+	if err != nil {
+		return err
+	}
+	defer v.inflight.Add(-1)
+	if int64(len(rows))%v.rowBytes != 0 {
+		return fmt.Errorf("%w: Update %q: %d bytes is not a multiple of the row size %d", ErrDType, name, len(rows), v.rowBytes)
+	}
+	n := int64(len(rows)) / v.rowBytes
+	if localOffset < 0 || localOffset+n > v.nLocal {
+		return fmt.Errorf("%w: Update %q: local rows [%d,%d) outside [0,%d)", ErrIndex, name, localOffset, localOffset+n, v.nLocal)
+	}
+	copy(v.own.data[localOffset*v.rowBytes:], rows)
+	return nil
+}
+
+// Free removes variable name on every rank (collective). All ranks must
+// name the same variable; otherwise every rank returns ErrMismatch and the
+// variable stays.
+func (s *Store) Free(name string) error {
+	s.collMu.Lock()
+	defer s.collMu.Unlock()
+	if s.closed.Load() {
+		return fmt.Errorf("%w: Free %q", ErrClosed, name)
+	}
+	s.seq++
+	tag := fmt.Sprintf("coll-%d", s.seq)
+	v := (*s.vars.Load())[name]
+	me := varMeta{Op: "free", Name: name}
+	var localErr error
+	if v == nil {
+		localErr = fmt.Errorf("%w: Free %q", ErrUnknownVar, name)
+		me.Err = localErr.Error()
+	} else {
+		me.DType, me.RowElems, me.RowBytes = v.dt, v.rowElems, v.rowBytes
+	}
+	blobs, err := s.gather(tag, me)
+	if err != nil {
+		return fmt.Errorf("ddstore: free %q: %w", name, err)
+	}
+	metas := make([]varMeta, s.world)
+	for r, b := range blobs {
+		if err := json.Unmarshal(b, &metas[r]); err != nil {
+			return fmt.Errorf("%w: free %q: rank %d sent a bad record: %v", ErrMismatch, name, r, err)
+		}
+	}
+	if err := checkAgreement(metas, s.rank, localErr); err != nil {
+		return err
+	}
+	s.publish(func(m varMap) { delete(m, name) })
+	var errs []error
+	if err := v.waitIdle(time.Now().Add(s.opts.Timeout)); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.ex.Barrier(tag+"-done", s.opts.Timeout); err != nil {
+		errs = append(errs, wrapBootstrap("free "+name, err))
+	}
+	if err := v.release(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// waitIdle marks the variable freed and waits for calls in flight.
+func (v *Var) waitIdle(deadline time.Time) error {
+	v.freed.Store(true)
+	for v.inflight.Load() != 0 {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: variable %q: %d reads still in flight", ErrTimeout, v.name, v.inflight.Load())
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	return nil
+}
+
+// release unmaps, unexports and removes the variable's resources.
+func (v *Var) release() error {
+	v.freed.Store(true)
+	var errs []error
+	if v.shared != nil {
+		v.mu.Lock()
+		v.shared.close()
+		v.shared = nil
+		v.mu.Unlock()
+	}
+	if v.s.tel != nil && v.telID >= 0 {
+		v.s.tel.RemoveVar(int(v.telID))
+		v.telID = -1
+	}
+	// A peer on this machine that died cannot remove its shard file: do it
+	// for it (our mapping, if any, stays valid until unmapped).
+	for i, path := range v.peerPath {
+		if path != "" && v.s.dead.has(v.s.groupLo+i) {
+			_ = os.Remove(path)
+		}
+	}
+	for _, f := range v.mapped {
+		if err := f.close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	v.mapped = nil
+	if v.exp != nil {
+		if err := v.exp.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("ddstore: variable %q: unexport: %w", v.name, err))
+		}
+		v.exp = nil
+	}
+	if err := v.own.close(); err != nil {
+		errs = append(errs, err)
+	}
+	for i := range v.src {
+		v.src[i] = nil
+	}
+	return errors.Join(errs...)
+}
+
+var _ = telemetry.Call{}
