@@ -1,0 +1,583 @@
+package engine
+
+// This file is the data loader: a DistributedSampler-style per-epoch
+// shuffle over the caller's width group, batching, worker goroutines with
+// their own Readers, order-aware prefetch and direct ("fast") collation into
+// reused per-batch buffers.
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ErrLoader wraps invalid loader options and variables that cannot be served
+// together.
+var ErrLoader = errors.New("ddstore: loader")
+
+// LoaderOptions configure NewLoader.
+type LoaderOptions struct {
+	// Vars are the variables served; every one must have the same number of
+	// global rows. Batch.Data[i] holds Vars[i]. Required.
+	Vars []string
+	// BatchSize is the number of rows per batch on this rank. Required (> 0).
+	BatchSize int
+	// Seed of the shuffle; epoch e is shuffled with Seed+e. Default 0.
+	Seed int64
+	// Shuffle permutes the global rows every epoch; false keeps them in order.
+	Shuffle bool
+	// DropLast truncates the permutation so that every rank of the group gets
+	// floor(rows/width) rows (no padding), and drops a last partial batch.
+	// false pads by wrapping around the permutation, like torch's
+	// DistributedSampler, so every rank gets ceil(rows/width) rows.
+	DropLast bool
+	// Workers is the number of worker goroutines; 0 (default) reads on the
+	// caller's goroutine inside Next, without prefetch.
+	Workers int
+	// Prefetch is the number of batches in flight ahead of the consumer
+	// (being read or ready) when Workers > 0. Default 2; raised to Workers
+	// so that every worker can be busy.
+	Prefetch int
+	// BatchGet reads a batch with one GetBatch per variable; false makes one
+	// Get per sample (the seed's DDSTORE_BATCH_GET=0).
+	BatchGet bool
+	// FastCollate reads rows straight into the batch buffer; false reads
+	// into per-sample (or per-call) buffers first and copies (the seed's
+	// DDSTORE_FAST_COLLATE=0).
+	FastCollate bool
+	// ThreadReaders gives every worker its own Reader (endpoint and CQ);
+	// false makes workers share the store's default path.
+	ThreadReaders bool
+	// Replicas and Rank override the sampler's group: Rank in [0, Replicas).
+	// Zero Replicas (default) means the store's width group: the width and
+	// this rank's position in its group.
+	Replicas, Rank int
+	// Timeout bounds one wait in Next for a worker's batch. Default 2m.
+	Timeout time.Duration
+}
+
+// Validate checks the options and fills defaults.
+func (o *LoaderOptions) Validate() error {
+	switch {
+	case len(o.Vars) == 0:
+		return fmt.Errorf("%w: no variables", ErrLoader)
+	case o.BatchSize <= 0:
+		return fmt.Errorf("%w: BatchSize %d must be > 0", ErrLoader, o.BatchSize)
+	case o.Workers < 0:
+		return fmt.Errorf("%w: Workers %d is negative", ErrLoader, o.Workers)
+	case o.Prefetch < 0:
+		return fmt.Errorf("%w: Prefetch %d is negative", ErrLoader, o.Prefetch)
+	case o.Replicas < 0 || (o.Replicas > 0 && (o.Rank < 0 || o.Rank >= o.Replicas)):
+		return fmt.Errorf("%w: Rank %d outside [0, Replicas %d)", ErrLoader, o.Rank, o.Replicas)
+	case o.Timeout < 0:
+		return fmt.Errorf("%w: Timeout %v is negative", ErrLoader, o.Timeout)
+	}
+	seen := map[string]bool{}
+	for _, v := range o.Vars {
+		if seen[v] {
+			return fmt.Errorf("%w: variable %q listed twice", ErrLoader, v)
+		}
+		seen[v] = true
+	}
+	if o.Prefetch == 0 {
+		o.Prefetch = 2
+	}
+	if o.Prefetch < o.Workers {
+		o.Prefetch = o.Workers
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 2 * time.Minute
+	}
+	return nil
+}
+
+// rowReader is what the loader reads through: the Store's default path or
+// a Reader.
+type rowReader interface {
+	Get(name string, start, count int64, dst []byte) error
+	GetBatch(name string, idx []int64, dst []byte) error
+}
+
+// Loader serves batches of one or more variables to a training loop. Use
+// one Epoch at a time; starting a new one closes the previous one.
+type Loader struct {
+	s        *Store
+	o        LoaderOptions
+	rows     int64 // global rows of every variable
+	rowBytes []int
+	replicas int
+	rank     int
+	direct   rowReader   // the caller's path when Workers == 0: the store
+	readers  []rowReader // per worker (ThreadReaders); else the store for all
+	owned    []*Reader
+	pool     chan *Batch
+	recorder loaderRecorder
+
+	mu     sync.Mutex
+	cur    *Epoch
+	closed bool
+}
+
+// loaderRecorder is the telemetry hook (telemetry.Writer.RecordLoader).
+type loaderRecorder interface{ RecordLoader(waitNs, stepNs int64) }
+
+// NewLoader returns a loader over o.Vars.
+func (s *Store) NewLoader(o LoaderOptions) (*Loader, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	l := &Loader{s: s, o: o, direct: s, rowBytes: make([]int, len(o.Vars))}
+	for i, name := range o.Vars {
+		info, err := s.Query(name)
+		if err != nil {
+			return nil, fmt.Errorf("%w: variable %q: %w", ErrLoader, name, err)
+		}
+		if i == 0 {
+			l.rows = info.GlobalRows
+		} else if info.GlobalRows != l.rows {
+			return nil, fmt.Errorf("%w: variable %q has %d rows, %q has %d: %w",
+				ErrLoader, name, info.GlobalRows, o.Vars[0], l.rows, ErrMismatch)
+		}
+		l.rowBytes[i] = int(info.RowBytes)
+	}
+	if l.rows <= 0 {
+		return nil, fmt.Errorf("%w: variable %q has no rows", ErrLoader, o.Vars[0])
+	}
+	l.replicas, l.rank = o.Replicas, o.Rank
+	if l.replicas == 0 {
+		l.replicas, l.rank = s.Width(), s.Rank()%s.Width() // groups are consecutive ranks
+	}
+	if o.Workers > 0 {
+		l.readers = make([]rowReader, o.Workers)
+		for w := range l.readers {
+			if !o.ThreadReaders {
+				l.readers[w] = s
+				continue
+			}
+			r, err := s.NewReader()
+			if err != nil {
+				l.closeReaders()
+				return nil, fmt.Errorf("%w: reader of worker %d: %w", ErrLoader, w, err)
+			}
+			l.owned = append(l.owned, r)
+			l.readers[w] = r
+		}
+	}
+	l.pool = make(chan *Batch, o.Prefetch+o.Workers+1)
+	if t := s.Telemetry(); t != nil {
+		l.recorder = t
+	}
+	return l, nil
+}
+
+// Options returns the options in use (defaults filled).
+func (l *Loader) Options() LoaderOptions { return l.o }
+
+// Rows returns the global rows of the served variables.
+func (l *Loader) Rows() int64 { return l.rows }
+
+// Len returns the number of rows this rank gets per epoch.
+func (l *Loader) Len() int {
+	n, _ := samplerCounts(l.rows, l.replicas, l.o.DropLast)
+	return int(n)
+}
+
+// Batches returns the number of batches per epoch on this rank.
+func (l *Loader) Batches() int { return numBatches(l.Len(), l.o.BatchSize, l.o.DropLast) }
+
+func numBatches(n, bs int, dropLast bool) int {
+	if dropLast {
+		return n / bs
+	}
+	return (n + bs - 1) / bs
+}
+
+func (l *Loader) closeReaders() error {
+	var first error
+	for _, r := range l.owned {
+		if err := r.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	l.owned = nil
+	return first
+}
+
+// Close stops the current epoch and closes the workers' readers. Call it
+// before closing the store.
+func (l *Loader) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	cur := l.cur
+	l.cur = nil
+	l.mu.Unlock()
+	if cur != nil {
+		cur.Close()
+	}
+	return l.closeReaders()
+}
+
+// samplerCounts returns the rows per rank and the padded/truncated total.
+func samplerCounts(n int64, replicas int, dropLast bool) (perRank, total int64) {
+	r := int64(replicas)
+	if dropLast {
+		perRank = n / r
+	} else {
+		perRank = (n + r - 1) / r
+	}
+	return perRank, perRank * r
+}
+
+// SamplerIndices returns the global rows rank (of replicas) reads in epoch,
+// in order: DistributedSampler semantics. The permutation of [0, n) is a
+// Fisher–Yates shuffle seeded with seed+epoch (identity when !shuffle); it
+// is truncated (dropLast) or padded by wrapping to a multiple of replicas,
+// and rank takes every replicas-th entry starting at rank.
+func SamplerIndices(n int64, replicas, rank int, seed int64, epoch int, shuffle, dropLast bool) []int64 {
+	perRank, total := samplerCounts(n, replicas, dropLast)
+	perm := make([]int64, n, max(n, total))
+	for i := range perm {
+		perm[i] = int64(i)
+	}
+	if shuffle {
+		rng := rand.New(rand.NewPCG(uint64(seed+int64(epoch)), 0x9e3779b97f4a7c15))
+		for i := n - 1; i > 0; i-- {
+			j := int64(rng.Uint64N(uint64(i + 1)))
+			perm[i], perm[j] = perm[j], perm[i]
+		}
+	}
+	for int64(len(perm)) < total { // pad by wrapping
+		perm = append(perm, perm[:min(int64(len(perm)), total-int64(len(perm)))]...)
+	}
+	perm = perm[:total]
+	mine := make([]int64, 0, perRank)
+	for i := int64(rank); i < total; i += int64(replicas) {
+		mine = append(mine, perm[i])
+	}
+	return mine
+}
+
+// Batch is one batch: the global rows and, per variable, their data as
+// contiguous rows. Release it when done so that its buffers are reused.
+type Batch struct {
+	Epoch, Number int
+	Indices       []int64  // global row of each sample, in order
+	Data          [][]byte // per variable (LoaderOptions.Vars order), len(Indices) rows each
+	bufs          [][]byte // full-size buffers behind Data
+	l             *Loader
+	released      atomic.Bool
+}
+
+// Release returns the batch's buffers to the loader. The batch must not be
+// used afterwards. Releasing twice is a no-op.
+func (b *Batch) Release() {
+	if b == nil || b.released.Swap(true) {
+		return
+	}
+	select {
+	case b.l.pool <- b:
+	default: // pool full: let the GC have it
+	}
+}
+
+func (l *Loader) getBatch() *Batch {
+	select {
+	case b := <-l.pool:
+		b.released.Store(false)
+		return b
+	default:
+	}
+	b := &Batch{l: l, Indices: make([]int64, 0, l.o.BatchSize),
+		Data: make([][]byte, len(l.o.Vars)), bufs: make([][]byte, len(l.o.Vars))}
+	for v, rb := range l.rowBytes {
+		b.bufs[v] = make([]byte, rb*l.o.BatchSize)
+	}
+	return b
+}
+
+// fill reads the rows idx of every variable into b.
+func (l *Loader) fill(r rowReader, b *Batch, idx []int64) error {
+	b.Indices = append(b.Indices[:0], idx...)
+	for v, name := range l.o.Vars {
+		rb := l.rowBytes[v]
+		dst := b.bufs[v][:len(idx)*rb]
+		var err error
+		switch {
+		case l.o.BatchGet && l.o.FastCollate:
+			err = r.GetBatch(name, b.Indices, dst)
+		case l.o.BatchGet:
+			tmp := make([]byte, len(dst)) // a fresh buffer per call, then collate
+			if err = r.GetBatch(name, b.Indices, tmp); err == nil {
+				copy(dst, tmp)
+			}
+		case l.o.FastCollate:
+			for i, g := range idx {
+				if err = r.Get(name, g, 1, dst[i*rb:(i+1)*rb]); err != nil {
+					err = fmt.Errorf("row %d: %w", g, err)
+					break
+				}
+			}
+		default:
+			samples := make([][]byte, len(idx)) // one buffer per sample, then collate
+			for i, g := range idx {
+				samples[i] = make([]byte, rb)
+				if err = r.Get(name, g, 1, samples[i]); err != nil {
+					err = fmt.Errorf("row %d: %w", g, err)
+					break
+				}
+			}
+			if err == nil {
+				for i, s := range samples {
+					copy(dst[i*rb:], s)
+				}
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("%w: epoch %d batch %d variable %q: %w", ErrLoader, b.Epoch, b.Number, name, err)
+		}
+		b.Data[v] = dst
+	}
+	return nil
+}
+
+// EpochStats are the consumer-side timings of an epoch so far.
+type EpochStats struct {
+	Batches int           // batches returned by Next
+	Rows    int           // rows in them
+	Wait    time.Duration // time spent inside Next (waiting for or reading batches)
+	Step    time.Duration // time between consecutive Next returns (first: its wait)
+}
+
+type result struct {
+	b   *Batch
+	err error
+}
+
+// Epoch iterates over one epoch's batches in order. It is not safe for
+// concurrent use: one consumer goroutine calls Next and Close.
+type Epoch struct {
+	l       *Loader
+	epoch   int
+	indices []int64
+	n       int // batches
+
+	// workers
+	k      int
+	slots  []chan result
+	tokens chan struct{}
+	next   atomic.Int64
+	stop   chan struct{}
+	wg     sync.WaitGroup
+	timer  *time.Timer
+
+	cur        int
+	err        error
+	closed     bool
+	lastReturn time.Time
+	stats      EpochStats
+}
+
+// Epoch starts epoch e (closing the previous epoch if still open). With
+// workers, reading starts at once.
+func (l *Loader) Epoch(e int) (*Epoch, error) {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil, fmt.Errorf("%w: loader closed: %w", ErrLoader, ErrClosed)
+	}
+	prev := l.cur
+	l.cur = nil
+	l.mu.Unlock()
+	if prev != nil {
+		prev.Close()
+	}
+	ep := &Epoch{l: l, epoch: e,
+		indices: SamplerIndices(l.rows, l.replicas, l.rank, l.o.Seed, e, l.o.Shuffle, l.o.DropLast)}
+	ep.n = numBatches(len(ep.indices), l.o.BatchSize, l.o.DropLast)
+	if l.o.Workers > 0 {
+		ep.k = l.o.Prefetch
+		ep.slots = make([]chan result, ep.k)
+		for i := range ep.slots {
+			ep.slots[i] = make(chan result, 1)
+		}
+		ep.tokens = make(chan struct{}, ep.k)
+		for range ep.k {
+			ep.tokens <- struct{}{}
+		}
+		ep.stop = make(chan struct{})
+		ep.timer = time.NewTimer(time.Hour)
+		ep.timer.Stop()
+		ep.wg.Add(l.o.Workers)
+		for w := range l.o.Workers {
+			go ep.work(l.readers[w])
+		}
+	}
+	l.mu.Lock()
+	l.cur = ep
+	l.mu.Unlock()
+	return ep, nil
+}
+
+// Len returns the number of batches of the epoch.
+func (e *Epoch) Len() int { return e.n }
+
+// Indices returns the rows this rank reads in the epoch, in order.
+func (e *Epoch) Indices() []int64 { return e.indices }
+
+// Stats returns the consumer-side timings so far.
+func (e *Epoch) Stats() EpochStats { return e.stats }
+
+func (e *Epoch) batchIdx(b int) []int64 {
+	bs := e.l.o.BatchSize
+	return e.indices[b*bs : min((b+1)*bs, len(e.indices))]
+}
+
+// work is one worker: it takes a token (a free prefetch slot), the next
+// batch number, fills the batch and parks it in slot number%k. Batch
+// numbers in flight are always a contiguous run of at most k after the
+// consumer's position, so slots never collide.
+func (e *Epoch) work(r rowReader) {
+	defer e.wg.Done()
+	for {
+		select {
+		case <-e.stop:
+			return
+		default:
+		}
+		select {
+		case <-e.tokens:
+		case <-e.stop:
+			return
+		}
+		num := int(e.next.Add(1) - 1)
+		if num >= e.n {
+			e.tokens <- struct{}{}
+			return
+		}
+		b := e.l.getBatch()
+		b.Epoch, b.Number = e.epoch, num
+		err := e.l.fill(r, b, e.batchIdx(num))
+		if err != nil {
+			b.Release()
+			b = nil
+		}
+		e.slots[num%e.k] <- result{b, err}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// Next returns the next batch, io.EOF after the last one, or the first
+// error of a worker (wrapping the store's error, with epoch, batch and
+// variable). After an error every call returns it.
+func (e *Epoch) Next() (*Batch, error) {
+	if e.err != nil {
+		return nil, e.err
+	}
+	if e.closed {
+		return nil, fmt.Errorf("%w: epoch %d closed: %w", ErrLoader, e.epoch, ErrClosed)
+	}
+	if e.cur >= e.n {
+		return nil, io.EOF
+	}
+	t0 := time.Now()
+	var b *Batch
+	var now time.Time
+	if e.k == 0 {
+		b = e.l.getBatch()
+		b.Epoch, b.Number = e.epoch, e.cur
+		if err := e.l.fill(e.l.direct, b, e.batchIdx(e.cur)); err != nil {
+			b.Release()
+			e.err = err
+			return nil, err
+		}
+		now = time.Now()
+	} else {
+		slot := e.slots[e.cur%e.k]
+		var r result
+		select {
+		case r = <-slot: // ready: no timer
+		default:
+			e.timer.Reset(e.l.o.Timeout)
+			select {
+			case r = <-slot:
+				e.timer.Stop()
+			case <-e.timer.C:
+				e.err = fmt.Errorf("%w: epoch %d batch %d not read within %v: %w",
+					ErrLoader, e.epoch, e.cur, e.l.o.Timeout, ErrTimeout)
+				e.shutdown()
+				return nil, e.err
+			}
+		}
+		now = time.Now() // the wait ends here; the token hand-off below is not waiting
+		if r.err != nil {
+			e.err = r.err
+			e.shutdown()
+			return nil, r.err
+		}
+		b = r.b
+		e.tokens <- struct{}{}
+	}
+	e.cur++
+	wait := now.Sub(t0)
+	step := wait
+	if !e.lastReturn.IsZero() {
+		step = now.Sub(e.lastReturn)
+	}
+	e.lastReturn = now
+	e.stats.Batches++
+	e.stats.Rows += len(b.Indices)
+	e.stats.Wait += wait
+	e.stats.Step += step
+	if e.l.recorder != nil {
+		e.l.recorder.RecordLoader(int64(wait), int64(step))
+	}
+	return b, nil
+}
+
+// shutdown stops the workers, waits for them and recycles parked batches.
+func (e *Epoch) shutdown() {
+	if e.stop == nil {
+		return
+	}
+	select {
+	case <-e.stop:
+		return
+	default:
+	}
+	close(e.stop)
+	// Workers never block on a slot (see work), so they all return after at
+	// most their current read.
+	e.wg.Wait()
+	for _, s := range e.slots {
+		select {
+		case r := <-s:
+			r.b.Release() // nil-safe
+		default:
+		}
+	}
+}
+
+// Close stops the epoch's workers and waits for them (each finishes at most
+// its current batch read, which is bounded by the fabric timeout).
+func (e *Epoch) Close() {
+	if e.closed {
+		return
+	}
+	e.closed = true
+	e.shutdown()
+	e.l.mu.Lock()
+	if e.l.cur == e {
+		e.l.cur = nil
+	}
+	e.l.mu.Unlock()
+}

@@ -1,0 +1,34 @@
+#!/bin/bash
+# ddstore-env.sh: per-task wrapper for Slurm steps on Slingshot machines.
+#   srun ... ./ddstore-env.sh ./train --epochs 8
+#
+# 1. NIC: pins each rank to a NIC of its node through FABRIC_IFACE (hsnN;
+#    the engine maps it to the libfabric domain cxiN). DDSTORE_NICS_PER_NODE
+#    (default 4) and the ranks per node decide how ranks share NICs.
+# 2. VNI: Slurm gives every step SLINGSHOT_VNIS="<step VNI>,<job VNI>" when
+#    the job asks --network=job_vni; the job VNI is always LAST. Steps that
+#    read each other (a trainer and a second step, colocated with
+#    srun --overlap) only see each other on the shared job VNI, so the
+#    wrapper selects it. Single-node steps without SLINGSHOT_* variables
+#    fall back to cxi's default service; nothing is set then.
+set -euo pipefail
+
+nics=${DDSTORE_NICS_PER_NODE:-4}
+local_id=${SLURM_LOCALID:-0}
+tasks_per_node=${SLURM_NTASKS_PER_NODE:-${SLURM_TASKS_PER_NODE%%(*}}
+tasks_per_node=${tasks_per_node:-1}
+if [[ -z "${FABRIC_IFACE:-}" ]]; then
+  per_nic=$(( (tasks_per_node + nics - 1) / nics ))
+  (( per_nic < 1 )) && per_nic=1
+  export FABRIC_IFACE="hsn$(( local_id / per_nic % nics ))"
+fi
+
+if [[ -n "${SLINGSHOT_VNIS:-}" ]]; then
+  export FI_CXI_DEFAULT_VNI="${SLINGSHOT_VNIS##*,}"   # job VNI: the last entry
+fi
+
+# torchrun-style variables for trainers that read them (ddstore reads Slurm's).
+export RANK=${SLURM_PROCID:-0} WORLD_SIZE=${SLURM_NTASKS:-1}
+export LOCAL_RANK=$local_id LOCAL_WORLD_SIZE=$tasks_per_node
+
+exec "$@"

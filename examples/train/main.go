@@ -1,0 +1,335 @@
+// Command train is a data-parallel trainer on synthetic data that embeds the
+// ddstore engine. Each rank adds its shard of an image variable ((28·S)²
+// float32 per row) and a label variable (int64) to the store, then trains
+// a small MLP (or softmax regression) with the engine's Loader reading any global row.
+//
+// Data parallelism: every rank starts from the same model; after each
+// --sync-every steps (default 1, i.e. every step, which equals averaging
+// gradients as DDP does) the ranks average their models through the store
+// itself: a collective Add of one row per rank, one GetBatch of all rows,
+// a sum in rank order, a collective Free. The printed loss is the mean over
+// all ranks' samples of the epoch, summed in a fixed order, so it is
+// bit-identical across loader workers, prefetch, batched vs per-sample
+// reads, reader mode and node mode.
+//
+// Run it under any launcher: ddrun -n 4 train, mpiexec -n 4 train, srun train.
+package main
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+
+	"github.com/ddstore/ddstore/engine"
+	"github.com/ddstore/ddstore/examples/train/model"
+)
+
+func main() {
+	if err := newCommand(os.Stdout, os.Stderr).Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "train:", err)
+		os.Exit(1)
+	}
+}
+
+// flags are the command line; loader and read switches left unset keep the
+// config's values.
+type flags struct {
+	config      string
+	epochs      int
+	batchSize   int
+	scale       int
+	rowsPerRank int
+	workers     int
+	prefetch    int
+	batchGet    bool
+	threadRead  bool
+	fastCollate bool
+	nodeMode    string
+	json        bool
+	seed        int64
+	lr          float32
+	syncEvery   int
+	noProgress  bool
+	hidden      int
+}
+
+func newCommand(stdout, stderr io.Writer) *cobra.Command {
+	var f flags
+	cmd := &cobra.Command{
+		Use:   "train",
+		Short: "data-parallel trainer on synthetic data, reading batches through ddstore",
+		Long: `train: every rank holds --rows-per-rank rows of a synthetic image set in the
+store and trains a small MLP on batches of any global rows.
+Loader and read switches default to the config (--config, DDSTORE_CONFIG,
+the detected machine, else the embedded local.yaml; DDSTORE_* overrides).`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return run(cmd, f, stdout, stderr)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.config, "config", "", "config file or embedded name (local, frontier, perlmutter)")
+	fl.IntVar(&f.epochs, "epochs", 3, "epochs")
+	fl.IntVar(&f.batchSize, "batch-size", 64, "rows per batch per rank")
+	fl.IntVar(&f.scale, "image-scale", 1, "S: images are (28·S)² float32 (S=1: 3 KB, S=2: 12.5 KB)")
+	fl.IntVar(&f.rowsPerRank, "rows-per-rank", 1024, "rows of each rank's shard")
+	fl.IntVar(&f.workers, "workers", 0, "loader worker goroutines (default: config loader.workers)")
+	fl.IntVar(&f.prefetch, "prefetch", 2, "batches in flight (default: config loader.prefetch)")
+	fl.BoolVar(&f.batchGet, "batch-get", true, "one GetBatch per batch; false: one Get per sample (default: config)")
+	fl.BoolVar(&f.threadRead, "thread-readers", true, "each worker owns a Reader (default: config)")
+	fl.BoolVar(&f.fastCollate, "fast-collate", true, "read straight into the batch buffer (default: config)")
+	fl.StringVar(&f.nodeMode, "node-mode", "", "auto | fabric (default: config store.node_mode)")
+	fl.BoolVar(&f.json, "json", false, "one JSON object per epoch per rank on stdout")
+	fl.Int64Var(&f.seed, "seed", 1, "seed of the shuffle and of the model's initialisation")
+	fl.Float32Var(&f.lr, "lr", 0.002, "learning rate")
+	fl.IntVar(&f.syncEvery, "sync-every", 1, "average models across ranks every N steps (1 = DDP gradient averaging; 0 = at epoch end)")
+	fl.IntVar(&f.hidden, "hidden", 64, "hidden units of the MLP (0: softmax regression)")
+	fl.BoolVar(&f.noProgress, "no-progress", false, "no progress bar even on a terminal")
+	return cmd
+}
+
+// epochResult is one line of --json output.
+type epochResult struct {
+	Epoch    int     `json:"epoch"`
+	Rank     int     `json:"rank"`
+	Rows     int     `json:"rows"`
+	FetchS   float64 `json:"fetch_s"`
+	ComputeS float64 `json:"compute_s"`
+	SyncS    float64 `json:"sync_s"`
+	StepS    float64 `json:"step_s"`
+	WaitStep float64 `json:"wait_per_step"`
+	Loss     float64 `json:"loss"`
+}
+
+func run(cmd *cobra.Command, f flags, stdout, stderr io.Writer) error {
+	cfg, err := engine.LoadConfig(f.config)
+	if err != nil {
+		return err
+	}
+	ch := cmd.Flags().Changed
+	if ch("workers") {
+		cfg.Loader.Workers = f.workers
+	}
+	if ch("prefetch") {
+		cfg.Loader.Prefetch = f.prefetch
+	}
+	if ch("batch-get") {
+		cfg.Reads.BatchGet = f.batchGet
+	}
+	if ch("thread-readers") {
+		cfg.Reads.ThreadReaders = f.threadRead
+	}
+	if ch("fast-collate") {
+		cfg.Reads.FastCollate = f.fastCollate
+	}
+	if ch("node-mode") {
+		cfg.Store.NodeMode = f.nodeMode
+	}
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("flags: %w", err)
+	}
+	switch {
+	case f.epochs < 1 || f.batchSize < 1 || f.scale < 1 || f.rowsPerRank < 1 || f.syncEvery < 0 || f.hidden < 0:
+		return errors.New("--epochs, --batch-size, --image-scale and --rows-per-rank must be ≥ 1, --sync-every and --hidden ≥ 0")
+	}
+
+	st, err := engine.Open(cfg.StoreOptions())
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	rank, width := st.Rank(), st.Width()
+	if width != st.World() {
+		return fmt.Errorf("store.width %d: the trainer averages over the whole world; use width 0", width)
+	}
+	px := model.Pixels(f.scale)
+	first := int64(rank) * int64(f.rowsPerRank)
+	img := make([]byte, f.rowsPerRank*px*4)
+	lab := make([]byte, f.rowsPerRank*8)
+	model.FillImages(img, first, f.scale)
+	model.FillLabels(lab, first)
+	if err := st.Add("image", engine.Float32, px, img); err != nil {
+		return err
+	}
+	if err := st.Add("label", engine.Int64, 1, lab); err != nil {
+		return err
+	}
+	img, lab = nil, nil
+
+	lo := cfg.LoaderOptions([]string{"image", "label"}, f.batchSize, f.seed)
+	ld, err := st.NewLoader(lo)
+	if err != nil {
+		return err
+	}
+	defer ld.Close()
+
+	m := model.New(px, f.hidden, f.seed)
+	sync := newSyncer(st, len(m.Params))
+	tty := rank == 0 && !f.json && !f.noProgress && isTerminal(os.Stderr)
+	if rank == 0 && !f.json {
+		fmt.Fprintf(stderr, "train: %d ranks, %d rows of %d B, batch %d, workers %d, prefetch %d, batch-get %v, thread-readers %v, fast-collate %v, node-mode %s; config %s\n",
+			st.World(), ld.Rows(), px*4, f.batchSize, cfg.Loader.Workers, cfg.Loader.Prefetch,
+			cfg.Reads.BatchGet, cfg.Reads.ThreadReaders, cfg.Reads.FastCollate, cfg.Store.NodeMode, cfg.Source)
+	}
+	step := 0
+	for epoch := range f.epochs {
+		ep, err := ld.Epoch(epoch)
+		if err != nil {
+			return err
+		}
+		var compute, syncT time.Duration
+		var lossSum float64
+		rows := 0
+		for bi := 0; ; bi++ {
+			b, err := ep.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				return err
+			}
+			t0 := time.Now()
+			lossSum += m.Step(b.Data[0], b.Data[1], f.lr)
+			rows += len(b.Indices)
+			b.Release()
+			t1 := time.Now()
+			compute += t1.Sub(t0)
+			step++
+			if f.syncEvery > 0 && step%f.syncEvery == 0 {
+				if err := sync.average(m); err != nil {
+					return err
+				}
+				syncT += time.Since(t1)
+			}
+			if tty {
+				progress(stderr, epoch, bi+1, ep.Len())
+			}
+		}
+		t1 := time.Now()
+		if f.syncEvery == 0 {
+			if err := sync.average(m); err != nil {
+				return err
+			}
+		}
+		loss, err := sync.globalLoss(lossSum, rows)
+		if err != nil {
+			return err
+		}
+		syncT += time.Since(t1)
+		stats := ep.Stats()
+		res := epochResult{Epoch: epoch, Rank: rank, Rows: rows, FetchS: stats.Wait.Seconds(),
+			ComputeS: (compute + syncT).Seconds(), SyncS: syncT.Seconds(), StepS: stats.Step.Seconds(), Loss: loss}
+		if stats.Step > 0 {
+			res.WaitStep = float64(stats.Wait) / float64(stats.Step)
+		}
+		if tty {
+			fmt.Fprint(stderr, "\r\033[K")
+		}
+		if f.json {
+			line, _ := json.Marshal(res)
+			fmt.Fprintln(stdout, string(line))
+		} else if rank == 0 {
+			fmt.Fprintf(stdout, "epoch %d: fetch %.4f s, compute %.4f s (sync %.4f s), fetch wait/step %.4f, loss %s\n",
+				epoch, res.FetchS, res.ComputeS, res.SyncS, res.WaitStep, formatLoss(loss))
+		}
+	}
+	if cfg.Profile && rank == 0 {
+		if err := printProfile(stderr, cfg.Telemetry.Dir, rank); err != nil {
+			fmt.Fprintln(stderr, "train: profile:", err)
+		}
+	}
+	if err := ld.Close(); err != nil {
+		return err
+	}
+	return st.Close()
+}
+
+// formatLoss prints every digit of the float64 (shortest exact form).
+func formatLoss(l float64) string { return fmt.Sprint(l) }
+
+func progress(w io.Writer, epoch, done, total int) {
+	const width = 30
+	fill := width * done / max(total, 1)
+	fmt.Fprintf(w, "\repoch %d [%s%s] %d/%d", epoch, strings.Repeat("=", fill), strings.Repeat(" ", width-fill), done, total)
+}
+
+func isTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+// syncer averages models and losses across ranks through the store: a
+// collective Add of one row per rank, a GetBatch of every row, a collective
+// Free. Rows are combined in rank order, so every rank computes the same
+// bits.
+type syncer struct {
+	st    *engine.Store
+	n     int
+	row   []byte
+	all   []byte
+	rows  [][]byte
+	idx   []int64
+	round int
+}
+
+func newSyncer(st *engine.Store, params int) *syncer {
+	w := st.World()
+	s := &syncer{st: st, n: params, row: make([]byte, params*4), all: make([]byte, w*params*4), idx: make([]int64, w)}
+	for r := range w {
+		s.idx[r] = int64(r)
+		s.rows = append(s.rows, s.all[r*params*4:(r+1)*params*4])
+	}
+	return s
+}
+
+func (s *syncer) exchange(dt engine.DType, elems int, mine, all []byte) error {
+	name := fmt.Sprintf("train.sync.%d", s.round)
+	s.round++
+	if err := s.st.Add(name, dt, elems, mine); err != nil {
+		return fmt.Errorf("sync: %w", err)
+	}
+	if err := s.st.GetBatch(name, s.idx, all); err != nil {
+		return fmt.Errorf("sync: %w", err)
+	}
+	if err := s.st.Free(name); err != nil {
+		return fmt.Errorf("sync: %w", err)
+	}
+	return nil
+}
+
+func (s *syncer) average(m *model.Model) error {
+	m.Encode(s.row)
+	if err := s.exchange(engine.Float32, s.n, s.row, s.all); err != nil {
+		return err
+	}
+	m.Average(s.rows)
+	return nil
+}
+
+// globalLoss is the mean loss over all ranks' samples.
+func (s *syncer) globalLoss(lossSum float64, rows int) (float64, error) {
+	mine := make([]byte, 16)
+	binary.LittleEndian.PutUint64(mine, math.Float64bits(lossSum))
+	binary.LittleEndian.PutUint64(mine[8:], uint64(rows))
+	all := make([]byte, 16*len(s.idx))
+	if err := s.exchange(engine.Float64, 2, mine, all); err != nil {
+		return 0, err
+	}
+	var sum float64
+	var n uint64
+	for r := range s.idx {
+		sum += math.Float64frombits(binary.LittleEndian.Uint64(all[r*16:]))
+		n += binary.LittleEndian.Uint64(all[r*16+8:])
+	}
+	return sum / float64(n), nil
+}
