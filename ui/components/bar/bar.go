@@ -96,7 +96,8 @@ func Glyphs(shares []float64, width int) string {
 	return b.String()
 }
 
-// Legend names the phases with their colour (or glyph).
+// Legend names the phases with their glyph, as table bars draw them, and,
+// with colour, the colour that the detail view's bars use.
 func Legend(names []string) string {
 	parts := make([]string, len(names))
 	plain := styles.Plain()
@@ -107,7 +108,7 @@ func Legend(names []string) string {
 		if plain {
 			parts[i] = string(styles.PhaseGlyphs[i]) + "=" + n
 		} else {
-			parts[i] = styles.PhaseStyle(i).Render("█") + " " + n
+			parts[i] = styles.PhaseStyle(i).Render("█") + string(styles.PhaseGlyphs[i]) + "=" + n
 		}
 	}
 	return strings.Join(parts, " ")
