@@ -4,14 +4,15 @@
 #   On a terminal: ddtop runs full screen; q stops ddtop and the job.
 #   Without one:   the job runs to the end and a `ddtop --once` table taken
 #                  during its last epochs is printed.
-# RANKS, EPOCHS and SCALE change the job; extra arguments go to train.
+# RANKS, EPOCHS, ROWS_PER_RANK and SCALE change the job; extra arguments go to train.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ranks=${RANKS:-4}
 scale=${SCALE:-1}
 interactive=0
 if [ -t 0 ] && [ -t 1 ]; then interactive=1; fi
-epochs=${EPOCHS:-$([ $interactive = 1 ] && echo 200 || echo 4)}
+epochs=${EPOCHS:-$([ $interactive = 1 ] && echo 100 || echo 6)}
+rows=${ROWS_PER_RANK:-8192}
 
 teldir=$(mktemp -d "${TMPDIR:-/tmp}/ddstore-demo.XXXXXX")
 log=$teldir/train.log
@@ -27,7 +28,7 @@ trap cleanup EXIT
 
 echo "ddstore demo: $ranks ranks of examples/train (S=$scale, $epochs epochs), telemetry in $teldir"
 DDSTORE_TELEMETRY_DIR=$teldir bin/ddrun -n "$ranks" -- \
-  bin/train --epochs "$epochs" --image-scale "$scale" --workers 1 --prefetch 2 --no-progress "$@" \
+  bin/train --epochs "$epochs" --rows-per-rank "$rows" --image-scale "$scale" --workers 1 --prefetch 2 --no-progress "$@" \
   >"$log" 2>&1 &
 job=$!
 
