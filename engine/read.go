@@ -116,6 +116,7 @@ type callStats struct {
 	start, end            int64 // nanotime
 	lockWait              int64
 	copyTime              int64
+	fabTime               int64 // wall time inside fabric calls
 	fab                   fabric.Timing
 	localRows, remoteRows int64
 	targets               uint64
@@ -205,7 +206,6 @@ func (v *Var) getBatch(c *readCtx, idx []int64, dst []byte) (err error) {
 	}
 	s := v.s
 	t0 := st.now()
-	var fabTime int64
 	var deadRank = -1
 	if c != nil {
 		c.ops = c.ops[:0]
@@ -230,26 +230,13 @@ func (v *Var) getBatch(c *readCtx, idx []int64, dst []byte) (err error) {
 			st.localRows++
 			continue
 		}
-		c.ops = append(c.ops, fabric.ReadOp{Dst: d, Peer: c.peers[o], Addr: v.remote[o].base + uint64(off), Key: v.remote[o].key})
-		c.opRank = append(c.opRank, rank)
 		st.remoteRows++
-		if len(c.ops) == cap(c.ops) {
-			if err = v.flush(c, &st, &fabTime); err != nil {
-				return err
-			}
-		}
-	}
-	if c != nil && len(c.ops) > 0 {
-		if err = v.flush(c, &st, &fabTime); err != nil {
+		op := fabric.ReadOp{Dst: d, Peer: c.peers[o], Addr: v.remote[o].base + uint64(off), Key: v.remote[o].key}
+		if err = v.enqueue(c, &st, op, rank); err != nil {
 			return err
 		}
 	}
-	st.end = st.now()
-	st.copyTime = st.end - t0 - fabTime
-	if deadRank >= 0 {
-		return v.errDead(deadRank)
-	}
-	return nil
+	return v.drain(c, &st, t0, deadRank)
 }
 
 // get reads rows [start, start+count) into dst, coalescing each shard's
@@ -282,7 +269,6 @@ func (v *Var) get(c *readCtx, start, count int64, dst []byte) (err error) {
 	}
 	s := v.s
 	t0 := st.now()
-	var fabTime int64
 	deadRank := -1
 	if c != nil {
 		c.ops = c.ops[:0]
@@ -325,23 +311,38 @@ func (v *Var) get(c *readCtx, start, count int64, dst []byte) (err error) {
 			if m > chunkRows {
 				m = chunkRows
 			}
-			c.ops = append(c.ops, fabric.ReadOp{Dst: d[k*rb : (k+m)*rb], Peer: c.peers[o],
-				Addr: v.remote[o].base + uint64(off+k*rb), Key: v.remote[o].key})
-			c.opRank = append(c.opRank, rank)
-			if len(c.ops) == cap(c.ops) {
-				if err = v.flush(c, &st, &fabTime); err != nil {
-					return err
-				}
+			op := fabric.ReadOp{Dst: d[k*rb : (k+m)*rb], Peer: c.peers[o],
+				Addr: v.remote[o].base + uint64(off+k*rb), Key: v.remote[o].key}
+			if err = v.enqueue(c, &st, op, rank); err != nil {
+				return err
 			}
 		}
 	}
+	return v.drain(c, &st, t0, deadRank)
+}
+
+// enqueue queues one fabric read of rank's shard and runs the queue when
+// it is full.
+func (v *Var) enqueue(c *readCtx, st *callStats, op fabric.ReadOp, rank int) error {
+	c.ops = append(c.ops, op)
+	c.opRank = append(c.opRank, rank)
+	if len(c.ops) == cap(c.ops) {
+		return v.flush(c, st)
+	}
+	return nil
+}
+
+// drain runs the reads still queued and closes the call's timing: copy is
+// what the call spent since t0 outside the fabric. A row owned by a dead
+// rank fails the call once every other row is in place.
+func (v *Var) drain(c *readCtx, st *callStats, t0 int64, deadRank int) error {
 	if c != nil && len(c.ops) > 0 {
-		if err = v.flush(c, &st, &fabTime); err != nil {
+		if err := v.flush(c, st); err != nil {
 			return err
 		}
 	}
 	st.end = st.now()
-	st.copyTime = st.end - t0 - fabTime
+	st.copyTime = st.end - t0 - st.fabTime
 	if deadRank >= 0 {
 		return v.errDead(deadRank)
 	}
@@ -349,10 +350,10 @@ func (v *Var) get(c *readCtx, start, count int64, dst []byte) (err error) {
 }
 
 // flush runs the queued fabric reads.
-func (v *Var) flush(c *readCtx, st *callStats, fabTime *int64) error {
+func (v *Var) flush(c *readCtx, st *callStats) error {
 	t := st.now()
 	ft, err := c.fr.ReadBatch(c.ops)
-	*fabTime += st.now() - t
+	st.fabTime += st.now() - t
 	st.fab.MR += ft.MR
 	st.fab.Post += ft.Post
 	st.fab.CQWait += ft.CQWait
