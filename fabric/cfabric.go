@@ -218,6 +218,7 @@ static dd_server *dd_server_new(void) {
 	if (!s) return NULL;
 	s->waitfd = -1;
 	s->stopfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (s->stopfd < 0) { free(s); return NULL; } // Close could never wake the loop
 	pthread_mutex_init(&s->lock, NULL);
 	s->min_sleep_ns = 50000;
 	s->max_sleep_ns = 2000000;
@@ -246,8 +247,10 @@ static int dd_server_open(dd_server *s, struct fi_info *info, size_t av_count, c
 }
 
 // dd_server_poll runs one progress step under the domain lock. It returns
-// the number of completions read, and sets *can_sleep when fi_trywait says
-// the wait fd may be slept on.
+// the number of completions read (or the negative error), and sets
+// *can_sleep to 1 when fi_trywait says the wait fd may be slept on, 0 when
+// it says there is work (-FI_EAGAIN), and -1 when sleeping on the fd is not
+// possible (fi_cq_read or fi_trywait failed otherwise): back off then.
 static ssize_t dd_server_poll(dd_server *s, int *can_sleep) {
 	struct fi_cq_entry e[16];
 	ssize_t n;
@@ -263,7 +266,11 @@ static ssize_t dd_server_poll(dd_server *s, int *can_sleep) {
 	}
 	if (n == -FI_EAGAIN && s->waitfd >= 0) {
 		struct fid *f = &s->cq->fid;
-		*can_sleep = fi_trywait(s->fabric, &f, 1) == FI_SUCCESS;
+		int rc = fi_trywait(s->fabric, &f, 1);
+		*can_sleep = rc == FI_SUCCESS ? 1 : rc == -FI_EAGAIN ? 0 : -1;
+	} else if (n < 0 && n != -FI_EAGAIN) {
+		atomic_fetch_add(&s->errors, 1);
+		*can_sleep = -1;
 	}
 	pthread_mutex_unlock(&s->lock);
 	return n;
@@ -282,16 +289,17 @@ static void dd_server_run(dd_server *s) {
 		ssize_t n = dd_server_poll(s, &can_sleep);
 		int64_t t1 = dd_now();
 		if (n > 0) { sleep_ns = s->min_sleep_ns; last_work = t1; continue; }
-		if (s->waitfd >= 0) {
-			if (!can_sleep) continue;
+		if (s->waitfd >= 0 && can_sleep >= 0) {
+			if (!can_sleep) continue; // fi_trywait: work pending, progress again
 			struct pollfd p[2] = { { s->waitfd, POLLIN, 0 }, { s->stopfd, POLLIN, 0 } };
 			poll(p, 2, -1);
 			atomic_fetch_add(&s->wakeups, 1);
 			continue;
 		}
-		// No wait fd (shm): a step that took long did work (freed command
-		// slots of remote reads); otherwise back off, further once idle.
-		if (t1 - t0 > 20000) { sleep_ns = s->min_sleep_ns; last_work = t1; }
+		// No wait fd (shm), or the CQ/fi_trywait failed: back off instead
+		// of spinning. A step that took long did work (freed command slots
+		// of remote reads); otherwise back off further, more once idle.
+		if (can_sleep >= 0 && t1 - t0 > 20000) { sleep_ns = s->min_sleep_ns; last_work = t1; }
 		int64_t cap = t1 - last_work > s->idle_after_ns ? s->idle_sleep_ns : s->max_sleep_ns;
 		if (sleep_ns > cap) sleep_ns = cap;
 		struct pollfd p = { s->stopfd, POLLIN, 0 };
@@ -348,6 +356,8 @@ typedef struct dd_result {
 	int32_t prov_errno;
 	int32_t inflight_at_fail;
 	int32_t torn_down;
+	int32_t guessed;     // failed_op is a guess: the provider gave no op context
+	int32_t teardown_rc; // fi_close(endpoint) result when torn down
 	int32_t pad;
 	char text[256];
 } dd_result;
@@ -404,12 +414,13 @@ static int dd_reader_setup(dd_reader *r, const char **stage) {
 }
 
 // dd_reader_teardown closes the endpoint first: fi_close cancels whatever is
-// still outstanding, so nothing writes into a destination afterwards.
+// still outstanding, so nothing writes into a destination afterwards. It
+// returns the first failure (the endpoint's, else the AV's or CQ's).
 static int dd_reader_teardown(dd_reader *r) {
-	int rc = 0;
+	int rc = 0, rc2;
 	if (r->ep) rc = fi_close(&r->ep->fid);
-	if (r->av) fi_close(&r->av->fid);
-	if (r->cq) fi_close(&r->cq->fid);
+	if (r->av && (rc2 = fi_close(&r->av->fid)) != 0 && rc == 0) rc = rc2;
+	if (r->cq && (rc2 = fi_close(&r->cq->fid)) != 0 && rc == 0) rc = rc2;
 	r->ep = NULL; r->av = NULL; r->cq = NULL;
 	return rc;
 }
@@ -439,7 +450,7 @@ static int dd_oldest(dd_reader *r, int next, int n) {
 
 static void dd_record_cq_error(dd_reader *r, struct fi_cq_err_entry *e, dd_result *res, int slot) {
 	res->failed_op = slot >= 0 ? r->slot_op[slot] : -1;
-	res->err = e->err;
+	res->err = e->err != 0 ? e->err : FI_EIO; // never report "Success"
 	res->prov_errno = e->prov_errno;
 	res->stage = DD_CQERR;
 	res->text[0] = 0;
@@ -462,6 +473,7 @@ static int dd_read_batch(dd_reader *r, int n, int64_t timeout_ns) {
 	int next = 0, inflight = 0, nfree = 0;
 	res->post_ns = 0; res->wait_ns = 0; res->done = 0; res->stage = DD_OK;
 	res->failed_op = -1; res->err = 0; res->prov_errno = 0; res->torn_down = 0; res->text[0] = 0;
+	res->guessed = 0; res->teardown_rc = 0; res->inflight_at_fail = 0;
 	if (!r->ep) { res->stage = DD_NOEP; return -1; }
 	for (int i = 0; i < r->window; i++) { r->free_slots[nfree++] = r->window - 1 - i; r->slot_op[i] = -1; }
 
@@ -510,7 +522,7 @@ static int dd_read_batch(dd_reader *r, int n, int64_t timeout_ns) {
 				dd_record_cq_error(r, &e, res, valid ? slot : -1);
 				// Some providers (shm) report errors without the op's
 				// context: blame the oldest read still in flight.
-				if (!valid) res->failed_op = dd_oldest(r, next, n);
+				if (!valid) { res->failed_op = dd_oldest(r, next, n); res->guessed = 1; }
 				if (valid) inflight--;
 				goto fail;
 			}
@@ -539,7 +551,7 @@ fail:
 	// (nothing lands in a destination after we return) and drops broken
 	// connections; the next call opens a fresh one.
 	res->inflight_at_fail = inflight;
-	dd_reader_teardown(r);
+	res->teardown_rc = dd_reader_teardown(r);
 	res->torn_down = 1;
 	return -1;
 }
@@ -548,28 +560,35 @@ fail:
 // n reads of len bytes at base+offs[i] into dst+(i%slots)*len with at most
 // window in flight, spinning on the CQ. Returns elapsed ns, or -errno.
 static int64_t dd_baseline(dd_reader *r, uint32_t peer, char *dst, uint64_t len, int slots,
-		const uint64_t *offs, int n, int window, uint64_t base, uint64_t key) {
+		const uint64_t *offs, int n, int window, uint64_t base, uint64_t key, int64_t timeout_ns) {
 	struct fi_cq_entry comp[64];
 	struct fi_context2 *ctx = calloc(window, sizeof *ctx);
 	if (!ctx) return -FI_ENOMEM;
 	fi_addr_t fa = r->peers[peer];
 	int64_t t0 = dd_now();
 	int posted = 0, done = 0;
+	int64_t rc = 0;
 	while (done < n) {
 		while (posted < n && posted - done < window) {
-			ssize_t rc = fi_read(r->ep, dst + (uint64_t)(posted % slots) * len, len, NULL, fa,
+			ssize_t prc = fi_read(r->ep, dst + (uint64_t)(posted % slots) * len, len, NULL, fa,
 				base + offs[posted], key, &ctx[posted % window]);
-			if (rc == -FI_EAGAIN) break;
-			if (rc) { free(ctx); return rc; }
+			if (prc == -FI_EAGAIN) break;
+			if (prc) { rc = prc; goto fail; }
 			posted++;
 		}
 		ssize_t got = fi_cq_read(r->cq, comp, 64);
 		if (got > 0) done += (int)got;
-		else if (got != -FI_EAGAIN) { free(ctx); return got == -FI_EAVAIL ? -FI_EIO : got; }
+		else if (got != -FI_EAGAIN) { rc = got == -FI_EAVAIL ? -FI_EIO : got; goto fail; }
+		else if (dd_now() - t0 > timeout_ns) { rc = -FI_ETIMEDOUT; goto fail; }
 	}
 	int64_t el = dd_now() - t0;
 	free(ctx);
 	return el;
+fail:
+	// Cancel what is in flight before ctx is freed and dst unpinned.
+	dd_reader_teardown(r);
+	free(ctx);
+	return rc;
 }
 
 static const char *dd_strerror(int err) { return fi_strerror(err); }
@@ -699,7 +718,11 @@ func selectInfo(o Options) (*C.struct_fi_info, error) {
 		}
 		for _, c := range ofProv {
 			if o.Domain == "" || C.GoString(c.desc.domain) == o.Domain || C.GoString(c.desc.fabric) == o.Domain {
-				return C.dd_dupinfo(c.info), nil
+				dup := C.dd_dupinfo(c.info)
+				if dup == nil {
+					return nil, &Error{Op: "fi_dupinfo", Code: int(C.FI_ENOMEM), Text: "out of memory", Peer: -1}
+				}
+				return dup, nil
 			}
 		}
 		var doms []string
@@ -738,17 +761,18 @@ type Fabric struct {
 	inf      Info
 	fab      *C.struct_fid_fabric
 	dom      *C.struct_fid_domain
-	srv      *C.dd_server
+	srv      *C.dd_server // nil once closed (under mu)
 	addr     []byte
 	avCount  int
 	ownDom   bool // readers get their own domain (threading weaker than FI_THREAD_SAFE)
 	progDone chan struct{}
 	nextKey  atomic.Uint64
 
-	mu      sync.Mutex
-	closed  bool
-	exports map[*Export]struct{}
-	readers map[*Reader]struct{}
+	mu       sync.Mutex
+	closed   bool
+	exports  map[*Export]struct{}
+	readers  map[*Reader]struct{}
+	lastWake uint64 // ProgressWakeups once closed
 
 	// forceLocalMR makes readers register destinations as if the provider
 	// required FI_MR_LOCAL (tests exercise the registration cache with it).
@@ -781,7 +805,9 @@ func Open(o Options) (*Fabric, error) {
 	}
 	f.inf.AVCount = f.avCount
 	switch f.inf.threading {
-	case C.FI_THREAD_DOMAIN, C.FI_THREAD_COMPLETION, C.FI_THREAD_ENDPOINT:
+	case C.FI_THREAD_FID, C.FI_THREAD_DOMAIN, C.FI_THREAD_COMPLETION, C.FI_THREAD_ENDPOINT:
+		// Readers register destinations (fi_mr_reg on the domain) while
+		// the progress goroutine and Export use the server's domain.
 		f.ownDom = true
 	}
 	f.inf.ReaderDomains = f.ownDom
@@ -869,14 +895,20 @@ func (f *Fabric) Close() error {
 	}
 	C.dd_server_stop(f.srv)
 	<-f.progDone
-	for _, e := range exports {
-		e.Close()
-	}
 	var err error
-	if rc := C.dd_server_close(f.srv, 0); rc != 0 {
+	for _, e := range exports {
+		if cerr := e.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}
+	f.mu.Lock()
+	srv := f.srv
+	f.lastWake = uint64(C.dd_server_wakeups(srv))
+	f.srv = nil
+	f.mu.Unlock()
+	if rc := C.dd_server_close(srv, 0); rc != 0 && err == nil {
 		err = fiErr("fi_close(server endpoint)", rc)
 	}
-	f.srv = nil
 	f.closeBase()
 	return err
 }
@@ -891,8 +923,10 @@ func (f *Fabric) Address() []byte { return append([]byte(nil), f.addr...) }
 // ProgressWakeups counts how often the progress goroutine woke up (for tests
 // and diagnostics: an idle rank should barely wake).
 func (f *Fabric) ProgressWakeups() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if f.srv == nil {
-		return 0
+		return f.lastWake
 	}
 	return uint64(C.dd_server_wakeups(f.srv))
 }
@@ -904,11 +938,13 @@ type Export struct {
 	key  uint64
 	base uint64
 	size int
+	pin  runtime.Pinner // keeps a Go-heap b in place while registered (no-op off-heap)
 }
 
-// Export registers b for remote reads (FI_REMOTE_READ only). b must stay
-// mapped and outside the Go heap (see Alloc) until the Export is closed:
-// the NIC reads it at any time.
+// Export registers b for remote reads (FI_REMOTE_READ only). b should be
+// outside the Go heap (Alloc, or a file mapping) and must stay mapped until
+// the Export is closed: the NIC reads it at any time. Go memory is pinned
+// for the Export's lifetime, since the provider keeps its address.
 func (f *Fabric) Export(b []byte) (*Export, error) {
 	if len(b) == 0 {
 		return nil, &Error{Op: "export", Code: int(C.FI_EINVAL), Text: "zero-length region", Peer: -1, kind: ErrInvalid}
@@ -929,21 +965,31 @@ func (f *Fabric) Export(b []byte) (*Export, error) {
 	if f.inf.MREndpoint {
 		bind = 1
 	}
+	e := &Export{f: f, size: len(b)}
+	e.pin.Pin(&b[0])
 	C.dd_server_lock(f.srv)
 	rc := C.dd_mr_reg(f.dom, f.srv.ep, unsafe.Pointer(&b[0]), C.size_t(len(b)), C.FI_REMOTE_READ, C.uint64_t(req), bind, &mr, &key, &desc)
 	C.dd_server_unlock(f.srv)
 	if rc != 0 {
-		e := fiErr("fi_mr_reg(export)", rc).(*Error)
-		e.Text += fmt.Sprintf(" (%d bytes)", len(b))
-		return nil, e
+		e.pin.Unpin()
+		fe := fiErr("fi_mr_reg(export)", rc).(*Error)
+		fe.Text += fmt.Sprintf(" (%d bytes, provider %s)", len(b), f.inf.Provider)
+		return nil, fe
 	}
-	e := &Export{f: f, mr: mr, key: uint64(key), size: len(b)}
+	e.mr, e.key = mr, uint64(key)
 	if f.inf.MRVirtAddr {
 		e.base = uint64(uintptr(unsafe.Pointer(&b[0])))
 	}
 	f.exports[e] = struct{}{}
 	return e, nil
 }
+
+// Exports whose MR failed to close stay pinned, and reachable (an unreachable
+// Pinner with live pins makes the runtime panic).
+var (
+	stuckMu      sync.Mutex
+	stuckExports []*Export
+)
 
 // Key is the remote key a reader passes in ReadOp.Key.
 func (e *Export) Key() uint64 { return e.key }
@@ -955,31 +1001,40 @@ func (e *Export) Base() uint64 { return e.base }
 // Size is the registered length.
 func (e *Export) Size() int { return e.size }
 
-// Close deregisters the region.
+// Close deregisters the region. f.mu is held throughout, so a concurrent
+// Fabric.Close cannot free the server (or close the domain) under it.
 func (e *Export) Close() error {
 	f := e.f
 	f.mu.Lock()
+	defer f.mu.Unlock()
 	if e.mr == nil {
-		f.mu.Unlock()
 		return nil
 	}
 	delete(f.exports, e)
 	mr := e.mr
 	e.mr = nil
-	f.mu.Unlock()
 	C.dd_server_lock(f.srv)
 	rc := C.dd_close_mr(mr)
 	C.dd_server_unlock(f.srv)
 	if rc != 0 {
+		// The provider may still hold the address: keep b pinned (and
+		// the Pinner reachable) for the process's lifetime.
+		stuckMu.Lock()
+		stuckExports = append(stuckExports, e)
+		stuckMu.Unlock()
 		return fiErr("fi_close(export mr)", rc)
 	}
+	e.pin.Unpin()
 	return nil
 }
 
 // Reader reads remote memory. It owns an endpoint, CQ and AV (and its own
-// domain when the provider's threading model needs it). A Reader must be used
-// by one goroutine at a time.
+// domain when the provider's threading model needs it). A Reader is meant for
+// one goroutine at a time; its mutex (never contended in that use) only makes
+// a Close from elsewhere, e.g. Fabric.Close, wait for a running batch (at
+// most its deadline) instead of freeing the endpoint under it.
 type Reader struct {
+	mu      sync.Mutex
 	f       *Fabric
 	dom     *C.struct_fid_domain
 	ownDom  bool
@@ -1039,25 +1094,35 @@ func (r *Reader) closeDomain() {
 }
 
 // Close closes the reader's endpoint (and domain). Peers are forgotten.
+// Nothing is in flight here (every batch completes or tears its endpoint
+// down before returning), so local registrations go first: with
+// FI_MR_ENDPOINT they are bound to the endpoint.
 func (r *Reader) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if r.closed {
 		return nil
 	}
 	r.closed = true
-	C.dd_reader_teardown(r.c)
 	r.mrc.purge(r)
+	var err error
+	if rc := C.dd_reader_teardown(r.c); rc != 0 {
+		err = fiErr("fi_close(reader endpoint)", rc)
+	}
 	C.dd_reader_free(r.c)
 	r.c = nil
 	r.closeDomain()
 	r.f.mu.Lock()
 	delete(r.f.readers, r)
 	r.f.mu.Unlock()
-	return nil
+	return err
 }
 
 // AddPeer inserts a peer's address (its Fabric.Address) into the reader's
 // address vector. rank only labels errors.
 func (r *Reader) AddPeer(rank int, addr []byte) (Peer, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if r.closed {
 		return Peer{}, &Error{Op: "av insert", Code: int(C.FI_EINVAL), Text: "reader is closed", Peer: rank, kind: ErrClosed}
 	}
@@ -1106,8 +1171,10 @@ func (r *Reader) ensureEndpoint() error {
 
 // Read reads one op. See ReadBatch.
 func (r *Reader) Read(op ReadOp) (Timing, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.one[0] = op
-	t, err := r.ReadBatch(r.one[:])
+	t, err := r.readBatch(r.one[:])
 	r.one[0] = ReadOp{}
 	return t, err
 }
@@ -1119,6 +1186,12 @@ func (r *Reader) Read(op ReadOp) (Timing, error) {
 // recreated by the next call. Dst may be Go heap memory (pinned for the call)
 // or off-heap memory. It makes no heap allocation.
 func (r *Reader) ReadBatch(ops []ReadOp) (Timing, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.readBatch(ops)
+}
+
+func (r *Reader) readBatch(ops []ReadOp) (Timing, error) {
 	var tm Timing
 	if r.closed {
 		return tm, errClosedReader
@@ -1147,15 +1220,17 @@ func (r *Reader) ReadBatch(ops []ReadOp) (Timing, error) {
 
 func (r *Reader) readChunk(ops []ReadOp, base int, timeout time.Duration, tm *Timing) error {
 	n := len(ops)
+	npeers := uint32(len(r.peers))
+	maxMsg := r.f.inf.MaxMsgSize
 	for i := range ops {
 		op := &ops[i]
-		if op.Peer.id == 0 || int(op.Peer.id) > len(r.peers) {
+		if op.Peer.id == 0 || op.Peer.id > npeers {
 			r.pin.unpin()
 			return badPeer(base + i)
 		}
-		if len(op.Dst) == 0 || uint64(len(op.Dst)) > r.f.inf.MaxMsgSize {
+		if len(op.Dst) == 0 || uint64(len(op.Dst)) > maxMsg {
 			r.pin.unpin()
-			return badDst(base+i, r.peers[op.Peer.id-1].rank, len(op.Dst), r.f.inf.MaxMsgSize)
+			return badDst(base+i, r.peers[op.Peer.id-1].rank, len(op.Dst), maxMsg)
 		}
 		p := unsafe.Pointer(unsafe.SliceData(op.Dst))
 		r.pin.pin(p, cap(op.Dst))
@@ -1169,13 +1244,16 @@ func (r *Reader) readChunk(ops []ReadOp, base int, timeout time.Duration, tm *Ti
 	}
 	if r.mrc.enabled {
 		t0 := time.Now()
+		r.mrc.begin(r)
 		for i := range ops {
-			desc, err := r.mrc.lookup(r, r.ops[i].dst, len(ops[i].Dst))
+			desc, err := r.mrc.lookup(r, ops, i)
 			if err != nil {
 				r.mrc.releaseTemp(r)
 				r.pin.unpin()
-				err.(*Error).Peer = r.peers[ops[i].Peer.id-1].rank
-				return err
+				fe := err.(*Error)
+				fe.Peer = r.peers[ops[i].Peer.id-1].rank
+				fe.Index = base + i
+				return fe
 			}
 			r.ops[i].desc = desc
 		}
@@ -1228,6 +1306,9 @@ func (r *Reader) batchError(res *C.dd_result, base int) error {
 		if t := C.GoString(&res.text[0]); t != "" {
 			detail += "; provider: " + t
 		}
+		if res.guessed != 0 {
+			detail += " (no op context in the error entry: blamed the oldest read in flight)"
+		}
 	case C.DD_CQREAD:
 		e.Op = "fi_cq_read"
 		detail += "; endpoint torn down"
@@ -1245,6 +1326,10 @@ func (r *Reader) batchError(res *C.dd_result, base int) error {
 	case C.DD_NOEP:
 		e.Op = "read"
 		detail = "reader has no endpoint"
+	}
+	if res.torn_down != 0 && res.teardown_rc != 0 {
+		// The cancel-by-close guarantee is void: say so loudly.
+		detail += "; fi_close(endpoint) failed: " + C.GoString(C.dd_strerror(-res.teardown_rc))
 	}
 	e.Detail = detail
 	return e
@@ -1282,8 +1367,16 @@ func (r *Reader) closeMR(h mrHandle) {
 // reader's endpoint: n reads of rowLen bytes at base+offs[i] into dst rows.
 // It exists for BenchmarkReadBaselineC.
 func (r *Reader) baselineRead(p Peer, dst []byte, rowLen int, offs []uint64, base, key uint64, window int) (time.Duration, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return 0, errClosedReader
+	}
 	if err := r.ensureEndpoint(); err != nil {
 		return 0, err
+	}
+	if p.id == 0 || int(p.id) > len(r.peers) {
+		return 0, badPeer(0)
 	}
 	slots := len(dst) / rowLen
 	if slots == 0 || len(offs) == 0 {
@@ -1296,8 +1389,9 @@ func (r *Reader) baselineRead(p Peer, dst []byte, rowLen int, offs []uint64, bas
 	pin.Pin(&dst[0])
 	defer pin.Unpin()
 	el := C.dd_baseline(r.c, C.uint32_t(p.id-1), (*C.char)(unsafe.Pointer(&dst[0])), C.uint64_t(rowLen), C.int(slots),
-		coffs, C.int(len(offs)), C.int(window), C.uint64_t(base), C.uint64_t(key))
+		coffs, C.int(len(offs)), C.int(window), C.uint64_t(base), C.uint64_t(key), C.int64_t(r.timeout))
 	if el < 0 {
+		r.broken = true // dd_baseline tore the endpoint down
 		return 0, fiErr("baseline fi_read", C.int(el))
 	}
 	return time.Duration(el), nil

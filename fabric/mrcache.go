@@ -10,7 +10,10 @@ import (
 // registered whole and cached (a bounded LRU per reader, entries dropped when
 // the Memory is freed); any other destination (Go heap) is registered for
 // the one chunk and deregistered right after, because Go may reuse that
-// memory. Nothing stays registered after Reader.Close.
+// memory. Such a temporary registration covers the run of following ops whose
+// Dst lies in the same buffer (inside the first one's [ptr, ptr+cap), i.e.
+// the same pinned object), so rows cut from one buffer cost one registration
+// per chunk, not one per row. Nothing stays registered after Reader.Close.
 
 const mrCacheSize = 16
 
@@ -32,8 +35,18 @@ type mrCache struct {
 	n       int
 	tick    uint64
 	gen     uint64
-	temp    []mrHandle
+	temp    []tempMR
 }
+
+// tempMR is a registration that lives for one chunk.
+type tempMR struct {
+	lo, hi uintptr
+	h      mrHandle
+}
+
+// tempScan is how many of the latest temporary registrations a lookup
+// checks (rows of one buffer hit the latest; a bound keeps lookups O(1)).
+const tempScan = 4
 
 // liveLocalMRs counts open local registrations (tests check for leaks).
 var liveLocalMRs atomic.Int64
@@ -42,17 +55,24 @@ func (c *mrCache) init(enabled, epBound bool) {
 	c.enabled = enabled
 	c.epBound = epBound
 	if enabled {
-		c.temp = make([]mrHandle, 0, chunkOps)
+		c.temp = make([]tempMR, 0, chunkOps)
 	}
 	c.gen = memGen.Load()
 }
 
-func (c *mrCache) lookup(r *Reader, p unsafe.Pointer, n int) (unsafe.Pointer, error) {
-	a := uintptr(p)
+// begin starts a chunk: it drops cached registrations of freed Memory.
+func (c *mrCache) begin(r *Reader) {
 	if g := memGen.Load(); g != c.gen {
 		c.dropFreed(r)
 		c.gen = g
 	}
+}
+
+// lookup returns the descriptor for ops[i].Dst, registering if needed.
+func (c *mrCache) lookup(r *Reader, ops []ReadOp, i int) (unsafe.Pointer, error) {
+	p := unsafe.Pointer(unsafe.SliceData(ops[i].Dst))
+	n := len(ops[i].Dst)
+	a := uintptr(p)
 	for i := 0; i < c.n; i++ {
 		e := &c.ents[i]
 		if a >= e.lo && a+uintptr(n) <= e.hi {
@@ -85,20 +105,44 @@ func (c *mrCache) lookup(r *Reader, p unsafe.Pointer, n int) (unsafe.Pointer, er
 			return h.desc, nil
 		}
 	}
-	h, err := r.localMR(p, n)
+	for k := len(c.temp) - 1; k >= 0 && k >= len(c.temp)-tempScan; k-- {
+		if t := &c.temp[k]; a >= t.lo && a+uintptr(n) <= t.hi {
+			return t.h.desc, nil
+		}
+	}
+	ext := tempExtent(ops, i)
+	h, err := r.localMR(p, ext)
 	if err != nil {
 		return nil, err
 	}
-	c.temp = append(c.temp, h)
+	c.temp = append(c.temp, tempMR{lo: a, hi: a + uintptr(ext), h: h})
 	return h.desc, nil
+}
+
+// tempExtent is the length to register from ops[i].Dst's start: up to the
+// end of the last op in the run of ops i, i+1, ... whose Dst lies inside
+// ops[i].Dst's [ptr, ptr+cap) (one Go object, pinned as a whole).
+func tempExtent(ops []ReadOp, i int) int {
+	lo := uintptrOf(ops[i].Dst)
+	capEnd := lo + uintptr(cap(ops[i].Dst))
+	end := lo + uintptr(len(ops[i].Dst))
+	for j := i + 1; j < len(ops); j++ {
+		a := uintptrOf(ops[j].Dst)
+		e := a + uintptr(len(ops[j].Dst))
+		if a < lo || e > capEnd {
+			break
+		}
+		end = max(end, e)
+	}
+	return int(end - lo)
 }
 
 // releaseTemp deregisters the chunk's temporary registrations and starts a
 // new chunk.
 func (c *mrCache) releaseTemp(r *Reader) {
 	for i := range c.temp {
-		r.closeMR(c.temp[i])
-		c.temp[i] = mrHandle{}
+		r.closeMR(c.temp[i].h)
+		c.temp[i] = tempMR{}
 	}
 	c.temp = c.temp[:0]
 	c.tick++
