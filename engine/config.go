@@ -418,6 +418,7 @@ func (c Config) StoreOptions() Options {
 	o.Timeout = c.Store.Timeout
 	o.Telemetry = c.Telemetry.Enabled
 	o.TelemetryDir = c.Telemetry.Dir
+	o.Profile = c.Profile
 	o.Bootstrap.Method = c.Bootstrap.Method
 	o.Bootstrap.Addr = c.Bootstrap.Addr
 	o.Bootstrap.Dir = c.Bootstrap.Dir

@@ -2,6 +2,8 @@ package engine
 
 import (
 	"fmt"
+	"io"
+	"os"
 	"time"
 
 	"github.com/ddstore/ddstore/engine/bootstrap"
@@ -41,6 +43,15 @@ type Options struct {
 	// TelemetryDir: directory of the telemetry segment. Default "/dev/shm";
 	// the environment variable DDSTORE_TELEMETRY_DIR replaces the default.
 	TelemetryDir string
+	// Profile: at Close, write this rank's per-phase profile table (per
+	// variable: calls, rows, µs per call in total and per phase, and the
+	// loader's fetch wait), read from its own telemetry segment, to
+	// ProfileOutput. Default false; the environment variable
+	// DDSTORE_PROFILE=1 (or 0) turns it on (or off), as does the config key
+	// "profile". Without telemetry the table is one line saying so.
+	Profile bool
+	// ProfileOutput: where the profile table goes. Default (nil) os.Stderr.
+	ProfileOutput io.Writer
 	// ShardDir: directory of the shard files. Default "/dev/shm".
 	ShardDir string
 	// Timeout: deadline of every collective step (Open, Add, Init, Free,
@@ -84,6 +95,9 @@ func (o *Options) Validate() error {
 	}
 	if o.ShardDir == "" {
 		o.ShardDir = "/dev/shm"
+	}
+	if o.ProfileOutput == nil {
+		o.ProfileOutput = os.Stderr
 	}
 	if o.Fabric.Window == 0 {
 		o.Fabric.Window = 128

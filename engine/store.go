@@ -1,9 +1,11 @@
 package engine
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strings"
 	"sync"
@@ -48,7 +50,7 @@ type Store struct {
 	vars   atomic.Pointer[varMap]
 	closed atomic.Bool
 
-	collMu sync.Mutex // serializes collectives (Add, Init, Free, Close)
+	collMu sync.Mutex // serializes collectives (Add, Init, Free, Barrier, AllGather, AllReduceFloat32, Close)
 	seq    int        // collective sequence number, for tags
 
 	dead    deadSet
@@ -72,6 +74,14 @@ func Open(o Options) (*Store, error) {
 	}
 	if v := os.Getenv("DDSTORE_TELEMETRY"); v == "0" || strings.EqualFold(v, "false") || strings.EqualFold(v, "off") {
 		o.Telemetry = false
+	}
+	if v := os.Getenv("DDSTORE_PROFILE"); v != "" {
+		switch strings.ToLower(v) {
+		case "1", "true", "on":
+			o.Profile = true
+		case "0", "false", "off":
+			o.Profile = false
+		}
 	}
 	if v := os.Getenv("DDSTORE_TELEMETRY_DIR"); v != "" && o.TelemetryDir == "/dev/shm" {
 		o.TelemetryDir = v
@@ -300,7 +310,8 @@ func (s *Store) PeerDead(rank int) bool { return rank >= 0 && rank < s.world && 
 // other ranks at a barrier (so nobody reads this rank's memory any more),
 // then stops telemetry, unmaps and removes the shard files and closes the
 // fabric. Resources are released even if the barrier fails (the error is
-// returned). Later calls return ErrClosed.
+// returned). Later calls return ErrClosed. With Options.Profile, Close
+// first writes this rank's profile table to Options.ProfileOutput.
 func (s *Store) Close() error {
 	s.collMu.Lock()
 	defer s.collMu.Unlock()
@@ -314,6 +325,9 @@ func (s *Store) Close() error {
 		if err := v.waitIdle(deadline); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if s.opts.Profile {
+		s.writeProfile(s.opts.ProfileOutput)
 	}
 	if err := s.ex.Barrier("close", s.opts.Timeout); err != nil {
 		errs = append(errs, wrapBootstrap("close barrier", err))
@@ -379,6 +393,71 @@ func (s *Store) Barrier() error {
 	s.seq++
 	if err := s.ex.Barrier(fmt.Sprintf("barrier-%d", s.seq), s.opts.Timeout); err != nil {
 		return wrapBootstrap("barrier", err)
+	}
+	return nil
+}
+
+// AllGather is collective: every rank passes its blob (any length, also
+// empty) and gets every rank's blob, indexed by rank (its own included).
+// Every rank must call it with the same tag, in the same order relative to
+// the store's other collectives; a different tag or a different
+// collective on another rank fails with ErrMismatch, a rank missing past
+// Options.Timeout with ErrTimeout naming the ranks. After Close it returns
+// ErrClosed. The returned blobs are the caller's.
+func (s *Store) AllGather(tag string, mine []byte) ([][]byte, error) {
+	return s.allGather("allgather", tag, mine)
+}
+
+// allGather runs one all-gather of the whole world under collMu; kind
+// keeps different collectives apart in the exchanger's mismatch check.
+func (s *Store) allGather(kind, tag string, mine []byte) ([][]byte, error) {
+	s.collMu.Lock()
+	defer s.collMu.Unlock()
+	if s.closed.Load() {
+		return nil, fmt.Errorf("%w: %s %q", ErrClosed, kind, tag)
+	}
+	s.seq++
+	what := fmt.Sprintf("%s %q", kind, tag)
+	blobs, err := s.ex.AllGather(fmt.Sprintf("%s-%d-%s", kind, s.seq, tag), mine, s.opts.Timeout)
+	if err != nil {
+		if errors.Is(err, bootstrap.ErrMismatch) {
+			return nil, fmt.Errorf("%w: %s: %w", ErrMismatch, what, err)
+		}
+		return nil, wrapBootstrap(what, err)
+	}
+	if len(blobs) != s.world {
+		return nil, fmt.Errorf("ddstore: %s: got %d blobs for %d ranks", what, len(blobs), s.world)
+	}
+	return blobs, nil
+}
+
+// AllReduceFloat32 is collective: it replaces x, on every rank, by the
+// element-wise sum of every rank's x. The sum runs in rank order
+// (((x₀ + x₁) + x₂) + …) on every rank, so all ranks get the same bits.
+// Every rank must pass the same tag and the same length (else ErrMismatch
+// naming the rank); it is built on AllGather and has its rules, deadline
+// and errors. On error x is unchanged.
+func (s *Store) AllReduceFloat32(tag string, x []float32) error {
+	mine := make([]byte, 4*len(x))
+	for i, v := range x {
+		binary.LittleEndian.PutUint32(mine[4*i:], math.Float32bits(v))
+	}
+	blobs, err := s.allGather("allreduce-f32", tag, mine)
+	if err != nil {
+		return err
+	}
+	for r, b := range blobs {
+		if len(b) != len(mine) {
+			return fmt.Errorf("%w: allreduce-f32 %q: rank %d passed %d float32, rank %d passed %d",
+				ErrMismatch, tag, r, len(b)/4, s.rank, len(x))
+		}
+	}
+	for i := range x {
+		sum := math.Float32frombits(binary.LittleEndian.Uint32(blobs[0][4*i:]))
+		for _, b := range blobs[1:] {
+			sum += math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+		}
+		x[i] = sum
 	}
 	return nil
 }

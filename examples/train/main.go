@@ -5,12 +5,13 @@
 //
 // Data parallelism: every rank starts from the same model; after each
 // --sync-every steps (default 1, i.e. every step, which equals averaging
-// gradients as DDP does) the ranks average their models through the store
-// itself: a collective Add of one row per rank, one GetBatch of all rows,
-// a sum in rank order, a collective Free. The printed loss is the mean over
-// all ranks' samples of the epoch, summed in a fixed order, so it is
-// bit-identical across loader workers, prefetch, batched vs per-sample
-// reads, reader mode and node mode.
+// gradients as DDP does) the ranks average their models with the store's
+// AllReduceFloat32 (a sum in rank order, the same bits on every rank)
+// divided by the world size. The printed loss is the mean over all ranks'
+// samples of the epoch, summed in rank order, so it is bit-identical across
+// loader workers, prefetch, batched vs per-sample reads, reader mode and
+// node mode. DDSTORE_PROFILE=1 (config key profile) makes every rank's
+// store print its per-phase profile table to stderr at Close.
 //
 // Run it under any launcher: ddrun -n 4 train, mpiexec -n 4 train, srun train.
 package main
@@ -174,7 +175,6 @@ func run(cmd *cobra.Command, f flags, stdout, stderr io.Writer) error {
 	defer ld.Close()
 
 	m := model.New(px, f.hidden, f.seed)
-	sync := newSyncer(st, len(m.Params))
 	tty := rank == 0 && !f.json && !f.noProgress && isTerminal(os.Stderr)
 	if rank == 0 && !f.json {
 		fmt.Fprintf(stderr, "train: %d ranks, %d rows of %d B, batch %d, workers %d, prefetch %d, batch-get %v, thread-readers %v, fast-collate %v, node-mode %s; config %s\n",
@@ -206,7 +206,7 @@ func run(cmd *cobra.Command, f flags, stdout, stderr io.Writer) error {
 			compute += t1.Sub(t0)
 			step++
 			if f.syncEvery > 0 && step%f.syncEvery == 0 {
-				if err := sync.average(m); err != nil {
+				if err := average(st, m); err != nil {
 					return err
 				}
 				syncT += time.Since(t1)
@@ -217,11 +217,11 @@ func run(cmd *cobra.Command, f flags, stdout, stderr io.Writer) error {
 		}
 		t1 := time.Now()
 		if f.syncEvery == 0 {
-			if err := sync.average(m); err != nil {
+			if err := average(st, m); err != nil {
 				return err
 			}
 		}
-		loss, err := sync.globalLoss(lossSum, rows)
+		loss, err := globalLoss(st, lossSum, rows)
 		if err != nil {
 			return err
 		}
@@ -241,11 +241,6 @@ func run(cmd *cobra.Command, f flags, stdout, stderr io.Writer) error {
 		} else if rank == 0 {
 			fmt.Fprintf(stdout, "epoch %d: fetch %.4f s, compute %.4f s (sync %.4f s), fetch wait/step %.4f, loss %s\n",
 				epoch, res.FetchS, res.ComputeS, res.SyncS, res.WaitStep, formatLoss(loss))
-		}
-	}
-	if cfg.Profile && rank == 0 {
-		if err := printProfile(stderr, cfg.Telemetry.Dir, rank); err != nil {
-			fmt.Fprintln(stderr, "train: profile:", err)
 		}
 	}
 	if err := ld.Close(); err != nil {
@@ -268,68 +263,37 @@ func isTerminal(f *os.File) bool {
 	return err == nil
 }
 
-// syncer averages models and losses across ranks through the store: a
-// collective Add of one row per rank, a GetBatch of every row, a collective
-// Free. Rows are combined in rank order, so every rank computes the same
-// bits.
-type syncer struct {
-	st    *engine.Store
-	n     int
-	row   []byte
-	all   []byte
-	rows  [][]byte
-	idx   []int64
-	round int
-}
-
-func newSyncer(st *engine.Store, params int) *syncer {
-	w := st.World()
-	s := &syncer{st: st, n: params, row: make([]byte, params*4), all: make([]byte, w*params*4), idx: make([]int64, w)}
-	for r := range w {
-		s.idx[r] = int64(r)
-		s.rows = append(s.rows, s.all[r*params*4:(r+1)*params*4])
-	}
-	return s
-}
-
-func (s *syncer) exchange(dt engine.DType, elems int, mine, all []byte) error {
-	name := fmt.Sprintf("train.sync.%d", s.round)
-	s.round++
-	if err := s.st.Add(name, dt, elems, mine); err != nil {
+// average replaces the model by the mean of every rank's model: the sum
+// in rank order (AllReduceFloat32), divided by the world size.
+func average(st *engine.Store, m *model.Model) error {
+	if err := st.AllReduceFloat32("train.average", m.Params); err != nil {
 		return fmt.Errorf("sync: %w", err)
 	}
-	if err := s.st.GetBatch(name, s.idx, all); err != nil {
-		return fmt.Errorf("sync: %w", err)
-	}
-	if err := s.st.Free(name); err != nil {
-		return fmt.Errorf("sync: %w", err)
+	w := float32(st.World())
+	for i := range m.Params {
+		m.Params[i] /= w
 	}
 	return nil
 }
 
-func (s *syncer) average(m *model.Model) error {
-	m.Encode(s.row)
-	if err := s.exchange(engine.Float32, s.n, s.row, s.all); err != nil {
-		return err
-	}
-	m.Average(s.rows)
-	return nil
-}
-
-// globalLoss is the mean loss over all ranks' samples.
-func (s *syncer) globalLoss(lossSum float64, rows int) (float64, error) {
+// globalLoss is the mean loss over all ranks' samples: every rank's loss
+// sum and row count, gathered and summed in rank order.
+func globalLoss(st *engine.Store, lossSum float64, rows int) (float64, error) {
 	mine := make([]byte, 16)
 	binary.LittleEndian.PutUint64(mine, math.Float64bits(lossSum))
 	binary.LittleEndian.PutUint64(mine[8:], uint64(rows))
-	all := make([]byte, 16*len(s.idx))
-	if err := s.exchange(engine.Float64, 2, mine, all); err != nil {
-		return 0, err
+	all, err := st.AllGather("train.loss", mine)
+	if err != nil {
+		return 0, fmt.Errorf("sync: %w", err)
 	}
 	var sum float64
 	var n uint64
-	for r := range s.idx {
-		sum += math.Float64frombits(binary.LittleEndian.Uint64(all[r*16:]))
-		n += binary.LittleEndian.Uint64(all[r*16+8:])
+	for r, b := range all {
+		if len(b) != 16 {
+			return 0, fmt.Errorf("sync: rank %d sent a loss record of %d bytes, want 16", r, len(b))
+		}
+		sum += math.Float64frombits(binary.LittleEndian.Uint64(b))
+		n += binary.LittleEndian.Uint64(b[8:])
 	}
 	return sum / float64(n), nil
 }

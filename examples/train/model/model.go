@@ -191,23 +191,3 @@ func (m *Model) Step(images, labels []byte, lr float32) float64 {
 	}
 	return lossSum
 }
-
-// Average replaces the parameters by the mean of the given parameter
-// vectors (one per rank, little-endian float32), summed in slice order.
-func (m *Model) Average(rows [][]byte) {
-	inv := 1 / float32(len(rows))
-	for i := range m.Params {
-		var s float32
-		for _, r := range rows {
-			s += math.Float32frombits(binary.LittleEndian.Uint32(r[i*4:]))
-		}
-		m.Params[i] = s * inv
-	}
-}
-
-// Encode writes the parameters into dst (len 4·len(Params)).
-func (m *Model) Encode(dst []byte) {
-	for i, v := range m.Params {
-		binary.LittleEndian.PutUint32(dst[i*4:], math.Float32bits(v))
-	}
-}
