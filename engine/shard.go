@@ -97,7 +97,15 @@ func openShard(path string, rank int, size int64) (*shardFile, error) {
 	return &shardFile{path: path, mem: mem, data: mem[:size:size], rank: rank}, nil
 }
 
-// close unmaps; the owner also removes the file.
+// unlink removes the owner's shard file. Mappings of it, ours and the
+// peers', stay valid until unmapped.
+func (f *shardFile) unlink() {
+	if f != nil && f.owner {
+		_ = unix.Unlink(f.path)
+	}
+}
+
+// close unmaps; the owner also removes the file if it is still there.
 func (f *shardFile) close() error {
 	if f == nil || f.mem == nil {
 		return nil

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -44,7 +43,6 @@ type Var struct {
 	remote   []remoteShard
 	own      *shardFile
 	mapped   []*shardFile // same-node peers' shards
-	peerPath []string     // by group member: shard file of a peer on this machine
 	exp      *fabric.Export
 	telID    int32 // -1: not in telemetry
 
@@ -167,14 +165,10 @@ func (s *Store) create(op, name string, dt DType, rowElems int, nLocal int64, lo
 	v.offsets = make([]int64, s.width+1)
 	v.src = make([][]byte, s.width)
 	v.remote = make([]remoteShard, s.width)
-	v.peerPath = make([]string, s.width)
 	needFabric := false
 	for i := 0; i < s.width; i++ {
 		r := s.groupLo + i
 		m := metas[r]
-		if r != s.rank && s.peers[r].sameMachine {
-			v.peerPath[i] = m.Path
-		}
 		v.offsets[i+1] = v.offsets[i] + m.NLocal
 		switch {
 		case r == s.rank:
@@ -222,6 +216,9 @@ func (s *Store) create(op, name string, dt DType, rowElems int, nLocal int64, lo
 		v.release()
 		return err
 	}
+	// Every peer on this node has mapped the shard: its name is no longer
+	// needed, and a rank that is killed now leaves no file behind.
+	own.unlink()
 	if s.tel != nil {
 		id, err := s.tel.AddVar(name, dt.String(), v.rowBytes, v.global, v.nLocal)
 		if err == nil {
@@ -448,13 +445,6 @@ func (v *Var) release() error {
 	if v.s.tel != nil && v.telID >= 0 {
 		v.s.tel.RemoveVar(int(v.telID))
 		v.telID = -1
-	}
-	// A peer on this machine that died cannot remove its shard file: do it
-	// for it (our mapping, if any, stays valid until unmapped).
-	for i, path := range v.peerPath {
-		if path != "" && v.s.dead.has(v.s.groupLo+i) {
-			_ = os.Remove(path)
-		}
 	}
 	for _, f := range v.mapped {
 		if err := f.close(); err != nil {
