@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -125,12 +126,23 @@ func (tg *target) stop() {
 	case <-time.After(5 * time.Second):
 		tg.cmd.Process.Kill()
 		<-done
+		removeShmRegions(tg.cmd.Process.Pid)
 	}
 }
 
 func (tg *target) kill() {
 	tg.cmd.Process.Kill()
 	tg.cmd.Wait()
+	removeShmRegions(tg.cmd.Process.Pid)
+}
+
+// removeShmRegions removes what the shm provider of a killed process left:
+// its regions are named /dev/shm/<pid>:<n>:<m>, 16 MiB each.
+func removeShmRegions(pid int) {
+	left, _ := filepath.Glob(fmt.Sprintf("/dev/shm/%d:*", pid))
+	for _, f := range left {
+		os.Remove(f)
+	}
 }
 
 func startTarget(tb testing.TB, o Options, size int, busy bool) *target {
