@@ -541,7 +541,7 @@ func TestRecordTime(t *testing.T) {
 		t.Fatalf("record time %d not in [%d, %d]", rec.TimeNs, lo, hi)
 	}
 	// Pretend the wall clock was stepped by an hour since the anchor.
-	w.wallAtStart.Add(int64(time.Hour))
+	w.wallOffset.Add(int64(time.Hour))
 	if rec, lo, _ = recordAt(); rec.TimeNs-lo < int64(time.Hour)-slack {
 		t.Fatalf("record time %d does not follow the anchor (now %d)", rec.TimeNs, lo)
 	}
@@ -549,5 +549,11 @@ func TestRecordTime(t *testing.T) {
 	rec, lo, hi = recordAt()
 	if rec.TimeNs < lo-slack || rec.TimeNs > hi+slack {
 		t.Fatalf("after Heartbeat: record time %d not in [%d, %d]", rec.TimeNs, lo, hi)
+	}
+	// A caller's end time is used as given: one second ago.
+	c.EndNano = Nanotime() - int64(time.Second)
+	rec, lo, hi = recordAt()
+	if want := lo - int64(time.Second); rec.TimeNs < want-slack || rec.TimeNs > hi-int64(time.Second)+slack {
+		t.Fatalf("EndNano a second ago: record time %d, want about %d", rec.TimeNs, want)
 	}
 }

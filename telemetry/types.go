@@ -38,6 +38,7 @@ type Call struct {
 	Targets               uint64           // bitmask of target ranks (bit rank%64)
 	Phases                [NumPhases]int64 // ns spent per phase
 	Err                   bool             // the call returned an error
+	EndNano               int64            // Nanotime() at the call's end; 0 = Record reads the clock
 }
 
 // Total is the call's total time in ns (the sum of its phases).

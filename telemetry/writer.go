@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	_ "unsafe" // go:linkname Nanotime
 
 	"golang.org/x/sys/unix"
 )
@@ -132,11 +133,11 @@ type Writer struct {
 	ino    uint64
 	closed atomic.Bool
 
-	// Ring record clock (see nowNs): start carries a monotonic reading;
-	// wallAtStart is the unix ns of start, re-estimated by Heartbeat so
-	// that record times follow steps of the wall clock.
-	start       time.Time
-	wallAtStart atomic.Int64
+	// Ring record clock (see nowNs): unix ns = Nanotime() + wallOffset,
+	// re-estimated by Heartbeat so that record times follow steps of the
+	// wall clock.
+	start      time.Time
+	wallOffset atomic.Int64
 
 	mu     sync.Mutex // AddVar/RemoveVar/Close
 	hbStop chan struct{}
@@ -196,7 +197,7 @@ func Create(o WriterOptions) (*Writer, error) {
 		ino:   st.Ino,
 		start: time.Now(),
 	}
-	w.wallAtStart.Store(w.start.UnixNano())
+	w.wallOffset.Store(w.start.UnixNano() - Nanotime())
 	w.initHeader(o)
 	if err := os.Rename(tmp, path); err != nil {
 		unix.MunmapPtr(base, uintptr(g.fileBytes))
@@ -252,7 +253,7 @@ func (w *Writer) Heartbeat() {
 	}
 	now := time.Now()
 	w.m.store(hHeartbeat, uint64(now.UnixNano()))
-	w.wallAtStart.Store(now.UnixNano() - int64(now.Sub(w.start)))
+	w.wallOffset.Store(now.UnixNano() - Nanotime())
 }
 
 // StartHeartbeat calls Heartbeat every interval (default 1 s when <= 0)
@@ -365,7 +366,7 @@ func clampNs(v int64) uint64 {
 // atomic adds (slower). Different pairs may always record concurrently.
 //
 // Cost: two atomic read-modify-writes (claiming a ring position and
-// locking its slot), one monotonic clock read and plain stores.
+// locking its slot) and plain stores; one clock read if c.EndNano is 0.
 func (w *Writer) Record(c *Call) {
 	if w == nil || c == nil || w.closed.Load() {
 		return
@@ -417,7 +418,11 @@ func (w *Writer) Record(c *Call) {
 	if c.Err {
 		status = 1
 	}
-	m.put(slot+rTime, uint64(w.nowNs()))
+	end := c.EndNano
+	if end == 0 {
+		end = Nanotime()
+	}
+	m.put(slot+rTime, uint64(end+w.wallOffset.Load()))
 	m.put(slot+rVarReader, uint64(uint32(c.Var))|uint64(r)<<32|status<<56)
 	m.put(slot+rRows, uint64(c.Rows))
 	m.put(slot+rBytes, uint64(c.Bytes))
@@ -445,12 +450,12 @@ func (m mem) bump(off int64, x uint64, shared bool) {
 	}
 }
 
-// nowNs is the current time in unix ns for ring records: the wall clock
-// at the last anchor (Create, then every Heartbeat) plus the monotonic
-// time since, which costs one clock read instead of time.Now's two.
-func (w *Writer) nowNs() int64 {
-	return w.wallAtStart.Load() + int64(time.Since(w.start))
-}
+// Nanotime is the monotonic clock, in ns, of Call.EndNano: the runtime's
+// own (one vDSO read, where time.Now makes two). A caller that times its
+// call with it hands Record the end time, and Record reads no clock.
+//
+//go:linkname Nanotime runtime.nanotime
+func Nanotime() int64
 
 // abandon marks ring position p as given up (its slot was busy), so
 // readers count it as dropped instead of waiting for it.
