@@ -2,12 +2,14 @@ package engine
 
 // Benchmarks of the read path against side-by-side baselines in one run:
 //
-//	BenchmarkGet/path=<local|memcpy|tcp|fabric-tcp|shm|fabric-shm>/row=<bytes>/batch=<1|128>
+//	BenchmarkGet/path=<local|memcpy|tcp|tcp-rma|fabric-tcp|shm|fabric-shm>/row=<bytes>/batch=<1|128>
 //	BenchmarkTelemetry/telemetry=<on|off>/row=3072/batch=<1|128>
 //
 // local is a same-node read out of the peer's mapped shard; memcpy is a
 // plain copy of the same rows; tcp and shm read through the engine over
-// libfabric (tcp;ofi_rxm on lo, shm); fabric-tcp and fabric-shm are the
+// libfabric (tcp;ofi_rxm on lo, shm); tcp uses the default read mode (auto:
+// batches gather, one request per peer), tcp-rma forces one-sided fi_read
+// batches (ReadMode "rma"); fabric-tcp and fabric-shm are the
 // fabric layer's own batched read of the same rows, without the engine.
 // The benchmark process is rank 0 of a 2-rank job; it re-executes the test
 // binary as rank 1, whose shard every read targets.
@@ -177,7 +179,7 @@ func BenchmarkGet(b *testing.B) {
 			c.close(b)
 		}
 	}()
-	for _, path := range []string{"local", "memcpy", "tcp", "fabric-tcp", "shm", "fabric-shm"} {
+	for _, path := range []string{"local", "memcpy", "tcp", "tcp-rma", "fabric-tcp", "shm", "fabric-shm"} {
 		mode := strings.TrimPrefix(path, "fabric-")
 		if path == "memcpy" {
 			mode = "local"
@@ -197,7 +199,7 @@ func BenchmarkGet(b *testing.B) {
 					check := func() error { return checkRows(dst, rb, salt, idx) }
 					var read func() error
 					switch path {
-					case "local", "tcp", "shm":
+					case "local", "tcp", "tcp-rma", "shm":
 						r, err := c.s.NewReader()
 						if err != nil {
 							b.Fatal(err)

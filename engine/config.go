@@ -51,9 +51,10 @@ type StoreConfig struct {
 
 // ReadsConfig selects the read paths (the seed's switches).
 type ReadsConfig struct {
-	BatchGet      bool // DDSTORE_BATCH_GET
-	ThreadReaders bool // DDSTORE_THREAD_READERS
-	FastCollate   bool // DDSTORE_FAST_COLLATE
+	Mode          string // DDSTORE_READ_MODE: auto | rma | gather (Options.ReadMode)
+	BatchGet      bool   // DDSTORE_BATCH_GET
+	ThreadReaders bool   // DDSTORE_THREAD_READERS
+	FastCollate   bool   // DDSTORE_FAST_COLLATE
 }
 
 // ExchangeConfig is the collective exchange section.
@@ -131,6 +132,7 @@ var configKeys = []configKey{
 	{"store.node_mode", "DDSTORE_NODE_MODE", kindString, func(c *Config, v any) { c.Store.NodeMode = v.(string) }},
 	{"store.width", "DDSTORE_WIDTH", kindInt, func(c *Config, v any) { c.Store.Width = v.(int) }},
 	{"store.timeout", "DDSTORE_TIMEOUT", kindDuration, func(c *Config, v any) { c.Store.Timeout = v.(time.Duration) }},
+	{"reads.mode", "DDSTORE_READ_MODE", kindString, func(c *Config, v any) { c.Reads.Mode = v.(string) }},
 	{"reads.batch_get", "DDSTORE_BATCH_GET", kindBool, func(c *Config, v any) { c.Reads.BatchGet = v.(bool) }},
 	{"reads.thread_readers", "DDSTORE_THREAD_READERS", kindBool, func(c *Config, v any) { c.Reads.ThreadReaders = v.(bool) }},
 	{"reads.fast_collate", "DDSTORE_FAST_COLLATE", kindBool, func(c *Config, v any) { c.Reads.FastCollate = v.(bool) }},
@@ -367,6 +369,11 @@ func (c Config) Validate() error {
 	default:
 		return bad("store.node_mode", "%q is not auto or fabric", c.Store.NodeMode)
 	}
+	switch c.Reads.Mode {
+	case ReadModeAuto, ReadModeRMA, ReadModeGather:
+	default:
+		return bad("reads.mode", "%q is not auto, rma or gather", c.Reads.Mode)
+	}
 	switch c.Bootstrap.Method {
 	case "auto", "pmi", "tcp", "dir", "single":
 	default:
@@ -414,6 +421,7 @@ func (c Config) StoreOptions() Options {
 	o.Fabric.Window = c.Fabric.Window
 	o.Fabric.Timeout = c.Fabric.Timeout
 	o.NodeMode = c.Store.NodeMode
+	o.ReadMode = c.Reads.Mode
 	o.Width = c.Store.Width
 	o.Timeout = c.Store.Timeout
 	o.Telemetry = c.Telemetry.Enabled

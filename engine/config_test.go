@@ -36,7 +36,7 @@ func TestLoadConfigDefault(t *testing.T) {
 	}
 	if c.Machine.Name != "local" || c.Fabric.Provider != "tcp;ofi_rxm" || c.Fabric.Window != 128 ||
 		c.Exchange.AlltoallMaxBytes != 2<<20 || !c.Reads.BatchGet || !c.Reads.ThreadReaders ||
-		!c.Reads.FastCollate || c.Profile || c.Fabric.Timeout != 10*time.Second || c.Store.NodeMode != "auto" {
+		!c.Reads.FastCollate || c.Profile || c.Fabric.Timeout != 10*time.Second || c.Store.NodeMode != "auto" || c.Reads.Mode != "auto" {
 		t.Fatalf("embedded default not as documented: %+v", c)
 	}
 	if !strings.Contains(c.Source, "embedded:local.yaml") {
@@ -44,7 +44,7 @@ func TestLoadConfigDefault(t *testing.T) {
 	}
 	o := c.StoreOptions()
 	if o.Fabric.Provider != c.Fabric.Provider || o.Fabric.Domain != "lo" || o.Fabric.Window != 128 ||
-		o.NodeMode != "auto" || o.Telemetry != true || o.TelemetryDir != "/dev/shm" || o.Bootstrap.Method != "auto" {
+		o.NodeMode != "auto" || o.Telemetry != true || o.TelemetryDir != "/dev/shm" || o.Bootstrap.Method != "auto" || o.ReadMode != ReadModeAuto {
 		t.Fatalf("StoreOptions mapping wrong: %+v", o)
 	}
 	if err := o.Validate(); err != nil {
@@ -122,19 +122,20 @@ func TestLoadConfigEnvOverrides(t *testing.T) {
 	t.Setenv("DDSTORE_TELEMETRY", "0")
 	t.Setenv("DDSTORE_TELEMETRY_DIR", "/tmp/x")
 	t.Setenv("DDSTORE_FABRIC_TIMEOUT", "2.5")
+	t.Setenv("DDSTORE_READ_MODE", "rma")
 	c, err := LoadConfig("frontier")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.Reads.BatchGet || c.Reads.ThreadReaders || !c.Reads.FastCollate || !c.Profile ||
 		c.Fabric.Provider != "shm" || c.Fabric.Iface != "hsn0" || c.Exchange.AlltoallMaxBytes != 8<<20 ||
-		c.Telemetry.Enabled || c.Telemetry.Dir != "/tmp/x" || c.Fabric.Timeout != 2500*time.Millisecond {
+		c.Telemetry.Enabled || c.Telemetry.Dir != "/tmp/x" || c.Fabric.Timeout != 2500*time.Millisecond || c.Reads.Mode != "rma" {
 		t.Fatalf("env overrides not applied: %+v", c)
 	}
 	if !strings.Contains(c.Source, "DDSTORE_BATCH_GET") || !strings.Contains(c.Source, "embedded:frontier.yaml") {
 		t.Fatalf("Source %q must name the file and the overriding variables", c.Source)
 	}
-	if o := c.StoreOptions(); o.Fabric.Domain != "hsn0" || o.Telemetry { // shm: no hsn→cxi mapping
+	if o := c.StoreOptions(); o.Fabric.Domain != "hsn0" || o.Telemetry || o.ReadMode != ReadModeRMA { // shm: no hsn→cxi mapping
 		t.Fatalf("StoreOptions ignores overrides: %+v", o)
 	}
 	lo := c.LoaderOptions([]string{"x"}, 32, 5)
@@ -164,6 +165,7 @@ func TestLoadConfigErrorsNameKeyAndSource(t *testing.T) {
 		{"bad bool file", write("b.yaml", "profile: maybe\n"), [2]string{}, []string{"profile", "b.yaml"}},
 		{"unknown key", write("u.yaml", "fabric:\n  windwo: 3\n"), [2]string{}, []string{"fabric.windwo", "u.yaml"}},
 		{"bad node mode", write("n.yaml", "store:\n  node_mode: psychic\n"), [2]string{}, []string{"store.node_mode", "psychic", "n.yaml"}},
+		{"bad read mode env", "", [2]string{"DDSTORE_READ_MODE", "telepathy"}, []string{"reads.mode", "telepathy"}},
 		{"zero window env", "", [2]string{"DDSTORE_FABRIC_WINDOW", "0"}, []string{"fabric.window", "DDSTORE_FABRIC_WINDOW"}},
 		{"missing file", filepath.Join(dir, "nope.yaml"), [2]string{}, []string{"nope.yaml"}},
 		{"broken yaml", write("y.yaml", "fabric: [\n"), [2]string{}, []string{"y.yaml"}},

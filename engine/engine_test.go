@@ -238,6 +238,13 @@ func scenarioMatrix(w *worker) error {
 			return err
 		}
 	}
+	// The read mode decides the path of the reader's batches.
+	if r.c.fr != nil {
+		g := r.c.fr.GatheredOps()
+		if want := w.mode == "tcp" || w.mode == "tcp-gather"; want != (g > 0) {
+			return fmt.Errorf("mode %s (ReadMode %q): %d rows served by gather", w.mode, s.opts.ReadMode, g)
+		}
+	}
 	if err := r.Close(); err != nil {
 		return err
 	}
@@ -771,7 +778,7 @@ func rowsParam() string {
 }
 
 func TestMatrix(t *testing.T) {
-	for _, mode := range []string{"local", "tcp", "shm"} {
+	for _, mode := range []string{"local", "tcp", "tcp-rma", "shm"} {
 		t.Run("path="+mode, func(t *testing.T) {
 			spawnRanks(t, 4, "matrix", map[string]string{"MODE": mode, "ROWS": rowsParam()}, 120*time.Second, nil)
 		})

@@ -90,10 +90,15 @@ func storeOptions(mode string, params map[string]string) Options {
 	o.Bootstrap.Timeout = 30 * time.Second
 	o.Fabric.Timeout = 10 * time.Second
 	switch mode {
-	case "tcp":
+	case "tcp", "tcp-rma", "tcp-gather":
+		// tcp: the default read mode (auto: gather on tcp); tcp-rma and
+		// tcp-gather force one-sided reads or gathering.
 		o.NodeMode = NodeModeFabric
 		o.Fabric.Provider = "tcp;ofi_rxm"
 		o.Fabric.Domain = "lo"
+		if m, ok := strings.CutPrefix(mode, "tcp-"); ok {
+			o.ReadMode = m
+		}
 	case "shm":
 		o.NodeMode = NodeModeFabric
 		o.Fabric.Provider = "shm"

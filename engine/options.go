@@ -20,6 +20,26 @@ const (
 	NodeModeFabric = "fabric"
 )
 
+// Read modes: how batched fabric reads (GetBatch, and Get of scattered
+// shards) reach remote rows.
+const (
+	// ReadModeAuto gathers on software-RMA providers (tcp, sockets, udp,
+	// net: fabric.Info.SoftwareRMA), where every one-sided read is served by
+	// the target's CPU anyway, and uses one-sided reads elsewhere (cxi,
+	// verbs, shm).
+	ReadModeAuto = "auto"
+	// ReadModeRMA always uses one-sided reads (fi_read, Window in flight).
+	ReadModeRMA = "rma"
+	// ReadModeGather sends each peer one request listing the rows it wants
+	// (fabric.Reader.ReadGather) for every batch of 2 reads or more; it
+	// falls back to one-sided reads on providers without software RMA.
+	ReadModeGather = "gather"
+)
+
+// gatherMinOps is the smallest batch that ReadModeAuto gathers; smaller
+// ones (single Gets) stay one-sided reads.
+const gatherMinOps = 8
+
 // Options configure Open. Start from DefaultOptions.
 type Options struct {
 	// Bootstrap: how ranks find each other. A zero Bootstrap.Env (World 0)
@@ -57,6 +77,11 @@ type Options struct {
 	// Timeout: deadline of every collective step (Open, Add, Init, Free,
 	// Close barrier). Default 60s.
 	Timeout time.Duration
+	// ReadMode: "auto" (default; "" means auto), "rma" or "gather"; see
+	// ReadModeAuto. The config key reads.mode and the environment variable
+	// DDSTORE_READ_MODE set it through LoadConfig. Rounds of a gather are
+	// capped by Fabric.GatherMaxBytes (default 2 MiB).
+	ReadMode string
 }
 
 // DefaultOptions returns the documented defaults.
@@ -65,6 +90,7 @@ func DefaultOptions() Options {
 		Bootstrap:    bootstrap.Options{Method: "auto", Timeout: 60 * time.Second},
 		Fabric:       fabric.Options{Window: 128, Timeout: 10 * time.Second},
 		NodeMode:     NodeModeAuto,
+		ReadMode:     ReadModeAuto,
 		Telemetry:    true,
 		TelemetryDir: "/dev/shm",
 		ShardDir:     "/dev/shm",
@@ -80,6 +106,13 @@ func (o *Options) Validate() error {
 	case NodeModeAuto, NodeModeFabric:
 	default:
 		return fmt.Errorf("ddstore: options: NodeMode %q: want %q or %q", o.NodeMode, NodeModeAuto, NodeModeFabric)
+	}
+	switch o.ReadMode {
+	case "":
+		o.ReadMode = ReadModeAuto
+	case ReadModeAuto, ReadModeRMA, ReadModeGather:
+	default:
+		return fmt.Errorf("ddstore: options: ReadMode %q: want %q, %q or %q", o.ReadMode, ReadModeAuto, ReadModeRMA, ReadModeGather)
 	}
 	if o.Width < 0 {
 		return fmt.Errorf("ddstore: options: Width %d is negative", o.Width)

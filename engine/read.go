@@ -13,6 +13,10 @@ import (
 // runs are split into reads of whole rows up to this size.
 const maxReadBytes = 4 << 20
 
+// gatherQueue is how many reads a gathering context queues before it
+// flushes (one-sided contexts queue Fabric.Window).
+const gatherQueue = 1024
+
 // readCtx is one fabric reader with its peer handles and a preallocated
 // op buffer. It is used by one goroutine at a time: a Reader's, or a
 // variable's shared reader under the variable's mutex.
@@ -23,6 +27,7 @@ type readCtx struct {
 	ops    []fabric.ReadOp // len 0, cap window
 	opRank []int           // rank of ops[i], for errors
 	tel    int32           // telemetry reader id
+	gather int             // flushes of at least this many ops use ReadGather; 0 = never
 }
 
 // newReadCtx opens a fabric reader and connects it to every group member
@@ -50,6 +55,18 @@ func (s *Store) newReadCtx(telReader int32) (*readCtx, error) {
 		c.peers[i] = p
 	}
 	w := s.opts.Fabric.Window
+	switch s.opts.ReadMode {
+	case ReadModeGather:
+		c.gather = 2
+	case ReadModeAuto:
+		if s.fab.Info().SoftwareRMA {
+			c.gather = gatherMinOps
+		}
+	}
+	if c.gather > 0 {
+		// A gather round costs the same for 128 rows or 1024: queue more.
+		w = max(w, gatherQueue)
+	}
 	c.ops = make([]fabric.ReadOp, 0, w)
 	c.opRank = make([]int, 0, w)
 	return c, nil
@@ -149,7 +166,7 @@ func (v *Var) record(tel int32, st *callStats, rows int64, err error) {
 	}
 	total := st.end - st.start
 	c := telemetry.Call{Var: v.telID, Reader: tel, Rows: rows, Bytes: rows * v.rowBytes,
-		LocalRows: st.localRows, RemoteRows: st.remoteRows, Targets: st.targets, Err: err != nil}
+		LocalRows: st.localRows, RemoteRows: st.remoteRows, Targets: st.targets, Err: err != nil, EndNano: st.end}
 	c.Phases[telemetry.PhaseLockWait] = st.lockWait
 	c.Phases[telemetry.PhaseMR] = int64(st.fab.MR)
 	c.Phases[telemetry.PhasePost] = int64(st.fab.Post)
@@ -205,7 +222,7 @@ func (v *Var) getBatch(c *readCtx, idx []int64, dst []byte) (err error) {
 		c = v.lockShared(&st)
 	}
 	s := v.s
-	t0 := st.now()
+	t0 := st.start + st.lockWait // copy starts once the call has its reader: no clock read
 	var deadRank = -1
 	if c != nil {
 		c.ops = c.ops[:0]
@@ -268,7 +285,7 @@ func (v *Var) get(c *readCtx, start, count int64, dst []byte) (err error) {
 		c = v.lockShared(&st)
 	}
 	s := v.s
-	t0 := st.now()
+	t0 := st.start + st.lockWait // copy starts once the call has its reader: no clock read
 	deadRank := -1
 	if c != nil {
 		c.ops = c.ops[:0]
@@ -342,7 +359,9 @@ func (v *Var) drain(c *readCtx, st *callStats, t0 int64, deadRank int) error {
 		}
 	}
 	st.end = st.now()
-	st.copyTime = st.end - t0 - st.fabTime
+	// Copy: the call's own copies, plus the fabric's copies out of its
+	// gather bounce buffer.
+	st.copyTime = st.end - t0 - st.fabTime + int64(st.fab.Copy)
 	if deadRank >= 0 {
 		return v.errDead(deadRank)
 	}
@@ -352,11 +371,18 @@ func (v *Var) drain(c *readCtx, st *callStats, t0 int64, deadRank int) error {
 // flush runs the queued fabric reads.
 func (v *Var) flush(c *readCtx, st *callStats) error {
 	t := st.now()
-	ft, err := c.fr.ReadBatch(c.ops)
+	var ft fabric.Timing
+	var err error
+	if c.gather > 0 && len(c.ops) >= c.gather {
+		ft, err = c.fr.ReadGather(c.ops)
+	} else {
+		ft, err = c.fr.ReadBatch(c.ops)
+	}
 	st.fabTime += st.now() - t
 	st.fab.MR += ft.MR
 	st.fab.Post += ft.Post
 	st.fab.CQWait += ft.CQWait
+	st.fab.Copy += ft.Copy
 	if err != nil {
 		err = v.fabricError(c, err)
 	}

@@ -47,10 +47,22 @@ func TestOptionsValidate(t *testing.T) {
 	if err := o.Validate(); err != nil {
 		t.Fatal(err)
 	}
+	for _, m := range []string{"", ReadModeAuto, ReadModeRMA, ReadModeGather} {
+		o := DefaultOptions()
+		o.ReadMode = m
+		if err := o.Validate(); err != nil {
+			t.Errorf("ReadMode %q: %v", m, err)
+		}
+		if m == "" && o.ReadMode != ReadModeAuto {
+			t.Errorf(`ReadMode "" became %q, want auto`, o.ReadMode)
+		}
+	}
 	for _, bad := range []func(*Options){
 		func(o *Options) { o.NodeMode = "cluster" },
 		func(o *Options) { o.Width = -1 },
 		func(o *Options) { o.Timeout = -time.Second },
+		func(o *Options) { o.ReadMode = "osmosis" },
+		func(o *Options) { o.Fabric.GatherMaxBytes = 100 },
 	} {
 		o := DefaultOptions()
 		bad(&o)

@@ -10,7 +10,8 @@ import (
 // 128 in flight (batches of 1024 rows) from a target process exporting
 // 256 MiB, at random row offsets. BenchmarkReadBaselineC drives the same
 // reads from a plain C loop on the same kind of endpoint (one cgo call per
-// batch of rows). Compare the two at equal names.
+// batch of rows). Compare the two at equal names. On software-RMA providers
+// (tcp) BenchmarkRead also has gather: the same batches through ReadGather.
 //
 //	go test ./fabric -run '^$' -bench BenchmarkRead -benchtime=2000x
 func BenchmarkRead(b *testing.B) { benchReads(b, false) }
@@ -48,6 +49,12 @@ func benchReads(b *testing.B, baseline bool) {
 			if _, err := r.ReadBatch(warm); err != nil {
 				b.Fatal(err)
 			}
+			if f.Info().SoftwareRMA {
+				// The target connects back to the reader on its first reply.
+				if _, err := r.ReadGather(warm); err != nil {
+					b.Fatal(err)
+				}
+			}
 			for _, row := range []int{3072, 12800, 204800, 1048576} {
 				b.Run(fmt.Sprintf("row=%d", row), func(b *testing.B) {
 					slots := 128
@@ -66,8 +73,16 @@ func benchReads(b *testing.B, baseline bool) {
 						s := i % slots
 						ops[i] = ReadOp{Dst: dst[s*row : (s+1)*row], Peer: p, Addr: tg.base + offs[i], Key: tg.key}
 					}
-					for _, infl := range []int{1, 128} {
-						b.Run(fmt.Sprintf("inflight=%d", infl), func(b *testing.B) {
+					modes := []int{1, 128}
+					if !baseline && f.Info().SoftwareRMA {
+						modes = append(modes, -1) // ReadGather
+					}
+					for _, infl := range modes {
+						name := fmt.Sprintf("inflight=%d", infl)
+						if infl < 0 {
+							name = "gather"
+						}
+						b.Run(name, func(b *testing.B) {
 							b.SetBytes(int64(row))
 							b.ReportAllocs()
 							b.ResetTimer()
@@ -78,6 +93,8 @@ func benchReads(b *testing.B, baseline bool) {
 								switch {
 								case baseline:
 									_, err = r.baselineRead(p, dst, row, offs[start:start+n], tg.base, tg.key, infl)
+								case infl < 0:
+									_, err = r.ReadGather(ops[start : start+n])
 								case infl == 1:
 									for i := start; i < start+n && err == nil; i++ {
 										_, err = r.Read(ops[i])

@@ -15,6 +15,7 @@ package fabric
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_rma.h>
+#include <rdma/fi_tagged.h>
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
 #include <stdlib.h>
@@ -211,7 +212,13 @@ typedef struct dd_server {
 	atomic_ullong errors;
 	int64_t min_sleep_ns, max_sleep_ns; // back-off while recently active
 	int64_t idle_after_ns, idle_sleep_ns; // and once idle this long
+	struct dd_gsrv *g;    // gather service (software-RMA providers), else NULL
 } dd_server;
+
+static int dd_gsrv_start(dd_server *s, size_t av_count);
+static int dd_gsrv_progress(dd_server *s, struct fi_cq_entry *e, ssize_t n);
+static int dd_gsrv_error(dd_server *s, struct fi_cq_err_entry *err);
+static void dd_gsrv_free(dd_server *s);
 
 static dd_server *dd_server_new(void) {
 	dd_server *s = calloc(1, sizeof *s);
@@ -227,10 +234,15 @@ static dd_server *dd_server_new(void) {
 	return s;
 }
 
-static int dd_server_open(dd_server *s, struct fi_info *info, size_t av_count, char *name, size_t *namelen, const char **stage) {
+static int dd_server_open(dd_server *s, struct fi_info *info, size_t av_count, int gather, char *name, size_t *namelen, const char **stage) {
 	int got_fd = 0;
 	int rc = dd_endpoint(s->domain, info, 1024, av_count, 1, &s->ep, &s->cq, &s->av, &got_fd, stage);
 	if (rc) return rc;
+	if (gather) {
+		*stage = "gather service (fi_trecv)";
+		rc = dd_gsrv_start(s, av_count);
+		if (rc) return rc;
+	}
 	if (got_fd) {
 		int fd = -1;
 		*stage = "fi_control(FI_GETWAIT)";
@@ -256,15 +268,22 @@ static ssize_t dd_server_poll(dd_server *s, int *can_sleep) {
 	ssize_t n;
 	*can_sleep = 0;
 	pthread_mutex_lock(&s->lock);
+	int stuck = 0;
 	n = fi_cq_read(s->cq, e, 16);
 	if (n == -FI_EAVAIL) {
 		struct fi_cq_err_entry err;
 		memset(&err, 0, sizeof err);
-		fi_cq_readerr(s->cq, &err, 0);
+		if (fi_cq_readerr(s->cq, &err, 0) > 0 && s->g) stuck = dd_gsrv_error(s, &err);
 		atomic_fetch_add(&s->errors, 1);
 		n = 1;
+	} else if (s->g) {
+		stuck = dd_gsrv_progress(s, e, n);
 	}
-	if (n == -FI_EAGAIN && s->waitfd >= 0) {
+	if (stuck && n == -FI_EAGAIN) {
+		// A reply or receive could not be posted (-FI_EAGAIN): back off
+		// and retry rather than sleep on the fd.
+		*can_sleep = -1;
+	} else if (n == -FI_EAGAIN && s->waitfd >= 0) {
 		struct fid *f = &s->cq->fid;
 		int rc = fi_trywait(s->fabric, &f, 1);
 		*can_sleep = rc == FI_SUCCESS ? 1 : rc == -FI_EAGAIN ? 0 : -1;
@@ -325,12 +344,279 @@ static int dd_server_close(dd_server *s, int close_domain) {
 	if (s->av) fi_close(&s->av->fid);
 	if (s->cq) fi_close(&s->cq->fid);
 	s->ep = NULL; s->av = NULL; s->cq = NULL;
+	dd_gsrv_free(s); // after the endpoint: nothing posted references its buffers
 	if (close_domain && s->domain) { fi_close(&s->domain->fid); s->domain = NULL; }
 	if (s->stopfd >= 0) close(s->stopfd);
 	pthread_mutex_destroy(&s->lock);
 	free(s);
 	return rc;
 }
+
+// ---- gather: batched reads served by the target's CPU ----------------------
+//
+// On software-RMA providers (tcp, sockets, udp, net) every fi_read is a
+// request the target's progress thread answers anyway, so a batch is cheaper
+// as one tagged request per peer: the reader sends its endpoint name, a
+// request id and the (key, address, length) list to the server endpoint; the
+// server validates every entry against its exports, packs the rows into a
+// send buffer and fi_tsend's them back with tag DD_GREP_BIT|id. An invalid
+// entry gets an error reply naming it, never an out-of-bounds copy.
+
+#define DD_GREQ_TAG   0x0DD0000000000000ULL // requests (to server endpoints)
+#define DD_GREP_BIT   0x4000000000000000ULL // replies: DD_GREP_BIT | request id
+#define DD_GMAGIC_REQ 0x51524444u
+#define DD_GMAGIC_REP 0x50524444u
+#define DD_GMAX_ENT   1024           // entries per request
+#define DD_GMAX_NAME  256            // endpoint name bytes
+#define DD_GMAX_BYTES (64ULL << 20)  // largest reply a server builds
+#define DD_GSRV_RECVS 4              // requests a server keeps receives posted for
+#define DD_GSRV_SENDS 4              // replies a server keeps in flight
+#define DD_GTEXT      240            // error text in a reply
+
+typedef struct dd_greq_hdr { uint32_t magic, nent; uint64_t id; uint32_t namelen, pad; uint64_t total; } dd_greq_hdr;
+typedef struct dd_gent { uint64_t key, addr, len; } dd_gent;
+typedef struct dd_grep_hdr { uint32_t magic; int32_t status; uint64_t id; uint64_t bytes; uint32_t textlen, entry; } dd_grep_hdr;
+
+#define DD_ALIGN8(x) (((x) + 7) & ~(size_t)7)
+#define DD_GREQ_MAX (sizeof(dd_greq_hdr) + DD_GMAX_NAME + DD_GMAX_ENT * sizeof(dd_gent))
+
+typedef struct dd_gexport { uint64_t key, base, size; char *ptr; } dd_gexport;
+typedef struct dd_gpeer { char name[DD_GMAX_NAME]; uint32_t namelen; fi_addr_t fa; int inflight; int used; } dd_gpeer;
+
+enum { DD_R_POSTED = 0, DD_R_READY = 1, DD_R_REPOST = 2 };
+enum { DD_S_FREE = 0, DD_S_INFLIGHT = 1, DD_S_PENDING = 2 };
+
+typedef struct dd_gsrv {
+	struct fi_context2 rctx[DD_GSRV_RECVS];
+	char *rbuf[DD_GSRV_RECVS];
+	int rstate[DD_GSRV_RECVS];
+	struct fi_context2 sctx[DD_GSRV_SENDS];
+	char *sbuf[DD_GSRV_SENDS];
+	size_t scap[DD_GSRV_SENDS], slen[DD_GSRV_SENDS];
+	int sstate[DD_GSRV_SENDS], speer[DD_GSRV_SENDS];
+	uint64_t stag[DD_GSRV_SENDS];
+	dd_gexport *ex; int nex, capex;
+	dd_gpeer *peers; int npeers, cappeers, victim;
+	atomic_ullong served, rejected;
+} dd_gsrv;
+
+static int dd_gsrv_post_recv(dd_server *s, int i) {
+	dd_gsrv *g = s->g;
+	ssize_t rc = fi_trecv(s->ep, g->rbuf[i], DD_GREQ_MAX, NULL, FI_ADDR_UNSPEC, DD_GREQ_TAG, 0, &g->rctx[i]);
+	g->rstate[i] = rc == 0 ? DD_R_POSTED : DD_R_REPOST;
+	return (int)rc;
+}
+
+static int dd_gsrv_start(dd_server *s, size_t av_count) {
+	dd_gsrv *g = calloc(1, sizeof *g);
+	if (!g) return -FI_ENOMEM;
+	s->g = g;
+	g->cappeers = av_count > 0 && av_count < 4096 ? (int)av_count : 1024;
+	g->peers = calloc(g->cappeers, sizeof *g->peers);
+	if (!g->peers) return -FI_ENOMEM;
+	for (int i = 0; i < DD_GSRV_RECVS; i++) {
+		g->rbuf[i] = malloc(DD_GREQ_MAX);
+		if (!g->rbuf[i]) return -FI_ENOMEM;
+		int rc = dd_gsrv_post_recv(s, i);
+		if (rc && rc != -FI_EAGAIN) return rc;
+	}
+	return 0;
+}
+
+static void dd_gsrv_free(dd_server *s) {
+	dd_gsrv *g = s->g;
+	if (!g) return;
+	for (int i = 0; i < DD_GSRV_RECVS; i++) free(g->rbuf[i]);
+	for (int i = 0; i < DD_GSRV_SENDS; i++) free(g->sbuf[i]);
+	free(g->ex); free(g->peers); free(g);
+	s->g = NULL;
+}
+
+// Exports are added and removed under the server lock, the same lock the
+// progress thread holds while it copies rows: once removal returns, no
+// reply reads the region any more.
+static int dd_gsrv_add_export(dd_server *s, uint64_t key, uint64_t base, void *ptr, uint64_t size) {
+	dd_gsrv *g = s->g;
+	if (!g) return 0;
+	if (g->nex == g->capex) {
+		int nc = g->capex ? g->capex * 2 : 16;
+		dd_gexport *n = realloc(g->ex, nc * sizeof *n);
+		if (!n) return -FI_ENOMEM;
+		g->ex = n; g->capex = nc;
+	}
+	g->ex[g->nex++] = (dd_gexport){ key, base, size, ptr };
+	return 0;
+}
+
+static void dd_gsrv_del_export(dd_server *s, uint64_t key) {
+	dd_gsrv *g = s->g;
+	if (!g) return;
+	for (int i = 0; i < g->nex; i++)
+		if (g->ex[i].key == key) { g->ex[i] = g->ex[--g->nex]; return; }
+}
+
+// dd_gsrv_peer finds or inserts the reader's endpoint name; when the cache
+// is full an idle entry is evicted (fi_av_remove).
+static int dd_gsrv_peer(dd_server *s, const char *name, uint32_t len) {
+	dd_gsrv *g = s->g;
+	for (int i = 0; i < g->npeers; i++)
+		if (g->peers[i].used && g->peers[i].namelen == len && memcmp(g->peers[i].name, name, len) == 0) return i;
+	int slot = -1;
+	if (g->npeers < g->cappeers) slot = g->npeers++;
+	else {
+		for (int k = 0; k < g->cappeers && slot < 0; k++) {
+			int i = (g->victim + k) % g->cappeers;
+			if (g->peers[i].inflight == 0) slot = i;
+		}
+		if (slot < 0) return -1;
+		g->victim = (slot + 1) % g->cappeers;
+		fi_av_remove(s->av, &g->peers[slot].fa, 1, 0);
+		g->peers[slot].used = 0;
+	}
+	fi_addr_t fa = FI_ADDR_UNSPEC;
+	if (fi_av_insert(s->av, name, 1, &fa, 0, NULL) != 1) {
+		if (slot == g->npeers - 1) g->npeers--;
+		return -1;
+	}
+	dd_gpeer *p = &g->peers[slot];
+	memcpy(p->name, name, len); p->namelen = len; p->fa = fa; p->inflight = 0; p->used = 1;
+	return slot;
+}
+
+static int dd_gsrv_post_send(dd_server *s, int k) {
+	dd_gsrv *g = s->g;
+	ssize_t rc = fi_tsend(s->ep, g->sbuf[k], g->slen[k], NULL, g->peers[g->speer[k]].fa, g->stag[k], &g->sctx[k]);
+	if (rc == 0) { g->sstate[k] = DD_S_INFLIGHT; return 0; }
+	if (rc == -FI_EAGAIN) { g->sstate[k] = DD_S_PENDING; return 0; }
+	// The reader is unreachable: drop the reply; its deadline reports it.
+	g->sstate[k] = DD_S_FREE;
+	g->peers[g->speer[k]].inflight--;
+	atomic_fetch_add(&s->errors, 1);
+	return (int)rc;
+}
+
+// dd_gsrv_handle serves the request in receive buffer i with send buffer k.
+static void dd_gsrv_handle(dd_server *s, int i, int k) {
+	dd_gsrv *g = s->g;
+	char *b = g->rbuf[i];
+	dd_greq_hdr *h = (dd_greq_hdr *)b;
+	g->rstate[i] = DD_R_REPOST;
+	if (h->magic != DD_GMAGIC_REQ || h->namelen == 0 || h->namelen > DD_GMAX_NAME || h->nent > DD_GMAX_ENT) {
+		atomic_fetch_add(&g->rejected, 1); // not ours, or garbled: nobody to answer
+		return;
+	}
+	int pi = dd_gsrv_peer(s, b + sizeof *h, h->namelen);
+	if (pi < 0) { atomic_fetch_add(&g->rejected, 1); return; }
+	const dd_gent *ent = (const dd_gent *)(b + sizeof *h + DD_ALIGN8(h->namelen));
+	char text[DD_GTEXT];
+	int status = 0;
+	uint32_t bad = 0;
+	uint64_t total = 0;
+	int last = -1;
+	text[0] = 0;
+	for (uint32_t e = 0; e < h->nent && !status; e++) {
+		const dd_gent *x = &ent[e];
+		dd_gexport *ex = last >= 0 && g->ex[last].key == x->key ? &g->ex[last] : NULL;
+		for (int j = 0; !ex && j < g->nex; j++)
+			if (g->ex[j].key == x->key) { ex = &g->ex[j]; last = j; }
+		if (!ex) {
+			status = FI_EINVAL; bad = e;
+			snprintf(text, sizeof text, "entry %u: no exported region with key %#llx", e, (unsigned long long)x->key);
+		} else if (x->len == 0 || x->addr < ex->base || x->addr - ex->base > ex->size || x->len > ex->size - (x->addr - ex->base)) {
+			status = FI_EINVAL; bad = e;
+			snprintf(text, sizeof text, "entry %u: %llu bytes at address %#llx outside region key %#llx [%#llx, +%llu)", e,
+				(unsigned long long)x->len, (unsigned long long)x->addr, (unsigned long long)x->key,
+				(unsigned long long)ex->base, (unsigned long long)ex->size);
+		} else if ((total += x->len) > DD_GMAX_BYTES) {
+			status = FI_EMSGSIZE; bad = e;
+			snprintf(text, sizeof text, "entry %u: reply exceeds the target's limit of %llu bytes", e, (unsigned long long)DD_GMAX_BYTES);
+		}
+	}
+	size_t need = sizeof(dd_grep_hdr) + (status ? strlen(text) + 1 : total);
+	if (g->scap[k] < need) {
+		char *nb = realloc(g->sbuf[k], need);
+		if (!nb) {
+			status = FI_ENOMEM; bad = 0;
+			snprintf(text, sizeof text, "target out of memory for a %llu-byte reply", (unsigned long long)total);
+			need = sizeof(dd_grep_hdr) + strlen(text) + 1;
+			if (g->scap[k] < need) { atomic_fetch_add(&g->rejected, 1); return; }
+		} else {
+			g->sbuf[k] = nb; g->scap[k] = need;
+		}
+	}
+	dd_grep_hdr *rh = (dd_grep_hdr *)g->sbuf[k];
+	rh->magic = DD_GMAGIC_REP; rh->status = status; rh->id = h->id; rh->entry = bad;
+	char *out = g->sbuf[k] + sizeof *rh;
+	if (status) {
+		rh->textlen = (uint32_t)strlen(text) + 1; rh->bytes = 0;
+		memcpy(out, text, rh->textlen);
+		atomic_fetch_add(&g->rejected, 1);
+	} else {
+		rh->textlen = 0; rh->bytes = total;
+		last = -1;
+		for (uint32_t e = 0; e < h->nent; e++) {
+			const dd_gent *x = &ent[e];
+			dd_gexport *ex = last >= 0 && g->ex[last].key == x->key ? &g->ex[last] : NULL;
+			for (int j = 0; !ex && j < g->nex; j++)
+				if (g->ex[j].key == x->key) { ex = &g->ex[j]; last = j; }
+			memcpy(out, ex->ptr + (x->addr - ex->base), x->len);
+			out += x->len;
+		}
+		atomic_fetch_add(&g->served, 1);
+	}
+	g->slen[k] = need;
+	g->speer[k] = pi;
+	g->stag[k] = DD_GREP_BIT | h->id;
+	g->peers[pi].inflight++;
+	dd_gsrv_post_send(s, k);
+}
+
+// dd_gsrv_kick retries what could not be posted and serves ready requests
+// while send buffers are free. It returns 1 when something is still stuck.
+static int dd_gsrv_kick(dd_server *s) {
+	dd_gsrv *g = s->g;
+	int stuck = 0;
+	for (int k = 0; k < DD_GSRV_SENDS; k++)
+		if (g->sstate[k] == DD_S_PENDING) { dd_gsrv_post_send(s, k); stuck |= g->sstate[k] == DD_S_PENDING; }
+	for (int i = 0; i < DD_GSRV_RECVS; i++) {
+		if (g->rstate[i] == DD_R_READY) {
+			int k = 0;
+			while (k < DD_GSRV_SENDS && g->sstate[k] != DD_S_FREE) k++;
+			if (k == DD_GSRV_SENDS) continue; // wait for a send to complete
+			dd_gsrv_handle(s, i, k);
+		}
+		if (g->rstate[i] == DD_R_REPOST) { dd_gsrv_post_recv(s, i); stuck |= g->rstate[i] == DD_R_REPOST; }
+	}
+	return stuck;
+}
+
+static void dd_gsrv_complete(dd_server *s, void *ctx) {
+	dd_gsrv *g = s->g;
+	for (int i = 0; i < DD_GSRV_RECVS; i++)
+		if (ctx == &g->rctx[i]) { g->rstate[i] = DD_R_READY; return; }
+	for (int k = 0; k < DD_GSRV_SENDS; k++)
+		if (ctx == &g->sctx[k] && g->sstate[k] == DD_S_INFLIGHT) {
+			g->sstate[k] = DD_S_FREE;
+			g->peers[g->speer[k]].inflight--;
+			return;
+		}
+}
+
+static int dd_gsrv_progress(dd_server *s, struct fi_cq_entry *e, ssize_t n) {
+	for (ssize_t i = 0; i < n; i++) dd_gsrv_complete(s, e[i].op_context);
+	return dd_gsrv_kick(s);
+}
+
+static int dd_gsrv_error(dd_server *s, struct fi_cq_err_entry *err) {
+	dd_gsrv *g = s->g;
+	for (int i = 0; i < DD_GSRV_RECVS; i++)
+		if (err->op_context == &g->rctx[i]) { g->rstate[i] = DD_R_REPOST; return dd_gsrv_kick(s); } // e.g. truncated: drop it
+	dd_gsrv_complete(s, err->op_context); // a failed send frees its buffer
+	return dd_gsrv_kick(s);
+}
+
+static uint64_t dd_gsrv_served(dd_server *s) { return s->g ? atomic_load(&s->g->served) : 0; }
+static uint64_t dd_gsrv_rejected(dd_server *s) { return s->g ? atomic_load(&s->g->rejected) : 0; }
 
 // ---- readers ---------------------------------------------------------------
 
@@ -341,10 +627,22 @@ typedef struct dd_op {
 	uint64_t key;
 	void *desc;
 	uint32_t peer;
-	uint32_t pad;
+	uint32_t skip;   // gather: not part of the gather (read with fi_read instead)
 } dd_op;
 
-enum { DD_OK = 0, DD_POST = 1, DD_CQERR = 2, DD_TIMEOUT = 3, DD_CQREAD = 4, DD_NOEP = 5 };
+enum { DD_OK = 0, DD_POST = 1, DD_CQERR = 2, DD_TIMEOUT = 3, DD_CQREAD = 4, DD_NOEP = 5, DD_REJECT = 6, DD_BADREPLY = 7, DD_NOMEM = 8 };
+
+// One gather round in flight: a request to one peer and its reply.
+typedef struct dd_gslot {
+	struct fi_context2 sctx, rctx;
+	char *req;          // DD_GREQ_MAX bytes
+	char *bounce;       // reply buffer, grow-only up to header + cap
+	size_t bcap;
+	int first, count;   // range of r->gorder
+	uint32_t peer;
+	int active, sent, recvd;
+	uint64_t id, bytes;
+} dd_gslot;
 
 typedef struct dd_result {
 	int64_t post_ns;
@@ -359,6 +657,7 @@ typedef struct dd_result {
 	int32_t guessed;     // failed_op is a guess: the provider gave no op context
 	int32_t teardown_rc; // fi_close(endpoint) result when torn down
 	int32_t pad;
+	int64_t copy_ns;     // gather: copying rows out of the bounce buffer
 	char text[256];
 } dd_result;
 
@@ -379,6 +678,13 @@ typedef struct dd_reader {
 	int32_t *free_slots;
 	dd_result res;
 	int64_t spin_ns;    // spin on the CQ this long without completions, then back off
+	char name[DD_GMAX_NAME]; // endpoint name, sent with gather requests
+	size_t namelen;
+	int32_t *gorder;    // gather: op indices grouped by peer
+	int32_t *gcount;    // gather: per-peer counts (maxpeers+1)
+	dd_gslot *gslots;
+	int ngslots;
+	uint64_t gnext_id;
 } dd_reader;
 
 static dd_reader *dd_reader_new(struct fid_domain *dom, struct fi_info *info, int window, int cap, int maxpeers, size_t av_count) {
@@ -403,11 +709,17 @@ static dd_reader *dd_reader_new(struct fid_domain *dom, struct fi_info *info, in
 	return r;
 }
 
+static int dd_reader_teardown(dd_reader *r);
+
 static int dd_reader_setup(dd_reader *r, const char **stage) {
 	int got_fd = 0;
 	size_t cqsz = r->window < 64 ? 128 : (size_t)r->window * 2;
 	int rc = dd_endpoint(r->domain, r->info, cqsz, r->av_count, 0, &r->ep, &r->cq, &r->av, &got_fd, stage);
 	if (rc) return rc;
+	r->namelen = sizeof r->name;
+	*stage = "fi_getname";
+	rc = fi_getname(&r->ep->fid, r->name, &r->namelen);
+	if (rc) { dd_reader_teardown(r); return rc; }
 	struct fi_cq_entry e[4];
 	fi_cq_read(r->cq, e, 4); // progress once before the first read
 	return 0;
@@ -427,6 +739,8 @@ static int dd_reader_teardown(dd_reader *r) {
 
 static void dd_reader_free(dd_reader *r) {
 	dd_reader_teardown(r);
+	for (int i = 0; i < r->ngslots; i++) { free(r->gslots[i].req); free(r->gslots[i].bounce); }
+	free(r->gslots); free(r->gorder); free(r->gcount);
 	free(r->peers); free(r->ops); free(r->ctx); free(r->slot_op); free(r->free_slots);
 	free(r);
 }
@@ -556,6 +870,224 @@ fail:
 	return -1;
 }
 
+// dd_gather_prepare allocates the gather state once per reader: rounds
+// slots with their request buffers, and the grouping arrays.
+static int dd_gather_prepare(dd_reader *r, int rounds) {
+	if (!r->gorder) {
+		r->gorder = calloc(r->cap, sizeof *r->gorder);
+		r->gcount = calloc(r->maxpeers + 1, sizeof *r->gcount);
+		if (!r->gorder || !r->gcount) return -FI_ENOMEM;
+	}
+	if (r->ngslots < rounds) {
+		dd_gslot *n = realloc(r->gslots, rounds * sizeof *n);
+		if (!n) return -FI_ENOMEM;
+		r->gslots = n;
+		for (int i = r->ngslots; i < rounds; i++) {
+			memset(&n[i], 0, sizeof n[i]);
+			n[i].req = malloc(DD_GREQ_MAX);
+			if (!n[i].req) return -FI_ENOMEM;
+			r->ngslots = i + 1;
+		}
+	}
+	return 0;
+}
+
+static int dd_gslot_of(dd_reader *r, void *ctx, int rounds, int *is_recv) {
+	for (int i = 0; i < rounds; i++) {
+		if (ctx == &r->gslots[i].sctx) { *is_recv = 0; return i; }
+		if (ctx == &r->gslots[i].rctx) { *is_recv = 1; return i; }
+	}
+	return -1;
+}
+
+// dd_gather_oldest is the first op of the oldest round in flight.
+static int dd_gather_oldest(dd_reader *r, int rounds, int pos, int m) {
+	uint64_t best = UINT64_MAX;
+	int op = -1;
+	for (int i = 0; i < rounds; i++)
+		if (r->gslots[i].active && r->gslots[i].id < best) { best = r->gslots[i].id; op = r->gorder[r->gslots[i].first]; }
+	if (op < 0 && m > 0) op = r->gorder[pos < m ? pos : m - 1];
+	return op;
+}
+
+// dd_gather reads r->ops[0..n) (those without skip) with one tagged request
+// per round: a round holds ops of one peer, at most DD_GMAX_ENT of them and
+// cap bytes; up to rounds are in flight. Rows are copied from the reply's
+// bounce buffer to their destinations when it arrives. Failures and the
+// deadline tear the endpoint down, like dd_read_batch.
+static int dd_gather(dd_reader *r, int n, uint64_t cap, int rounds, int64_t timeout_ns) {
+	dd_result *res = &r->res;
+	struct fi_cq_entry comp[64];
+	int64_t t = dd_now();
+	int64_t deadline = t + timeout_ns;
+	int64_t last_done = t;
+	int64_t sleep_ns = 20000;
+	int active = 0, pos = 0, m = 0;
+	res->post_ns = 0; res->wait_ns = 0; res->copy_ns = 0; res->done = 0; res->stage = DD_OK;
+	res->failed_op = -1; res->err = 0; res->prov_errno = 0; res->torn_down = 0; res->text[0] = 0;
+	res->guessed = 0; res->teardown_rc = 0; res->inflight_at_fail = 0;
+	if (!r->ep) { res->stage = DD_NOEP; return -1; }
+	int prc = dd_gather_prepare(r, rounds);
+	if (prc) { res->stage = DD_NOMEM; res->err = -prc; res->failed_op = 0; return -1; }
+
+	// Group the ops by peer (counting sort, stable).
+	memset(r->gcount, 0, (r->maxpeers + 1) * sizeof *r->gcount);
+	for (int i = 0; i < n; i++) if (!r->ops[i].skip) r->gcount[r->ops[i].peer + 1]++;
+	for (int p = 0; p < r->maxpeers; p++) r->gcount[p + 1] += r->gcount[p];
+	for (int i = 0; i < n; i++) if (!r->ops[i].skip) r->gorder[r->gcount[r->ops[i].peer]++] = i;
+	m = 0;
+	for (int i = 0; i < n; i++) if (!r->ops[i].skip) m++;
+	for (int i = 0; i < rounds; i++) r->gslots[i].active = 0;
+
+	while (pos < m || active > 0) {
+		// Post new rounds while slots are free.
+		for (int si = 0; si < rounds && pos < m; si++) {
+			dd_gslot *g = &r->gslots[si];
+			if (g->active) continue;
+			uint32_t peer = r->ops[r->gorder[pos]].peer;
+			uint64_t bytes = 0;
+			int cnt = 0;
+			while (pos + cnt < m && cnt < DD_GMAX_ENT) {
+				dd_op *op = &r->ops[r->gorder[pos + cnt]];
+				if (op->peer != peer || (cnt > 0 && bytes + op->len > cap)) break;
+				bytes += op->len;
+				cnt++;
+			}
+			size_t need = sizeof(dd_grep_hdr) + (bytes > DD_GTEXT ? bytes : DD_GTEXT);
+			if (g->bcap < need) {
+				char *nb = realloc(g->bounce, need);
+				if (!nb) { res->stage = DD_NOMEM; res->err = FI_ENOMEM; res->failed_op = r->gorder[pos]; goto fail; }
+				g->bounce = nb; g->bcap = need;
+			}
+			dd_greq_hdr *h = (dd_greq_hdr *)g->req;
+			h->magic = DD_GMAGIC_REQ; h->nent = cnt; h->id = ++r->gnext_id & 0x0000ffffffffffffULL;
+			h->namelen = (uint32_t)r->namelen; h->pad = 0; h->total = bytes;
+			memcpy(g->req + sizeof *h, r->name, r->namelen);
+			dd_gent *ent = (dd_gent *)(g->req + sizeof *h + DD_ALIGN8(r->namelen));
+			for (int k = 0; k < cnt; k++) {
+				dd_op *op = &r->ops[r->gorder[pos + k]];
+				ent[k].key = op->key; ent[k].addr = op->addr; ent[k].len = op->len;
+			}
+			size_t reqlen = sizeof *h + DD_ALIGN8(r->namelen) + cnt * sizeof(dd_gent);
+			ssize_t rc = fi_trecv(r->ep, g->bounce, need, NULL, FI_ADDR_UNSPEC, DD_GREP_BIT | h->id, 0, &g->rctx);
+			if (rc == -FI_EAGAIN) break;
+			if (rc) { res->failed_op = r->gorder[pos]; res->err = (int)-rc; res->stage = DD_POST; strcpy(res->text, "fi_trecv"); goto fail; }
+			g->active = 1; g->sent = 0; g->recvd = 0; g->id = h->id; g->bytes = bytes;
+			g->first = pos; g->count = cnt; g->peer = peer;
+			active++;
+			pos += cnt;
+			for (;;) {
+				rc = fi_tsend(r->ep, g->req, reqlen, NULL, r->peers[peer], DD_GREQ_TAG, &g->sctx);
+				if (rc != -FI_EAGAIN) break;
+				fi_cq_read(r->cq, NULL, 0); // progress, then retry
+				if (dd_now() >= deadline) break;
+			}
+			int64_t t2 = dd_now();
+			res->post_ns += t2 - t;
+			t = t2;
+			if (rc) {
+				res->failed_op = r->gorder[g->first]; res->err = rc == -FI_EAGAIN ? FI_ETIMEDOUT : (int)-rc;
+				res->stage = rc == -FI_EAGAIN ? DD_TIMEOUT : DD_POST;
+				if (rc != -FI_EAGAIN) strcpy(res->text, "fi_tsend");
+				goto fail;
+			}
+		}
+		if (active == 0 && pos >= m) break;
+
+		ssize_t got = fi_cq_read(r->cq, comp, 64);
+		int64_t t2 = dd_now();
+		res->wait_ns += t2 - t;
+		t = t2;
+		if (got > 0) {
+			for (ssize_t i = 0; i < got; i++) {
+				int is_recv = 0;
+				int si = dd_gslot_of(r, comp[i].op_context, rounds, &is_recv);
+				if (si < 0 || !r->gslots[si].active) continue;
+				dd_gslot *g = &r->gslots[si];
+				if (is_recv) g->recvd = 1; else g->sent = 1;
+				if (!g->recvd) continue;
+				// The reply is here (the send's completion may come later;
+				// the round stays active until both are in).
+				if (g->recvd == 1) {
+					dd_grep_hdr *rh = (dd_grep_hdr *)g->bounce;
+					g->recvd = 2;
+					if (rh->magic != DD_GMAGIC_REP || rh->id != g->id) {
+						res->stage = DD_BADREPLY; res->err = FI_EIO; res->failed_op = r->gorder[g->first];
+						snprintf(res->text, sizeof res->text, "malformed reply (magic %#x, id %llu, want %llu)",
+							rh->magic, (unsigned long long)rh->id, (unsigned long long)g->id);
+						goto fail;
+					}
+					if (rh->status) {
+						res->stage = DD_REJECT; res->err = rh->status;
+						uint32_t e = rh->entry < (uint32_t)g->count ? rh->entry : 0;
+						res->failed_op = r->gorder[g->first + e];
+						size_t tl = rh->textlen < sizeof res->text ? rh->textlen : sizeof res->text;
+						memcpy(res->text, g->bounce + sizeof *rh, tl);
+						res->text[sizeof res->text - 1] = 0;
+						goto fail;
+					}
+					if (rh->bytes != g->bytes) {
+						res->stage = DD_BADREPLY; res->err = FI_EIO; res->failed_op = r->gorder[g->first];
+						snprintf(res->text, sizeof res->text, "reply of %llu bytes, want %llu",
+							(unsigned long long)rh->bytes, (unsigned long long)g->bytes);
+						goto fail;
+					}
+					const char *src = g->bounce + sizeof *rh;
+					for (int k = 0; k < g->count; k++) {
+						dd_op *op = &r->ops[r->gorder[g->first + k]];
+						memcpy(op->dst, src, op->len);
+						src += op->len;
+					}
+					res->done += g->count;
+					int64_t t3 = dd_now();
+					res->copy_ns += t3 - t;
+					t = t3;
+				}
+				if (g->sent) { g->active = 0; active--; }
+			}
+			last_done = t;
+			sleep_ns = 20000;
+		} else if (got == -FI_EAVAIL) {
+			struct fi_cq_err_entry e;
+			memset(&e, 0, sizeof e);
+			ssize_t rr = fi_cq_readerr(r->cq, &e, 0);
+			if (rr > 0 || rr == -FI_EAGAIN) {
+				if (rr == -FI_EAGAIN) e.err = FI_EIO;
+				if (e.err < 0) e.err = -e.err;
+				int is_recv = 0;
+				int si = e.op_context ? dd_gslot_of(r, e.op_context, rounds, &is_recv) : -1;
+				dd_record_cq_error(r, &e, res, -1);
+				if (si >= 0 && r->gslots[si].active) res->failed_op = r->gorder[r->gslots[si].first];
+				else { res->failed_op = dd_gather_oldest(r, rounds, pos, m); res->guessed = 1; }
+				goto fail;
+			}
+			res->stage = DD_CQREAD; res->err = (int)(rr < 0 ? -rr : FI_EIO); res->failed_op = dd_gather_oldest(r, rounds, pos, m);
+			goto fail;
+		} else if (got != -FI_EAGAIN) {
+			res->stage = DD_CQREAD; res->err = (int)-got; res->failed_op = dd_gather_oldest(r, rounds, pos, m);
+			goto fail;
+		}
+		if (t >= deadline && (active > 0 || pos < m)) {
+			res->stage = DD_TIMEOUT; res->err = FI_ETIMEDOUT; res->failed_op = dd_gather_oldest(r, rounds, pos, m);
+			goto fail;
+		}
+		if (got <= 0 && t - last_done > r->spin_ns) {
+			int64_t left = deadline - t;
+			dd_sleep_ns(sleep_ns < left ? sleep_ns : left);
+			sleep_ns *= 2;
+			if (sleep_ns > 1000000) sleep_ns = 1000000;
+			t = dd_now();
+		}
+	}
+	return 0;
+fail:
+	res->inflight_at_fail = active;
+	res->teardown_rc = dd_reader_teardown(r);
+	res->torn_down = 1;
+	for (int i = 0; i < rounds; i++) r->gslots[i].active = 0;
+	return -1;
+}
+
 // dd_baseline is the plain C reference loop used by BenchmarkReadBaselineC:
 // n reads of len bytes at base+offs[i] into dst+(i%slots)*len with at most
 // window in flight, spinning on the CQ. Returns elapsed ns, or -errno.
@@ -593,6 +1125,8 @@ fail:
 
 static const char *dd_strerror(int err) { return fi_strerror(err); }
 static uint64_t dd_server_wakeups(dd_server *s) { return atomic_load(&s->wakeups); }
+static uint64_t dd_gather_max_bytes(void) { return DD_GMAX_BYTES; }
+static uint64_t dd_gather_max_ent(void) { return DD_GMAX_ENT; }
 */
 import "C"
 
@@ -811,6 +1345,9 @@ func Open(o Options) (*Fabric, error) {
 		f.ownDom = true
 	}
 	f.inf.ReaderDomains = f.ownDom
+	f.inf.SoftwareRMA = softwareRMA(f.inf.Provider)
+	f.inf.GatherMaxBytes = f.opts.GatherMaxBytes
+	f.inf.GatherRounds = f.opts.GatherRounds
 	f.nextKey.Store(1)
 
 	if rc := C.dd_open_fabric(info, &f.fab); rc != 0 {
@@ -832,7 +1369,11 @@ func Open(o Options) (*Fabric, error) {
 	var name [256]C.char
 	namelen := C.size_t(len(name))
 	var stage *C.char
-	if rc := C.dd_server_open(f.srv, info, C.size_t(f.avCount), &name[0], &namelen, &stage); rc != 0 {
+	gather := C.int(0)
+	if f.inf.SoftwareRMA {
+		gather = 1
+	}
+	if rc := C.dd_server_open(f.srv, info, C.size_t(f.avCount), gather, &name[0], &namelen, &stage); rc != 0 {
 		C.dd_server_close(f.srv, 0)
 		f.srv = nil
 		f.closeBase()
@@ -969,6 +1510,15 @@ func (f *Fabric) Export(b []byte) (*Export, error) {
 	e.pin.Pin(&b[0])
 	C.dd_server_lock(f.srv)
 	rc := C.dd_mr_reg(f.dom, f.srv.ep, unsafe.Pointer(&b[0]), C.size_t(len(b)), C.FI_REMOTE_READ, C.uint64_t(req), bind, &mr, &key, &desc)
+	if rc == 0 {
+		var base C.uint64_t
+		if f.inf.MRVirtAddr {
+			base = C.uint64_t(uintptr(unsafe.Pointer(&b[0])))
+		}
+		if rc = C.dd_gsrv_add_export(f.srv, key, base, unsafe.Pointer(&b[0]), C.uint64_t(len(b))); rc != 0 {
+			C.dd_close_mr(mr)
+		}
+	}
 	C.dd_server_unlock(f.srv)
 	if rc != 0 {
 		e.pin.Unpin()
@@ -1014,6 +1564,7 @@ func (e *Export) Close() error {
 	mr := e.mr
 	e.mr = nil
 	C.dd_server_lock(f.srv)
+	C.dd_gsrv_del_export(f.srv, C.uint64_t(e.key)) // no gather copies from it after this
 	rc := C.dd_close_mr(mr)
 	C.dd_server_unlock(f.srv)
 	if rc != 0 {
@@ -1048,6 +1599,12 @@ type Reader struct {
 	pin     pinSet
 	mrc     mrCache
 	one     [1]ReadOp
+
+	// gather state: ops too large for a round, read with fi_read after
+	// the gather (allocated on first use), and counters for tests.
+	big      []ReadOp
+	bigIdx   []int32
+	gathered uint64 // ops served by gather replies
 }
 
 type peerEntry struct {
@@ -1279,10 +1836,10 @@ func (r *Reader) readChunk(ops []ReadOp, base int, timeout time.Duration, tm *Ti
 	if rc == 0 {
 		return nil
 	}
-	return r.batchError(res, base)
+	return r.batchError(res, base, "reads")
 }
 
-func (r *Reader) batchError(res *C.dd_result, base int) error {
+func (r *Reader) batchError(res *C.dd_result, base int, inflight string) error {
 	idx := int(res.failed_op)
 	rank := -1
 	if idx >= 0 && idx < chunkOps {
@@ -1301,6 +1858,19 @@ func (r *Reader) batchError(res *C.dd_result, base int) error {
 	switch res.stage {
 	case C.DD_POST:
 		e.Op = "fi_read"
+		if t := C.GoString(&res.text[0]); t != "" {
+			e.Op = t // gather: fi_tsend or fi_trecv
+		}
+	case C.DD_REJECT:
+		e.Op = "gather"
+		e.kind = ErrRejected
+		detail += "; target: " + C.GoString(&res.text[0])
+	case C.DD_BADREPLY:
+		e.Op = "gather"
+		detail += "; " + C.GoString(&res.text[0]) + "; endpoint torn down"
+	case C.DD_NOMEM:
+		e.Op = "gather"
+		detail += "; out of memory for the reader's gather buffers"
 	case C.DD_CQERR:
 		e.Op = "fi_cq_readerr"
 		if t := C.GoString(&res.text[0]); t != "" {
@@ -1316,7 +1886,7 @@ func (r *Reader) batchError(res *C.dd_result, base int) error {
 		e.Op = "read"
 		e.kind = ErrTimeout
 		e.Text = "deadline exceeded"
-		detail += fmt.Sprintf("; deadline %v passed with %d reads in flight", r.timeout, int(res.inflight_at_fail))
+		detail += fmt.Sprintf("; deadline %v passed with %d %s in flight", r.timeout, int(res.inflight_at_fail), inflight)
 		if res.inflight_at_fail == 0 {
 			detail += " (fi_read kept returning -FI_EAGAIN: peer unreachable or not progressing)"
 		}
@@ -1333,6 +1903,130 @@ func (r *Reader) batchError(res *C.dd_result, base int) error {
 	}
 	e.Detail = detail
 	return e
+}
+
+// ReadGather performs ops like ReadBatch, but on software-RMA providers
+// (Info().SoftwareRMA: tcp, sockets, udp, net) it asks each peer for its
+// rows with one tagged request per round instead of one fi_read per row:
+// the peer's progress thread validates the entries against its exports,
+// packs the rows into one reply of at most Options.GatherMaxBytes, and the
+// reader copies them from its bounce buffer (off-heap, grow-only) into the
+// Dst slices. Up to Options.GatherRounds rounds are in flight. An entry the
+// peer rejects (unknown key, range outside the region) fails the call with
+// an error that matches ErrRejected and names the peer and the entry; the
+// reader and the peer keep working. Rows larger than GatherMaxBytes are read
+// with fi_read after the gather, and providers without software RMA use
+// ReadBatch for everything. Deadline, teardown and allocation guarantees are
+// those of ReadBatch: nothing writes a Dst after return.
+func (r *Reader) ReadGather(ops []ReadOp) (Timing, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.f.inf.SoftwareRMA {
+		return r.readBatch(ops)
+	}
+	var tm Timing
+	if r.closed {
+		return tm, errClosedReader
+	}
+	if err := r.ensureEndpoint(); err != nil {
+		return tm, err
+	}
+	t0 := time.Now()
+	for start := 0; start < len(ops); start += chunkOps {
+		end := min(start+chunkOps, len(ops))
+		left := max(r.timeout-time.Since(t0), 1)
+		if err := r.gatherChunk(ops[start:end], start, left, &tm); err != nil {
+			return tm, err
+		}
+	}
+	return tm, nil
+}
+
+// GatheredOps counts the ops this reader has had served by gather replies
+// (diagnostics and tests: which path a batch took).
+func (r *Reader) GatheredOps() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.gathered
+}
+
+func (r *Reader) gatherChunk(ops []ReadOp, base int, timeout time.Duration, tm *Timing) error {
+	n := len(ops)
+	npeers := uint32(len(r.peers))
+	limit := uint64(r.f.opts.GatherMaxBytes)
+	if r.big == nil {
+		r.big = make([]ReadOp, 0, chunkOps)
+		r.bigIdx = make([]int32, 0, chunkOps)
+	}
+	r.big, r.bigIdx = r.big[:0], r.bigIdx[:0]
+	for i := range ops {
+		op := &ops[i]
+		if op.Peer.id == 0 || op.Peer.id > npeers {
+			r.pin.unpin()
+			return badPeer(base + i)
+		}
+		if len(op.Dst) == 0 {
+			r.pin.unpin()
+			return badDst(base+i, r.peers[op.Peer.id-1].rank, 0, 0)
+		}
+		c := &r.ops[i]
+		c.len = C.uint64_t(len(op.Dst))
+		c.addr = C.uint64_t(op.Addr)
+		c.key = C.uint64_t(op.Key)
+		c.peer = C.uint32_t(op.Peer.id - 1)
+		c.desc = nil
+		if uint64(len(op.Dst)) > limit {
+			c.skip = 1
+			c.dst = nil
+			r.big = append(r.big, *op)
+			r.bigIdx = append(r.bigIdx, int32(base+i))
+			continue
+		}
+		c.skip = 0
+		p := unsafe.Pointer(unsafe.SliceData(op.Dst))
+		r.pin.pin(p, cap(op.Dst))
+		c.dst = p
+	}
+	var rc C.int
+	if len(r.big) < n {
+		t0 := time.Now()
+		rc = C.dd_gather(r.c, C.int(n), C.uint64_t(limit), C.int(r.f.opts.GatherRounds), C.int64_t(timeout))
+		res := &r.c.res
+		tm.Post += time.Duration(res.post_ns)
+		tm.CQWait += time.Duration(res.wait_ns)
+		tm.Copy += time.Duration(res.copy_ns)
+		r.gathered += uint64(res.done)
+		if res.torn_down != 0 {
+			r.broken = true
+			r.mrc.purgeEndpointBound(r)
+		}
+		timeout -= time.Since(t0)
+	}
+	for i := 0; i < n; i++ {
+		r.ops[i].dst = nil // C keeps no Go pointer past the call
+		r.ops[i].skip = 0
+	}
+	r.pin.unpin()
+	if rc != 0 {
+		clear(r.big)
+		r.big = r.big[:0]
+		return r.batchError(&r.c.res, base, "gather rounds")
+	}
+	if len(r.big) == 0 {
+		return nil
+	}
+	// Rows larger than a round: one-sided reads.
+	if err := r.ensureEndpoint(); err != nil {
+		return err
+	}
+	err := r.readChunk(r.big, 0, max(timeout, 1), tm)
+	if fe, ok := err.(*Error); ok && fe.Index >= 0 && fe.Index < len(r.bigIdx) {
+		fe.Index = int(r.bigIdx[fe.Index])
+		fe.Detail = fmt.Sprintf("op %d (read with fi_read: larger than GatherMaxBytes %d); ", fe.Index, limit) + fe.Detail
+	}
+	clear(r.big)
+	r.big = r.big[:0]
+	return err
 }
 
 // localMR registers [p, p+n) with FI_READ access in the reader's domain.

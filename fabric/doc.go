@@ -30,6 +30,19 @@
 //     registration of destinations happens only when the provider requires
 //     FI_MR_LOCAL, through a bounded per-reader cache. A batch makes no heap
 //     allocation; posting and CQ draining run in one cgo call per chunk.
+//   - Gather reads (Reader.ReadGather) for software-RMA providers
+//     (Info.SoftwareRMA: tcp, sockets, udp, net), where every fi_read is a
+//     message the target's CPU answers anyway: the reader sends each peer one
+//     tagged request per round (its endpoint name, a request id and the
+//     key/address/length list, at most Options.GatherMaxBytes of rows,
+//     default 2 MiB, Options.GatherRounds rounds in flight, default 4); the
+//     peer's progress thread validates every entry against its exports
+//     (unknown key or range outside the region: an error reply naming the
+//     entry, ErrRejected), packs the rows into one reply, and the reader
+//     copies them from an off-heap, grow-only bounce buffer into the
+//     destinations. Same deadline, teardown and zero-allocation rules as
+//     ReadBatch; rows larger than a round, and providers with hardware RMA
+//     (cxi, verbs) or CMA (shm), use fi_read.
 //   - Exchange primitives: Fabric.Address (endpoint name), Reader.AddPeer
 //     (fi_av_insert), Export.Key and Export.Base.
 //
@@ -43,7 +56,9 @@
 // supports FI_WAIT_FD (tcp;ofi_rxm) it calls fi_trywait and sleeps in poll
 // until the provider has work, so an idle rank uses no CPU; where it does
 // not (shm) it polls with exponential back-off from 50µs to 2ms (10ms once
-// idle for 200ms), reset when a step found work. It never busy-spins. Readers progress their own
+// idle for 200ms), reset when a step found work. It never busy-spins. On
+// software-RMA providers the same loop serves gather requests: it keeps a few
+// tagged receives posted, and answers each request from its CQ completion. Readers progress their own
 // endpoints while they wait on their CQ (spinning for up to 2ms without a
 // completion, then backing off with sleeps up to 1ms until the deadline).
 //

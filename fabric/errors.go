@@ -13,6 +13,10 @@ var (
 	ErrNoDomain   = errors.New("fabric: domain not available")
 	ErrInvalid    = errors.New("fabric: invalid argument")
 	ErrClosed     = errors.New("fabric: closed")
+	// ErrRejected: a ReadGather target refused an entry (unknown key,
+	// range outside the exported region, reply too large). The peer is
+	// alive; the error names it and the entry.
+	ErrRejected = errors.New("fabric: gather request rejected by the target")
 )
 
 // Error is a libfabric (or fabric package) failure.
@@ -49,7 +53,7 @@ func (e *Error) Is(target error) bool {
 	case ErrTimeout:
 		return e.Code == codeTimedOut
 	case ErrPeer:
-		return e.Peer >= 0 && e.kind != ErrInvalid && e.kind != ErrClosed
+		return e.Peer >= 0 && e.kind != ErrInvalid && e.kind != ErrClosed && e.kind != ErrRejected
 	}
 	return false
 }

@@ -216,7 +216,8 @@ func TestBadOptions(t *testing.T) {
 		t.Fatalf("unknown domain: %v", err)
 	}
 	t.Log(err)
-	for _, o := range []Options{{Window: -1}, {Timeout: -time.Second}, {MaxPeers: -2}, {Window: chunkOps + 1}} {
+	for _, o := range []Options{{Window: -1}, {Timeout: -time.Second}, {MaxPeers: -2}, {Window: chunkOps + 1},
+		{GatherMaxBytes: 100}, {GatherMaxBytes: maxGatherBytes + 1}, {GatherRounds: -1}, {GatherRounds: maxGatherRounds + 1}} {
 		if err := o.Validate(); !errors.Is(err, ErrInvalid) {
 			t.Fatalf("Validate(%+v) = %v", o, err)
 		}

@@ -2,6 +2,7 @@ package fabric
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -24,6 +25,15 @@ type Options struct {
 	// MaxPeers is the address-vector size of each reader. Default 1024;
 	// clamped to the provider's maximum (shm: 256).
 	MaxPeers int
+	// GatherMaxBytes caps the row bytes of one Reader.ReadGather round (one
+	// request and one reply per peer); rows larger than this are read with
+	// fi_read. Default 2 MiB (the seed found 2–8 MiB exchange rounds best);
+	// at least 4096 and at most 64 MiB (the most a target serves).
+	GatherMaxBytes int
+	// GatherRounds is the number of ReadGather rounds a reader keeps in
+	// flight (to different peers, or pipelined to one). Default 4, at most 64.
+	// A reader's bounce buffers grow up to GatherRounds × GatherMaxBytes.
+	GatherRounds int
 }
 
 // Defaults.
@@ -31,6 +41,11 @@ const (
 	DefaultWindow   = 128
 	DefaultTimeout  = 10 * time.Second
 	DefaultMaxPeers = 1024
+
+	DefaultGatherMaxBytes = 2 << 20
+	DefaultGatherRounds   = 4
+	maxGatherBytes        = 64 << 20 // DD_GMAX_BYTES in cfabric.go
+	maxGatherRounds       = 64
 )
 
 // Validate reports options that cannot work. Zero values mean defaults.
@@ -43,6 +58,12 @@ func (o Options) Validate() error {
 	}
 	if o.Timeout < 0 {
 		return &Error{Op: "options", Code: 22, Peer: -1, kind: ErrInvalid, Text: fmt.Sprintf("Timeout %v is negative", o.Timeout)}
+	}
+	if o.GatherMaxBytes != 0 && (o.GatherMaxBytes < 4096 || o.GatherMaxBytes > maxGatherBytes) {
+		return &Error{Op: "options", Code: 22, Peer: -1, kind: ErrInvalid, Text: fmt.Sprintf("GatherMaxBytes %d outside [4096, %d]", o.GatherMaxBytes, maxGatherBytes)}
+	}
+	if o.GatherRounds < 0 || o.GatherRounds > maxGatherRounds {
+		return &Error{Op: "options", Code: 22, Peer: -1, kind: ErrInvalid, Text: fmt.Sprintf("GatherRounds %d outside [0, %d]", o.GatherRounds, maxGatherRounds)}
 	}
 	if o.MaxPeers < 0 {
 		return &Error{Op: "options", Code: 22, Peer: -1, kind: ErrInvalid, Text: fmt.Sprintf("MaxPeers %d is negative", o.MaxPeers)}
@@ -59,6 +80,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxPeers == 0 {
 		o.MaxPeers = DefaultMaxPeers
+	}
+	if o.GatherMaxBytes == 0 {
+		o.GatherMaxBytes = DefaultGatherMaxBytes
+	}
+	if o.GatherRounds == 0 {
+		o.GatherRounds = DefaultGatherRounds
 	}
 	return o
 }
@@ -80,6 +107,13 @@ type Info struct {
 	AVCount                  int    // effective address vector size
 	WaitFD                   bool   // the progress goroutine sleeps on a CQ wait fd (else polls with back-off)
 	ReaderDomains            bool   // each Reader opens its own domain
+	// SoftwareRMA: the provider emulates RMA in software (tcp, sockets,
+	// udp, net): every fi_read is a message the target's CPU answers, so
+	// batches are cheaper as Reader.ReadGather. False for cxi, verbs and
+	// shm (whose reads are the reader's own CMA copies).
+	SoftwareRMA    bool
+	GatherMaxBytes int // effective Options.GatherMaxBytes
+	GatherRounds   int // effective Options.GatherRounds
 
 	threading int
 }
@@ -101,4 +135,16 @@ type ReadOp struct {
 // reads, and waiting on the completion queue.
 type Timing struct {
 	MR, Post, CQWait time.Duration
+	Copy             time.Duration // ReadGather: copying rows from the bounce buffer
+}
+
+// softwareRMA reports whether a provider (its core, before any ";ofi_rx?"
+// utility) implements RMA with messages handled by the target's CPU.
+func softwareRMA(provider string) bool {
+	core, _, _ := strings.Cut(provider, ";")
+	switch core {
+	case "tcp", "sockets", "udp", "net":
+		return true
+	}
+	return false
 }
