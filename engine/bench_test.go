@@ -256,25 +256,34 @@ func fabricBatch(b *testing.B, c *benchCluster, v *Var, idx []int64, dst []byte)
 	}
 }
 
+// BenchmarkTelemetry compares reads with and without telemetry on the same
+// shards, in one process: "off" takes the variable out of telemetry, which
+// is the code path of a store opened with telemetry off (DDSTORE_TELEMETRY=0).
+// With -count=N the on and off runs alternate, N pairs.
 func BenchmarkTelemetry(b *testing.B) {
 	const rb = 3072
+	c := startBenchCluster(b, "local", true, []int64{rb})
+	defer c.close(b)
+	spec := benchSpec(rb)
+	v, err := c.s.Var(spec.name)
+	if err != nil {
+		b.Fatal(err)
+	}
+	telID := v.telID
+	defer func() { v.telID = telID }()
+	r, err := c.s.NewReader()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Close()
 	for _, on := range []bool{true, false} {
 		name := "telemetry=off"
+		v.telID = -1
 		if on {
 			name = "telemetry=on"
+			v.telID = telID
 		}
 		b.Run(name, func(b *testing.B) {
-			c := startBenchCluster(b, "local", on, []int64{rb})
-			defer c.close(b)
-			if (c.s.Telemetry() != nil) != on {
-				b.Fatalf("telemetry writer %v, want on=%v", c.s.Telemetry(), on)
-			}
-			spec := benchSpec(rb)
-			r, err := c.s.NewReader()
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer r.Close()
 			for _, batch := range []int{1, 128} {
 				idx := peerIdx(c, spec, batch)
 				dst := make([]byte, int64(batch)*rb)
