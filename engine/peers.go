@@ -3,6 +3,7 @@ package engine
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -17,7 +18,11 @@ func (d *deadSet) mark(rank int) { d.words[rank>>6].Or(1 << (uint(rank) & 63)) }
 func (d *deadSet) has(rank int) bool { return d.words[rank>>6].Load()&(1<<(uint(rank)&63)) != 0 }
 
 // pidWatcher watches same-node peers through pidfds (one goroutine, poll)
-// and marks exited ranks in the dead set.
+// and marks exited ranks in the dead set. Poll is retried on EINTR; if it
+// fails otherwise, the watcher falls back to checking every watchRecheck
+// (signal 0 through each pidfd) until stopped. A peer that has exited but
+// is not yet reaped (a zombie) is seen by poll, by the fallback only once
+// its parent reaps it.
 type pidWatcher struct {
 	dead   *deadSet
 	fds    []int32 // pidfds
@@ -25,14 +30,23 @@ type pidWatcher struct {
 	wakeR  int     // pipe read end, wakes poll on stop
 	wakeW  int
 	done   chan struct{}
+	stopCh chan struct{} // closed by stop; ends the fallback loop
 	closed sync.Once
+	poll   func(fds []unix.PollFd, timeout int) (int, error) // unix.Poll; tests replace it
 }
+
+// watchRecheck is the period of the fallback check after poll fails.
+const watchRecheck = 100 * time.Millisecond
 
 // watchPeers starts the watcher for the given ranks and pids. Ranks whose
 // pidfd cannot be opened are marked dead only if the process is gone
 // (ESRCH); other failures (old kernel, permissions) leave them unwatched.
 func watchPeers(dead *deadSet, ranks, pids []int) (*pidWatcher, error) {
-	w := &pidWatcher{dead: dead, done: make(chan struct{})}
+	return startWatcher(dead, ranks, pids, unix.Poll)
+}
+
+func startWatcher(dead *deadSet, ranks, pids []int, poll func([]unix.PollFd, int) (int, error)) (*pidWatcher, error) {
+	w := &pidWatcher{dead: dead, done: make(chan struct{}), stopCh: make(chan struct{}), poll: poll}
 	for i, pid := range pids {
 		fd, err := unix.PidfdOpen(pid, 0)
 		if err == unix.ESRCH {
@@ -62,17 +76,19 @@ func (w *pidWatcher) run() {
 	for i := range w.fds {
 		live = append(live, i)
 	}
-	for {
+	for len(live) > 0 {
 		pfd = pfd[:0]
 		pfd = append(pfd, unix.PollFd{Fd: int32(w.wakeR), Events: unix.POLLIN})
 		for _, i := range live {
 			pfd = append(pfd, unix.PollFd{Fd: w.fds[i], Events: unix.POLLIN})
 		}
-		n, err := unix.Poll(pfd, -1)
+		_, err := w.poll(pfd, -1)
 		if err == unix.EINTR {
 			continue
 		}
-		if err != nil || n < 0 {
+		if err != nil {
+			// Never stop watching: dead peers would go unnoticed.
+			w.recheck(live)
 			return
 		}
 		if pfd[0].Revents != 0 {
@@ -88,6 +104,32 @@ func (w *pidWatcher) run() {
 		}
 		live = kept
 	}
+	<-w.stopCh // every peer is dead: nothing left to watch
+}
+
+// recheck is the fallback when poll fails: every watchRecheck, signal 0
+// through each live pidfd (pid reuse cannot fool it) and mark the peers
+// that have exited, until stop.
+func (w *pidWatcher) recheck(live []int) {
+	t := time.NewTicker(watchRecheck)
+	defer t.Stop()
+	for len(live) > 0 {
+		kept := live[:0]
+		for _, i := range live {
+			if err := unix.PidfdSendSignal(int(w.fds[i]), 0, nil, 0); err == unix.ESRCH {
+				w.dead.mark(w.ranks[i])
+				continue
+			}
+			kept = append(kept, i)
+		}
+		live = kept
+		select {
+		case <-w.stopCh:
+			return
+		case <-t.C:
+		}
+	}
+	<-w.stopCh
 }
 
 func (w *pidWatcher) closeFDs() {
@@ -102,6 +144,7 @@ func (w *pidWatcher) stop() {
 		return
 	}
 	w.closed.Do(func() {
+		close(w.stopCh)
 		unix.Write(w.wakeW, []byte{1})
 		<-w.done
 		w.closeFDs()

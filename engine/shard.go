@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -49,8 +50,13 @@ func mapLen(size int64) int {
 }
 
 // createShard creates (replacing a stale one) and maps a zero-filled shard
-// file of size bytes, mode 0600.
-func createShard(dir, file string, size int64) (*shardFile, error) {
+// file of size bytes, mode 0600, for variable varName. Its pages are
+// allocated up front (fallocate), so that a full tmpfs fails here with an
+// error instead of killing the process with SIGBUS at the first copy.
+func createShard(dir, file, varName string, size int64) (*shardFile, error) {
+	if size < 0 || size > math.MaxInt64-int64(os.Getpagesize()) {
+		return nil, fmt.Errorf("%w: variable %q: shard of %d bytes", ErrIndex, varName, size)
+	}
 	path := filepath.Join(dir, file)
 	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
 	if err == unix.EEXIST {
@@ -59,20 +65,44 @@ func createShard(dir, file string, size int64) (*shardFile, error) {
 		fd, err = unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("ddstore: create shard file %s: %w", path, err)
+		return nil, fmt.Errorf("ddstore: variable %q: create shard file %s: %w", varName, path, err)
 	}
 	defer unix.Close(fd)
 	n := mapLen(size)
-	if err := unix.Ftruncate(fd, int64(n)); err != nil {
+	if err := allocate(fd, int64(n)); err != nil {
 		_ = unix.Unlink(path)
-		return nil, fmt.Errorf("ddstore: size shard file %s to %d bytes: %w", path, n, err)
+		if err == unix.ENOSPC || err == unix.EFBIG || err == unix.ENOMEM {
+			return nil, fmt.Errorf("ddstore: variable %q: shard of %d bytes does not fit in shard directory %s: %w "+
+				"(shared memory full? Docker's default /dev/shm is 64 MiB: raise --shm-size, or set Options.ShardDir)",
+				varName, n, dir, err)
+		}
+		return nil, fmt.Errorf("ddstore: variable %q: allocate %d bytes for shard file %s in shard directory %s: %w",
+			varName, n, path, dir, err)
 	}
 	mem, err := unix.Mmap(fd, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		_ = unix.Unlink(path)
-		return nil, fmt.Errorf("ddstore: map shard file %s (%d bytes): %w", path, n, err)
+		return nil, fmt.Errorf("ddstore: variable %q: map shard file %s (%d bytes): %w", varName, path, n, err)
 	}
 	return &shardFile{path: path, mem: mem, data: mem[:size:size], owner: true}, nil
+}
+
+// allocate sizes the file to n bytes with its blocks allocated; it falls
+// back to ftruncate (sparse, no reservation) where the filesystem does not
+// support fallocate.
+func allocate(fd int, n int64) error {
+	for {
+		err := unix.Fallocate(fd, 0, 0, n)
+		switch err {
+		case nil:
+			return nil
+		case unix.EINTR:
+			continue
+		case unix.EOPNOTSUPP, unix.ENOSYS:
+			return unix.Ftruncate(fd, n)
+		}
+		return err
+	}
 }
 
 // openShard maps a peer's shard file read-only.

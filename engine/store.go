@@ -56,41 +56,27 @@ type Store struct {
 	dead    deadSet
 	watcher *pidWatcher
 
-	readerSeq atomic.Int32
 	readersMu sync.Mutex
 	readers   map[*Reader]struct{}
 
 	hbStop chan struct{}
 	hbDone chan struct{}
+
+	lingerMu sync.Mutex
+	linger   map[*Var]struct{} // freed variables whose release waits for calls in flight (Free timed out)
 }
 
-// Open joins the job: it connects the bootstrap exchange, learns which
-// ranks share this node, opens the fabric when a peer of the caller's width
-// group is on another node, starts telemetry and the dead-peer watcher.
-// Every rank of the job must call Open.
+// Open joins the job: it applies the environment overrides documented on
+// Options and validates the result, connects the bootstrap exchange,
+// learns which ranks share this node, opens the fabric when a peer of the
+// caller's width group is on another node, starts telemetry and the
+// dead-peer watcher. Every rank of the job must call Open.
 func Open(o Options) (*Store, error) {
-	if err := o.Validate(); err != nil {
+	if err := o.applyEnv(); err != nil {
 		return nil, err
 	}
-	if v := os.Getenv("DDSTORE_TELEMETRY"); v == "0" || strings.EqualFold(v, "false") || strings.EqualFold(v, "off") {
-		o.Telemetry = false
-	}
-	if v := os.Getenv("DDSTORE_PROFILE"); v != "" {
-		switch strings.ToLower(v) {
-		case "1", "true", "on":
-			o.Profile = true
-		case "0", "false", "off":
-			o.Profile = false
-		}
-	}
-	if v := os.Getenv("DDSTORE_TELEMETRY_DIR"); v != "" && o.TelemetryDir == "/dev/shm" {
-		o.TelemetryDir = v
-	}
-	if v := os.Getenv("DDSTORE_FABRIC"); v != "" && o.Fabric.Provider == "" {
-		o.Fabric.Provider = v
-	}
-	if v := os.Getenv("FABRIC_IFACE"); v != "" && o.Fabric.Domain == "" {
-		o.Fabric.Domain = v
+	if err := o.Validate(); err != nil {
+		return nil, err
 	}
 	env := o.Bootstrap.Env
 	if env.World == 0 {
@@ -116,6 +102,52 @@ func Open(o Options) (*Store, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// applyEnv applies the environment overrides documented on Options:
+// DDSTORE_FABRIC and FABRIC_IFACE fill an empty Fabric.Provider and
+// Fabric.Domain; DDSTORE_TELEMETRY_DIR replaces the default TelemetryDir
+// ("" or "/dev/shm"); a false DDSTORE_TELEMETRY turns Telemetry off (a true
+// one leaves it as set); DDSTORE_PROFILE sets Profile either way. Booleans
+// accept 1/0, true/false, on/off and yes/no in any case; anything else is
+// an error naming the variable. Unset or empty variables change nothing.
+func (o *Options) applyEnv() error {
+	if on, set, err := envBool("DDSTORE_TELEMETRY"); err != nil {
+		return err
+	} else if set && !on {
+		o.Telemetry = false
+	}
+	if on, set, err := envBool("DDSTORE_PROFILE"); err != nil {
+		return err
+	} else if set {
+		o.Profile = on
+	}
+	if v := os.Getenv("DDSTORE_TELEMETRY_DIR"); v != "" && (o.TelemetryDir == "" || o.TelemetryDir == "/dev/shm") {
+		o.TelemetryDir = v
+	}
+	if v := os.Getenv("DDSTORE_FABRIC"); v != "" && o.Fabric.Provider == "" {
+		o.Fabric.Provider = v
+	}
+	if v := os.Getenv("FABRIC_IFACE"); v != "" && o.Fabric.Domain == "" {
+		o.Fabric.Domain = v
+	}
+	return nil
+}
+
+// envBool reads boolean environment variable key; set is false when it is
+// unset or empty.
+func envBool(key string) (on, set bool, err error) {
+	v := strings.TrimSpace(os.Getenv(key))
+	if v == "" {
+		return false, false, nil
+	}
+	switch strings.ToLower(v) {
+	case "1", "true", "on", "yes":
+		return true, true, nil
+	case "0", "false", "off", "no":
+		return false, true, nil
+	}
+	return false, false, fmt.Errorf("ddstore: options: environment variable %s=%q: want 1/0, true/false, on/off or yes/no", key, v)
 }
 
 func (s *Store) open() error {
@@ -312,6 +344,13 @@ func (s *Store) PeerDead(rank int) bool { return rank >= 0 && rank < s.world && 
 // fabric. Resources are released even if the barrier fails (the error is
 // returned). Later calls return ErrClosed. With Options.Profile, Close
 // first writes this rank's profile table to Options.ProfileOutput.
+//
+// Nothing is released under a running call: if calls are still in flight
+// when the wait's deadline (Options.Timeout) passes, Close returns
+// ErrTimeout naming each such variable and its calls in flight, closes the
+// bootstrap exchange, and leaves the variables, readers, telemetry and
+// fabric to a background goroutine that releases them once the last call
+// returns. Close itself returns within its deadlines either way.
 func (s *Store) Close() error {
 	s.collMu.Lock()
 	defer s.collMu.Unlock()
@@ -321,10 +360,31 @@ func (s *Store) Close() error {
 	vm := *s.vars.Load()
 	deadline := time.Now().Add(s.opts.Timeout)
 	var errs []error
+	var busy []*Var // still in the store, calls in flight
 	for _, v := range vm {
-		if err := v.waitIdle(deadline); err != nil {
+		if err := v.waitIdle(deadline, "Close"); err != nil {
 			errs = append(errs, err)
+			busy = append(busy, v)
 		}
+	}
+	// Variables freed while calls were in flight: wait for their release.
+	s.lingerMu.Lock()
+	lingering := make([]*Var, 0, len(s.linger))
+	for v := range s.linger {
+		lingering = append(lingering, v)
+	}
+	s.lingerMu.Unlock()
+	var pending []*Var // freed, release still waiting for calls
+	for _, v := range lingering {
+		t := time.NewTimer(time.Until(deadline))
+		select {
+		case <-v.released:
+		case <-t.C:
+			errs = append(errs, fmt.Errorf("%w: Close: freed variable %q: %d calls still in flight; it is released when they return",
+				ErrTimeout, v.name, v.inflight.Load()))
+			pending = append(pending, v)
+		}
+		t.Stop()
 	}
 	if s.opts.Profile {
 		s.writeProfile(s.opts.ProfileOutput)
@@ -332,9 +392,30 @@ func (s *Store) Close() error {
 	if err := s.ex.Barrier("close", s.opts.Timeout); err != nil {
 		errs = append(errs, wrapBootstrap("close barrier", err))
 	}
-	if err := s.release(); err != nil {
-		errs = append(errs, err)
+	if len(busy) == 0 && len(pending) == 0 {
+		if err := s.release(); err != nil {
+			errs = append(errs, err)
+		}
+		return errors.Join(errs...)
 	}
+	// Calls in flight use the variables' memory, the readers' endpoints,
+	// the fabric and the telemetry segment: release those after the last
+	// call. The exchange is no reader's: close it now.
+	if err := s.ex.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("ddstore: bootstrap close: %w", err))
+	}
+	s.ex = nil
+	go func() {
+		for _, v := range busy {
+			for v.inflight.Load() != 0 {
+				time.Sleep(time.Millisecond)
+			}
+		}
+		for _, v := range pending {
+			<-v.released
+		}
+		_ = s.release() // nobody is left to report an error to
+	}()
 	return errors.Join(errs...)
 }
 

@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"math/rand"
+	"strings"
 	"testing"
 	"time"
 
@@ -128,5 +129,85 @@ func TestSingleRank(t *testing.T) {
 	}
 	if err := r.GetBatch("x", []int64{0}, dst); !errors.Is(err, ErrClosed) {
 		t.Errorf("reader after Close: %v", err)
+	}
+}
+
+// TestOptionsEnv: the documented environment overrides, applied before
+// Validate; a boolean that is not one is an error naming the variable.
+func TestOptionsEnv(t *testing.T) {
+	for _, k := range []string{"DDSTORE_TELEMETRY", "DDSTORE_PROFILE", "DDSTORE_TELEMETRY_DIR", "DDSTORE_FABRIC", "FABRIC_IFACE"} {
+		t.Setenv(k, "")
+	}
+	apply := func(edit func(*Options)) Options {
+		t.Helper()
+		o := DefaultOptions()
+		if edit != nil {
+			edit(&o)
+		}
+		if err := o.applyEnv(); err != nil {
+			t.Fatal(err)
+		}
+		if err := o.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	for _, c := range []struct {
+		val string
+		on  bool
+	}{{"1", true}, {"TRUE", true}, {"On", true}, {"yes", true}, {" YES ", true},
+		{"0", false}, {"false", false}, {"OFF", false}, {"No", false}} {
+		t.Setenv("DDSTORE_PROFILE", c.val)
+		if o := apply(func(o *Options) { o.Profile = !c.on }); o.Profile != c.on {
+			t.Errorf("DDSTORE_PROFILE=%q: Profile %v", c.val, o.Profile)
+		}
+		t.Setenv("DDSTORE_TELEMETRY", c.val)
+		// A false value turns telemetry off; a true one leaves the option.
+		if o := apply(nil); o.Telemetry != c.on {
+			t.Errorf("DDSTORE_TELEMETRY=%q: Telemetry %v", c.val, o.Telemetry)
+		}
+		if o := apply(func(o *Options) { o.Telemetry = false }); o.Telemetry {
+			t.Errorf("DDSTORE_TELEMETRY=%q turned an explicit false on", c.val)
+		}
+	}
+	t.Setenv("DDSTORE_PROFILE", "")
+	t.Setenv("DDSTORE_TELEMETRY", "")
+	for _, k := range []string{"DDSTORE_TELEMETRY", "DDSTORE_PROFILE"} {
+		for _, bad := range []string{"2", "yess", "enable", "-1"} {
+			t.Setenv(k, bad)
+			o := DefaultOptions()
+			err := o.applyEnv()
+			if err == nil || !strings.Contains(err.Error(), k) || !strings.Contains(err.Error(), bad) {
+				t.Errorf("%s=%q: %v, want an error naming it", k, bad, err)
+			}
+			// Open refuses it before joining anyone.
+			o = DefaultOptions()
+			o.Bootstrap.Method = "single"
+			o.Bootstrap.Env = bootstrap.Env{Rank: 0, World: 1, LocalWorld: 1, Launcher: "none", Job: testJob("env")}
+			if s, err := Open(o); err == nil || !strings.Contains(err.Error(), k) {
+				t.Errorf("Open with %s=%q: %v", k, bad, err)
+				if s != nil {
+					s.Close()
+				}
+			}
+		}
+		t.Setenv(k, "")
+	}
+
+	// Strings: empty fields and the default directory take the environment;
+	// explicit values win.
+	t.Setenv("DDSTORE_TELEMETRY_DIR", "/tmp/teldir")
+	t.Setenv("DDSTORE_FABRIC", "tcp;ofi_rxm")
+	t.Setenv("FABRIC_IFACE", "lo")
+	o := apply(func(o *Options) { o.TelemetryDir = "" })
+	if o.TelemetryDir != "/tmp/teldir" || o.Fabric.Provider != "tcp;ofi_rxm" || o.Fabric.Domain != "lo" {
+		t.Errorf("environment not applied: dir %q provider %q domain %q", o.TelemetryDir, o.Fabric.Provider, o.Fabric.Domain)
+	}
+	if o := apply(nil); o.TelemetryDir != "/tmp/teldir" {
+		t.Errorf("DDSTORE_TELEMETRY_DIR did not replace the default: %q", o.TelemetryDir)
+	}
+	o = apply(func(o *Options) { o.TelemetryDir, o.Fabric.Provider, o.Fabric.Domain = "/mine", "verbs", "mlx5_0" })
+	if o.TelemetryDir != "/mine" || o.Fabric.Provider != "verbs" || o.Fabric.Domain != "mlx5_0" {
+		t.Errorf("environment overrode explicit options: dir %q provider %q domain %q", o.TelemetryDir, o.Fabric.Provider, o.Fabric.Domain)
 	}
 }

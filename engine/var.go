@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 	"sync"
@@ -48,6 +49,9 @@ type Var struct {
 
 	inflight atomic.Int64
 	freed    atomic.Bool
+	// released is closed once a release deferred by Free's timeout has
+	// run; nil unless Free timed out (see Store.Free).
+	released chan struct{}
 
 	mu     sync.Mutex // the shared reader (Store-level calls)
 	shared *readCtx   // nil when every shard is mapped
@@ -103,11 +107,15 @@ func (s *Store) create(op, name string, dt DType, rowElems int, nLocal int64, lo
 		localErr = fmt.Errorf("%w: variable %q: invalid dtype %d", ErrDType, name, uint8(dt))
 	case rowElems <= 0:
 		localErr = fmt.Errorf("%w: variable %q: %d elements per row", ErrDType, name, rowElems)
+	case int64(rowElems) > math.MaxInt64/int64(dt.Size()):
+		localErr = fmt.Errorf("%w: variable %q: %d elements of %s per row overflow int64 bytes", ErrDType, name, rowElems, dt)
 	case op == "add" && int64(len(local))%me.RowBytes != 0:
 		localErr = fmt.Errorf("%w: variable %q: %d bytes of local data is not a multiple of the row size %d (%d × %s)",
 			ErrDType, name, len(local), me.RowBytes, rowElems, dt)
 	case op == "init" && nLocal < 0:
 		localErr = fmt.Errorf("%w: variable %q: %d local rows", ErrIndex, name, nLocal)
+	case op == "init" && nLocal > math.MaxInt64/me.RowBytes:
+		localErr = fmt.Errorf("%w: variable %q: %d local rows of %d bytes overflow int64 bytes", ErrIndex, name, nLocal, me.RowBytes)
 	case (*s.vars.Load())[name] != nil:
 		localErr = fmt.Errorf("%w: %q", ErrExists, name)
 	}
@@ -125,7 +133,7 @@ func (s *Store) create(op, name string, dt DType, rowElems int, nLocal int64, lo
 		own.close()
 	}
 	if localErr == nil {
-		own, localErr = createShard(s.opts.ShardDir, shardName(s.job, s.rank, s.seq, name), nLocal*me.RowBytes)
+		own, localErr = createShard(s.opts.ShardDir, shardName(s.job, s.rank, s.seq, name), name, nLocal*me.RowBytes)
 		if localErr == nil {
 			copy(own.data, local)
 			me.Path = own.path
@@ -366,8 +374,10 @@ func (s *Store) Update(name string, rows []byte, localOffset int64) error {
 		return fmt.Errorf("%w: Update %q: %d bytes is not a multiple of the row size %d", ErrDType, name, len(rows), v.rowBytes)
 	}
 	n := int64(len(rows)) / v.rowBytes
-	if localOffset < 0 || localOffset+n > v.nLocal {
-		return fmt.Errorf("%w: Update %q: local rows [%d,%d) outside [0,%d)", ErrIndex, name, localOffset, localOffset+n, v.nLocal)
+	// n ≤ nLocal first, so that nLocal-n cannot overflow (nor localOffset+n).
+	if localOffset < 0 || n > v.nLocal || localOffset > v.nLocal-n {
+		return fmt.Errorf("%w: Update %q: %d rows at local row %d outside the local shard [0,%d)",
+			ErrIndex, name, n, localOffset, v.nLocal)
 	}
 	copy(v.own.data[localOffset*v.rowBytes:], rows)
 	return nil
@@ -376,6 +386,14 @@ func (s *Store) Update(name string, rows []byte, localOffset int64) error {
 // Free removes variable name on every rank (collective). All ranks must
 // name the same variable; otherwise every rank returns ErrMismatch and the
 // variable stays.
+//
+// Free waits (deadline Options.Timeout) for this rank's calls on the
+// variable still in flight. A variable is never released under a running
+// call: if calls are still in flight at the deadline, Free returns
+// ErrTimeout naming the variable and the number of calls, the variable is
+// gone from the store (new calls fail with ErrUnknownVar), and its memory
+// is released by a background goroutine once the last call returns (every
+// call ends: mapped copies are finite and fabric reads have deadlines).
 func (s *Store) Free(name string) error {
 	s.collMu.Lock()
 	defer s.collMu.Unlock()
@@ -408,31 +426,65 @@ func (s *Store) Free(name string) error {
 	}
 	s.publish(func(m varMap) { delete(m, name) })
 	var errs []error
-	if err := v.waitIdle(time.Now().Add(s.opts.Timeout)); err != nil {
-		errs = append(errs, err)
+	idleErr := v.waitIdle(time.Now().Add(s.opts.Timeout), "Free")
+	if idleErr != nil {
+		errs = append(errs, idleErr)
 	}
 	if err := s.ex.Barrier(tag+"-done", s.opts.Timeout); err != nil {
 		errs = append(errs, wrapBootstrap("free "+name, err))
 	}
-	if err := v.release(); err != nil {
+	if idleErr != nil {
+		s.releaseWhenIdle(v)
+	} else if err := v.release(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
 
-// waitIdle marks the variable freed and waits for calls in flight.
-func (v *Var) waitIdle(deadline time.Time) error {
+// waitIdle marks the variable freed and waits for calls in flight until
+// deadline; on timeout it returns ErrTimeout naming the variable and the
+// calls still in flight (op names the caller: Free or Close).
+func (v *Var) waitIdle(deadline time.Time, op string) error {
 	v.freed.Store(true)
-	for v.inflight.Load() != 0 {
+	for {
+		n := v.inflight.Load()
+		if n == 0 {
+			return nil
+		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%w: variable %q: %d reads still in flight", ErrTimeout, v.name, v.inflight.Load())
+			return fmt.Errorf("%w: %s: variable %q: %d calls still in flight; it is released when they return",
+				ErrTimeout, op, v.name, n)
 		}
 		time.Sleep(100 * time.Microsecond)
 	}
-	return nil
 }
 
-// release unmaps, unexports and removes the variable's resources.
+// releaseWhenIdle hands a variable whose calls outlived Free's deadline to
+// a goroutine that releases it after the last call returns. The store
+// tracks it until then, so that Close does not close the fabric or the
+// telemetry segment under those calls. collMu is held.
+func (s *Store) releaseWhenIdle(v *Var) {
+	v.released = make(chan struct{})
+	s.lingerMu.Lock()
+	if s.linger == nil {
+		s.linger = map[*Var]struct{}{}
+	}
+	s.linger[v] = struct{}{}
+	s.lingerMu.Unlock()
+	go func() {
+		for v.inflight.Load() != 0 {
+			time.Sleep(time.Millisecond)
+		}
+		_ = v.release() // nobody is left to report an error to
+		s.lingerMu.Lock()
+		delete(s.linger, v)
+		s.lingerMu.Unlock()
+		close(v.released)
+	}()
+}
+
+// release unmaps, unexports and removes the variable's resources. No call
+// may be in flight (waitIdle returned nil, or releaseWhenIdle waited).
 func (v *Var) release() error {
 	v.freed.Store(true)
 	var errs []error
