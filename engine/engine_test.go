@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ddstore/ddstore/engine/bootstrap"
 	"github.com/ddstore/ddstore/telemetry"
 )
 
@@ -117,10 +118,11 @@ func checkVar(s *Store, g getter, spec varSpec, rng *rand.Rand) (calls int64, er
 	}
 	for _, r := range ranges {
 		calls++
+		poison(dst)
 		if err := g.Get(spec.name, r[0], r[1], dst); err != nil {
 			return calls, fmt.Errorf("Get(%s, %d, %d): %w", spec.name, r[0], r[1], err)
 		}
-		if err := checkRows(dst, rb, salt, seqIdx(r[0], r[1])); err != nil {
+		if err := checkRowsPoisoned(dst, rb, salt, seqIdx(r[0], r[1])); err != nil {
 			return calls, fmt.Errorf("Get(%s, %d, %d): %w", spec.name, r[0], r[1], err)
 		}
 	}
@@ -137,14 +139,45 @@ func checkVar(s *Store, g getter, spec varSpec, rng *rand.Rand) (calls int64, er
 		}
 		idx[0], idx[n-1] = global-1, 0
 		calls++
+		poison(dst)
 		if err := g.GetBatch(spec.name, idx, dst); err != nil {
 			return calls, fmt.Errorf("GetBatch(%s, %d rows): %w", spec.name, n, err)
 		}
-		if err := checkRows(dst, rb, salt, idx); err != nil {
+		if err := checkRowsPoisoned(dst, rb, salt, idx); err != nil {
 			return calls, fmt.Errorf("GetBatch(%s, %d rows): %w", spec.name, n, err)
 		}
 	}
 	return calls, nil
+}
+
+// poisonByte fills destinations before every checked read, so a row the
+// read silently skipped keeps it and fails checkRowsPoisoned.
+const poisonByte = 0xA5
+
+func poison(dst []byte) {
+	for i := range dst {
+		dst[i] = poisonByte
+	}
+}
+
+// checkRowsPoisoned is checkRows after poison: it first verifies that no
+// requested row's pattern could pass for poison (rows of 8 bytes or more
+// start with the same pattern word as an 8-byte row; shorter rows are
+// checked whole), so a skipped row cannot match its pattern.
+func checkRowsPoisoned(got []byte, rowBytes int64, salt uint64, idx []int64) error {
+	var head [8]byte
+	n := min(rowBytes, 8)
+	for _, g := range idx {
+		fillRow(head[:n], salt, g)
+		allPoison := true
+		for _, b := range head[:n] {
+			allPoison = allPoison && b == poisonByte
+		}
+		if allPoison {
+			return fmt.Errorf("pattern row %d starts with %d poison bytes %#x: choose another poison", g, n, poisonByte)
+		}
+	}
+	return checkRows(got, rowBytes, salt, idx)
 }
 
 // checkAllocs requires zero allocations of Get and GetBatch on g.
@@ -220,9 +253,20 @@ func scenarioMatrix(w *worker) error {
 		if err != nil {
 			return fmt.Errorf("store: %w", err)
 		}
+		var gathered0 uint64
+		if r.c.fr != nil {
+			gathered0 = r.c.fr.GatheredOps()
+		}
 		readerCalls, err := checkVar(s, r, spec, rng)
 		if err != nil {
 			return fmt.Errorf("reader: %w", err)
+		}
+		// Auto gathers on tcp only rows of at most gatherMaxOpBytes.
+		if r.c.fr != nil && w.mode == "tcp" {
+			g := r.c.fr.GatheredOps() - gathered0
+			if want := rb <= gatherMaxOpBytes; want != (g > 0) {
+				return fmt.Errorf("mode tcp (auto), rows of %d bytes: %d rows served by gather", rb, g)
+			}
 		}
 		if w.param("ALLOCS", "1") == "1" {
 			if err := checkAllocs(s, s, spec, "store"); err != nil {
@@ -237,6 +281,10 @@ func scenarioMatrix(w *worker) error {
 		if err := checkTelemetry(s, w.mode, spec.name, r.ID(), sharedCalls, readerCalls); err != nil {
 			return err
 		}
+	}
+	// A batch of up to the fabric's 4096-op chunk is one fabric call.
+	if r.c.fr != nil && cap(r.c.ops) < queueOps {
+		return fmt.Errorf("reader queue holds %d ops, want %d", cap(r.c.ops), queueOps)
 	}
 	// The read mode decides the path of the reader's batches.
 	if r.c.fr != nil {
@@ -875,4 +923,243 @@ func fileBarrier(dir, tag string, rank, n int, timeout time.Duration) error {
 		}
 	}
 	return nil
+}
+
+// openSingle opens a one-rank store (every shard mapped, no fabric) with
+// telemetry in a temporary directory.
+func openSingle(t *testing.T, tag string) *Store {
+	t.Helper()
+	o := DefaultOptions()
+	o.TelemetryDir = t.TempDir()
+	o.Bootstrap.Method = "single"
+	job := testJob(tag)
+	o.Bootstrap.Env = bootstrap.Env{Rank: 0, World: 1, LocalWorld: 1, Launcher: "none", Job: job}
+	s, err := Open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		s.Close()
+		checkNoShardFiles(t, job)
+	})
+	return s
+}
+
+// telemetryVar is the snapshot of variable name in s's segment.
+func telemetryVar(t *testing.T, s *Store, name string) *telemetry.VarSnapshot {
+	t.Helper()
+	if s.Telemetry() == nil {
+		t.Fatal("telemetry is off")
+	}
+	seg, err := telemetry.Open(s.Telemetry().Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seg.Close()
+	snap, err := seg.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := snap.Var(name)
+	if v == nil {
+		t.Fatalf("telemetry: no variable %q", name)
+	}
+	return v
+}
+
+// TestConcurrentStoreTelemetry: goroutines sharing the Store path (stripe
+// 0) on an all-mapped variable, where no call takes the variable's lock,
+// with good calls, early errors and empty Gets: telemetry totals are exact.
+func TestConcurrentStoreTelemetry(t *testing.T) {
+	s := openSingle(t, "conctel")
+	spec := varSpec{name: "ct", dt: Int32, rowBytes: 24, base: 500, emptyMember: -1}
+	if err := addPattern(s, spec); err != nil {
+		t.Fatal(err)
+	}
+	const workers, iters = 8, 300
+	var want telemetry.Counters
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for gi := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewSource(int64(gi) + 7))
+			var mine telemetry.Counters
+			dst := make([]byte, 64*spec.rowBytes)
+			for i := range iters {
+				n := 1 + rng.Int63n(64)
+				idx := make([]int64, n)
+				for k := range idx {
+					idx[k] = rng.Int63n(spec.base)
+				}
+				poison(dst)
+				mine.Calls++
+				mine.Rows += n
+				switch i % 10 {
+				case 7: // early error: bad index
+					idx[n-1] = spec.base
+					mine.Errors++
+					if err := s.GetBatch(spec.name, idx, dst); !errors.Is(err, ErrIndex) {
+						errs <- fmt.Errorf("bad index: %v", err)
+						return
+					}
+				case 8: // early error: short buffer
+					mine.Errors++
+					if err := s.GetBatch(spec.name, idx, dst[:n*spec.rowBytes-1]); !errors.Is(err, ErrShortBuffer) {
+						errs <- fmt.Errorf("short buffer: %v", err)
+						return
+					}
+				case 9: // empty Get
+					mine.Rows -= n
+					if err := s.Get(spec.name, idx[0], 0, dst); err != nil {
+						errs <- fmt.Errorf("empty Get: %v", err)
+						return
+					}
+				default:
+					mine.LocalRows += n
+					if err := s.GetBatch(spec.name, idx, dst); err != nil {
+						errs <- err
+						return
+					}
+					if err := checkRowsPoisoned(dst, spec.rowBytes, spec.salt(0), idx); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}
+			mu.Lock()
+			want.Calls += mine.Calls
+			want.Rows += mine.Rows
+			want.LocalRows += mine.LocalRows
+			want.Errors += mine.Errors
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	v := telemetryVar(t, s, spec.name)
+	c := v.Readers[0]
+	if c.Calls != want.Calls || c.Rows != want.Rows || c.Bytes != want.Rows*spec.rowBytes ||
+		c.LocalRows != want.LocalRows || c.RemoteRows != 0 || c.Errors != want.Errors {
+		t.Fatalf("stripe 0: calls %d rows %d bytes %d local %d remote %d errors %d; want calls %d rows %d bytes %d local %d errors %d",
+			c.Calls, c.Rows, c.Bytes, c.LocalRows, c.RemoteRows, c.Errors,
+			want.Calls, want.Rows, want.Rows*spec.rowBytes, want.LocalRows, want.Errors)
+	}
+	if got := int64(c.CallHist.Count()); got != want.Calls {
+		t.Fatalf("stripe 0 call histogram holds %d calls, want %d", got, want.Calls)
+	}
+	if want.Calls != workers*iters {
+		t.Fatalf("test counted %d calls", want.Calls)
+	}
+}
+
+// TestConcurrentManyReadersTelemetry: 70 Readers open at once, each in its
+// own goroutine: the first maxTelReaders-2 own a stripe each, the rest
+// share the last (atomic) stripe; no two live Readers share an owned
+// stripe, totals are exact, and a closed Reader's stripe is reused.
+func TestConcurrentManyReadersTelemetry(t *testing.T) {
+	s := openSingle(t, "manyrd")
+	spec := varSpec{name: "mr", dt: Float32, rowBytes: 16, base: 300, emptyMember: -1}
+	if err := addPattern(s, spec); err != nil {
+		t.Fatal(err)
+	}
+	const nReaders, calls = 70, 5
+	readers := make([]*Reader, nReaders)
+	owned := map[int]int{}
+	for i := range readers {
+		r, err := s.NewReader()
+		if err != nil {
+			t.Fatal(err)
+		}
+		readers[i] = r
+		id := r.ID()
+		switch {
+		case i < maxTelReaders-2:
+			if id < 1 || id > maxTelReaders-2 {
+				t.Fatalf("reader %d: id %d outside [1,%d]", i, id, maxTelReaders-2)
+			}
+			if j, dup := owned[id]; dup {
+				t.Fatalf("readers %d and %d both own stripe %d", j, i, id)
+			}
+			owned[id] = i
+		default:
+			if id != maxTelReaders-1 {
+				t.Fatalf("reader %d (past the owned stripes): id %d, want %d", i, id, maxTelReaders-1)
+			}
+		}
+	}
+	wantRows := make([]int64, maxTelReaders)
+	wantCalls := make([]int64, maxTelReaders)
+	for i, r := range readers {
+		for k := range calls {
+			n := int64(1 + (i+k)%9)
+			wantRows[r.ID()] += n
+			wantCalls[r.ID()]++
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, nReaders)
+	for i, r := range readers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			dst := make([]byte, 9*spec.rowBytes)
+			for k := range calls {
+				n := int64(1 + (i+k)%9)
+				idx := make([]int64, n)
+				for j := range idx {
+					idx[j] = (int64(i*31+k*7+j) * 13) % spec.base
+				}
+				poison(dst)
+				if err := r.GetBatch(spec.name, idx, dst); err != nil {
+					errs <- err
+					return
+				}
+				if err := checkRowsPoisoned(dst, spec.rowBytes, spec.salt(0), idx); err != nil {
+					errs <- fmt.Errorf("reader %d: %w", i, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	v := telemetryVar(t, s, spec.name)
+	for id := range maxTelReaders {
+		var c telemetry.Counters
+		if id < len(v.Readers) {
+			c = v.Readers[id]
+		}
+		if c.Calls != wantCalls[id] || c.Rows != wantRows[id] || c.LocalRows != wantRows[id] || c.Bytes != wantRows[id]*spec.rowBytes {
+			t.Errorf("stripe %d: calls %d rows %d local %d bytes %d; want calls %d rows %d",
+				id, c.Calls, c.Rows, c.LocalRows, c.Bytes, wantCalls[id], wantRows[id])
+		}
+	}
+	if wantCalls[maxTelReaders-1] != (nReaders-(maxTelReaders-2))*calls {
+		t.Fatalf("shared stripe expected %d calls", wantCalls[maxTelReaders-1])
+	}
+	// Closing an owner frees its stripe for the next Reader.
+	freed := readers[5].ID()
+	if err := readers[5].Close(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.NewReader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.ID() != freed {
+		t.Fatalf("new reader got stripe %d, want the freed %d", r.ID(), freed)
+	}
+	r.Close()
+	for _, r := range readers {
+		r.Close()
+	}
 }

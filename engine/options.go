@@ -25,8 +25,9 @@ const (
 const (
 	// ReadModeAuto gathers on software-RMA providers (tcp, sockets, udp,
 	// net: fabric.Info.SoftwareRMA), where every one-sided read is served by
-	// the target's CPU anyway, and uses one-sided reads elsewhere (cxi,
-	// verbs, shm).
+	// the target's CPU anyway, for batches of at least gatherMinOps reads of
+	// at most 64 KiB each (rows, or contiguous runs of a Get; larger rows are
+	// faster one-sided), and uses one-sided reads elsewhere (cxi, verbs, shm).
 	ReadModeAuto = "auto"
 	// ReadModeRMA always uses one-sided reads (fi_read, Window in flight).
 	ReadModeRMA = "rma"

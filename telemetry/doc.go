@@ -8,7 +8,8 @@
 //     allocate and share no lock with readers. Record updates a
 //     cache-line padded stripe per (variable, reader) that has a single
 //     writer at a time (plain stores, no atomic read-modify-write; the
-//     last stripe, shared by out-of-range reader ids, uses atomic adds)
+//     last stripe, shared by out-of-range reader ids, and calls marked
+//     Call.Concurrent use atomic adds)
 //     and one seqlock-guarded slot in a lossy ring of recent calls (two
 //     atomic operations: claim a position, lock its slot).
 //   - the reader (ddtop side): Discover lists segments with liveness

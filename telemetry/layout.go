@@ -53,8 +53,8 @@ package telemetry
 //
 // Counter stripe (768 B = 12 cache lines), one per (variable, reader).
 // One writer at a time per stripe (load + store), except the last stripe
-// of each variable (reader MaxReaders-1, also ids >= MaxReaders): atomic
-// adds. Either way calls is written last and read first.
+// of each variable (reader MaxReaders-1, also ids >= MaxReaders) and calls
+// marked Call.Concurrent: atomic adds. Either way calls is written last and read first.
 //
 //  | 0 calls | 8 rows | 16 bytes | 24 localRows | 32 remoteRows
 //  | 40 errors | 48..103 phaseNs[7] | 104..127 pad

@@ -557,3 +557,58 @@ func TestRecordTime(t *testing.T) {
 		t.Fatalf("EndNano a second ago: record time %d, want about %d", rec.TimeNs, want)
 	}
 }
+
+// TestConcurrentCalls: several goroutines recording Concurrent calls on
+// one owned (var, reader) pair, as the store's shared path does, give
+// exact totals; the Concurrent path does not allocate either.
+func TestConcurrentCalls(t *testing.T) {
+	const workers, perWorker = 6, 20000
+	w := newTestWriter(t, WriterOptions{MaxVars: 1, MaxReaders: 4, RingSize: 256})
+	id, _ := w.AddVar("x", "uint8", 3, 100, 100)
+	s := openTest(t, w.Path())
+	var want Counters
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for g := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var local Counters
+			var c Call
+			for i := range perWorker {
+				patternCall(&c, int32(id), 0, 1+int64(i*7+g)%23, 3)
+				c.Concurrent = true
+				w.Record(&c)
+				addCall(&local, &c)
+				if i%128 == 0 {
+					runtime.Gosched()
+				}
+			}
+			mu.Lock()
+			want = want.Add(local)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	snap, err := s.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := snap.Vars[0].Readers[0]; got != want {
+		t.Fatalf("stripe 0 lost counts:\n got %+v\nwant %+v", got, want)
+	}
+	if want.Calls != workers*perWorker {
+		t.Fatalf("want.Calls %d", want.Calls)
+	}
+	for r := 1; r < len(snap.Vars[0].Readers); r++ {
+		if c := snap.Vars[0].Readers[r]; c.Calls != 0 {
+			t.Fatalf("stripe %d got calls %d", r, c.Calls)
+		}
+	}
+	var c Call
+	patternCall(&c, int32(id), 1, 5, 3)
+	c.Concurrent = true
+	if n := testing.AllocsPerRun(1000, func() { w.Record(&c) }); n != 0 {
+		t.Fatalf("Concurrent Record allocates %v per call", n)
+	}
+}

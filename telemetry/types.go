@@ -32,13 +32,19 @@ const StaleAfter = 5 * time.Second
 // All durations are nanoseconds.
 type Call struct {
 	Var                   int32 // variable id returned by AddVar
-	Reader                int32 // reader id: 0 = the store's shared reader, 1.. = Reader objects; one goroutine at a time per (Var, Reader), see Writer.Record
+	Reader                int32 // reader id: 0 = the store's shared reader, 1.. = Reader objects; one goroutine at a time per (Var, Reader) unless Concurrent, see Writer.Record
 	Rows, Bytes           int64
 	LocalRows, RemoteRows int64
 	Targets               uint64           // bitmask of target ranks (bit rank%64)
 	Phases                [NumPhases]int64 // ns spent per phase
 	Err                   bool             // the call returned an error
 	EndNano               int64            // Nanotime() at the call's end; 0 = Record reads the clock
+	// Concurrent: other goroutines may record the same (Var, Reader) at
+	// once: counters are updated with atomic adds (slower) instead of
+	// single-writer stores. The engine sets it on the store's shared path
+	// (reader 0) and on the overflow reader stripe. Every writer of a pair
+	// that any writer records Concurrent must set it too.
+	Concurrent bool
 }
 
 // Total is the call's total time in ns (the sum of its phases).

@@ -355,15 +355,17 @@ func clampNs(v int64) uint64 {
 // ignores the call.
 //
 // Single-writer rule: at most one goroutine at a time may record for a
-// given (c.Var, c.Reader) pair (a Reader belongs to one goroutine; the
-// store's shared reader records under the variable's lock). Handing a
-// pair from one goroutine to another needs the usual synchronization
-// (mutex, channel). Such an owned stripe is updated with plain loads and
-// stores, no atomic read-modify-write, so two unsynchronized writers of
-// one pair would lose counts. The exception is the last stripe, reader id
-// MaxReaders-1, which also counts every reader id >= MaxReaders: any
-// number of goroutines may record there at once; it is updated with
-// atomic adds (slower). Different pairs may always record concurrently.
+// given (c.Var, c.Reader) pair (a Reader belongs to one goroutine), unless
+// c.Concurrent is set. Handing a pair from one goroutine to another needs
+// the usual synchronization (mutex, channel). Such an owned stripe is
+// updated with plain loads and stores, no atomic read-modify-write, so two
+// unsynchronized writers of one pair would lose counts. Calls with
+// c.Concurrent set (the store's shared path, which several goroutines use
+// at once) and calls on the last stripe, reader id MaxReaders-1, which
+// also counts every reader id >= MaxReaders, are updated with atomic adds
+// (slower): any number of goroutines may record them at once. A pair must
+// not mix the two: if any writer of it records Concurrent, all must (the
+// last stripe always is). Different pairs may always record concurrently.
 //
 // Cost: two atomic read-modify-writes (claiming a ring position and
 // locking its slot) and plain stores; one clock read if c.EndNano is 0.
@@ -381,7 +383,7 @@ func (w *Writer) Record(c *Call) {
 		m.add(hBadReaderCalls, 1)
 		r = g.maxReaders - 1
 	}
-	shared := r == g.maxReaders-1
+	shared := c.Concurrent || r == g.maxReaders-1
 	s := g.stripe(v, r)
 	rows := clampNs(c.Rows)
 	var total uint64
