@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -26,12 +27,14 @@ import (
 var ErrConfig = errors.New("ddstore: invalid config")
 
 // MachineConfig describes the machine a file is written for. Informational:
-// examples and job scripts read it, the engine does not.
+// examples and job scripts read it, the engine does not. GPU in particular is
+// validated and reported only: the engine has no GPU path yet, so the
+// gpu_sync phase is always 0.
 type MachineConfig struct {
 	Name         string // "local", "frontier", "perlmutter"
 	RanksPerNode int    // ranks per node the file is tuned for; 0 = any
 	CoresPerRank int    // CPU cores per rank; 0 = unknown
-	GPU          string // none | rocm | cuda
+	GPU          string // none | rocm | cuda; informational (no GPU path yet)
 }
 
 // FabricConfig is the fabric section.
@@ -57,9 +60,14 @@ type ReadsConfig struct {
 	FastCollate   bool   // DDSTORE_FAST_COLLATE
 }
 
-// ExchangeConfig is the collective exchange section.
+// ExchangeConfig is the exchange section.
 type ExchangeConfig struct {
-	AlltoallMaxBytes int64 // DDSTORE_ALLTOALL_MAX_BYTES, default 2 MiB
+	// AlltoallMaxBytes (DDSTORE_ALLTOALL_MAX_BYTES, the seed's name; default
+	// 2 MiB, in [4 KiB, 64 MiB]) caps the row bytes of one gather round: one
+	// request and one reply per peer of the gather read path. StoreOptions
+	// passes it as Fabric.GatherMaxBytes. There is no collective (all-to-all)
+	// read method; this is the same idea of exchange rounds of a few MiB.
+	AlltoallMaxBytes int64
 }
 
 // TelemetryConfig is the telemetry section.
@@ -339,7 +347,8 @@ func parseValue(kind keyKind, raw any) (any, error) {
 }
 
 // parseBytes accepts a byte count with an optional KiB/MiB/GiB (or K/M/G)
-// suffix.
+// suffix. A count that does not fit in an int64 is an error (LoadConfig
+// adds the key and the source).
 func parseBytes(s string) (int64, error) {
 	mult := int64(1)
 	num := s
@@ -354,7 +363,13 @@ func parseBytes(s string) (int64, error) {
 	}
 	n, err := strconv.ParseInt(num, 10, 64)
 	if err != nil || n < 0 {
+		if errors.Is(err, strconv.ErrRange) {
+			return 0, fmt.Errorf("%q overflows a 64-bit byte count", s)
+		}
 		return 0, fmt.Errorf("%q is not a byte count (e.g. 2097152 or 2MiB)", s)
+	}
+	if n > math.MaxInt64/mult {
+		return 0, fmt.Errorf("%q overflows a 64-bit byte count", s)
 	}
 	return n * mult, nil
 }
@@ -396,8 +411,9 @@ func (c Config) Validate() error {
 		return bad("store.width", "%d < 0", c.Store.Width)
 	case c.Store.Timeout <= 0:
 		return bad("store.timeout", "%v must be > 0", c.Store.Timeout)
-	case c.Exchange.AlltoallMaxBytes < 4096:
-		return bad("exchange.alltoall_max_bytes", "%d < 4096", c.Exchange.AlltoallMaxBytes)
+	case c.Exchange.AlltoallMaxBytes < 4096 || c.Exchange.AlltoallMaxBytes > maxGatherRoundBytes:
+		return bad("exchange.alltoall_max_bytes", "%d outside [4096, %d] (the gather round cap, fabric.Options.GatherMaxBytes)",
+			c.Exchange.AlltoallMaxBytes, maxGatherRoundBytes)
 	case c.Telemetry.Enabled && c.Telemetry.Dir == "":
 		return bad("telemetry.dir", "empty while telemetry.enabled")
 	case c.Bootstrap.Timeout <= 0:
@@ -412,14 +428,19 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// maxGatherRoundBytes is the largest fabric.Options.GatherMaxBytes (the most
+// a gather target serves in one reply).
+const maxGatherRoundBytes = 64 << 20
+
 // StoreOptions maps the configuration onto engine Options, starting from
-// DefaultOptions.
+// DefaultOptions. exchange.alltoall_max_bytes becomes Fabric.GatherMaxBytes.
 func (c Config) StoreOptions() Options {
 	o := DefaultOptions()
 	o.Fabric.Provider = c.Fabric.Provider
 	o.Fabric.Domain = fabricDomain(c.Fabric.Provider, c.Fabric.Iface)
 	o.Fabric.Window = c.Fabric.Window
 	o.Fabric.Timeout = c.Fabric.Timeout
+	o.Fabric.GatherMaxBytes = int(c.Exchange.AlltoallMaxBytes)
 	o.NodeMode = c.Store.NodeMode
 	o.ReadMode = c.Reads.Mode
 	o.Width = c.Store.Width

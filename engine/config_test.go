@@ -44,7 +44,8 @@ func TestLoadConfigDefault(t *testing.T) {
 	}
 	o := c.StoreOptions()
 	if o.Fabric.Provider != c.Fabric.Provider || o.Fabric.Domain != "lo" || o.Fabric.Window != 128 ||
-		o.NodeMode != "auto" || o.Telemetry != true || o.TelemetryDir != "/dev/shm" || o.Bootstrap.Method != "auto" || o.ReadMode != ReadModeAuto {
+		o.NodeMode != "auto" || o.Telemetry != true || o.TelemetryDir != "/dev/shm" || o.Bootstrap.Method != "auto" || o.ReadMode != ReadModeAuto ||
+		o.Fabric.GatherMaxBytes != 2<<20 {
 		t.Fatalf("StoreOptions mapping wrong: %+v", o)
 	}
 	if err := o.Validate(); err != nil {
@@ -161,6 +162,10 @@ func TestLoadConfigErrorsNameKeyAndSource(t *testing.T) {
 		{"bad bool env", "", [2]string{"DDSTORE_BATCH_GET", "yes please"}, []string{"reads.batch_get", "env DDSTORE_BATCH_GET", "yes please"}},
 		{"bad int env", "", [2]string{"DDSTORE_FABRIC_WINDOW", "many"}, []string{"fabric.window", "env DDSTORE_FABRIC_WINDOW"}},
 		{"bad bytes env", "", [2]string{"DDSTORE_ALLTOALL_MAX_BYTES", "2 parsecs"}, []string{"exchange.alltoall_max_bytes", "env DDSTORE_ALLTOALL_MAX_BYTES"}},
+		{"bytes overflow env", "", [2]string{"DDSTORE_ALLTOALL_MAX_BYTES", "9000000000000GiB"}, []string{"exchange.alltoall_max_bytes", "env DDSTORE_ALLTOALL_MAX_BYTES", "overflows"}},
+		{"bytes overflow digits", "", [2]string{"DDSTORE_ALLTOALL_MAX_BYTES", "99999999999999999999"}, []string{"exchange.alltoall_max_bytes", "env DDSTORE_ALLTOALL_MAX_BYTES", "overflows"}},
+		{"bytes overflow file", write("o.yaml", "exchange:\n  alltoall_max_bytes: 8589934592GiB\n"), [2]string{}, []string{"exchange.alltoall_max_bytes", "o.yaml", "overflows"}},
+		{"gather round too big", write("g.yaml", "exchange:\n  alltoall_max_bytes: 65MiB\n"), [2]string{}, []string{"exchange.alltoall_max_bytes", "g.yaml", "GatherMaxBytes"}},
 		{"bad duration file", write("d.yaml", "fabric:\n  timeout: soon\n"), [2]string{}, []string{"fabric.timeout", "d.yaml"}},
 		{"bad bool file", write("b.yaml", "profile: maybe\n"), [2]string{}, []string{"profile", "b.yaml"}},
 		{"unknown key", write("u.yaml", "fabric:\n  windwo: 3\n"), [2]string{}, []string{"fabric.windwo", "u.yaml"}},
@@ -215,6 +220,44 @@ func TestConfigFilesDocumentEveryKey(t *testing.T) {
 		clearConfigEnv(t)
 		if _, err := LoadConfig(strings.TrimSuffix(e.Name(), ".yaml")); err != nil {
 			t.Errorf("%s: %v", e.Name(), err)
+		}
+	}
+}
+
+// exchange.alltoall_max_bytes caps the gather rounds: StoreOptions carries
+// it as Fabric.GatherMaxBytes, from the file and from the environment.
+func TestConfigAlltoallMaxBytesIsGatherRoundCap(t *testing.T) {
+	clearConfigEnv(t)
+	p := filepath.Join(t.TempDir(), "x.yaml")
+	if err := os.WriteFile(p, []byte("exchange:\n  alltoall_max_bytes: 8MiB\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := LoadConfig(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := c.StoreOptions(); o.Fabric.GatherMaxBytes != 8<<20 {
+		t.Fatalf("file 8MiB: Fabric.GatherMaxBytes %d, want %d", o.Fabric.GatherMaxBytes, 8<<20)
+	} else if err := o.Validate(); err != nil {
+		t.Fatalf("StoreOptions with 8 MiB rounds do not validate: %v", err)
+	}
+	t.Setenv("DDSTORE_ALLTOALL_MAX_BYTES", "65536")
+	if c, err = LoadConfig(p); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.StoreOptions().Fabric.GatherMaxBytes; got != 65536 || !strings.Contains(c.Source, "DDSTORE_ALLTOALL_MAX_BYTES") {
+		t.Fatalf("env 65536: Fabric.GatherMaxBytes %d (source %q), want 65536", got, c.Source)
+	}
+	for _, s := range []string{"64MiB", "4096", "1K", "3G"} {
+		n, err := parseBytes(s)
+		want := map[string]int64{"64MiB": 64 << 20, "4096": 4096, "1K": 1 << 10, "3G": 3 << 30}[s]
+		if err != nil || n != want {
+			t.Errorf("parseBytes(%q) = %d, %v; want %d", s, n, err, want)
+		}
+	}
+	for _, s := range []string{"8589934592GiB", "9223372036854775807K", "9223372036854775808", "-1", "1.5MiB"} {
+		if n, err := parseBytes(s); err == nil {
+			t.Errorf("parseBytes(%q) = %d, want an error", s, n)
 		}
 	}
 }

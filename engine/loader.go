@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -95,11 +96,23 @@ func (o *LoaderOptions) Validate() error {
 	return nil
 }
 
-// rowReader is what the loader reads through: the Store's default path or
-// a Reader.
+// rowReader is what the loader reads through: the Store's default path
+// (sharedPath) or a Reader. Variables are resolved to *Var once, in
+// NewLoader, so a batch read does no name lookup.
 type rowReader interface {
-	Get(name string, start, count int64, dst []byte) error
-	GetBatch(name string, idx []int64, dst []byte) error
+	GetVar(v *Var, start, count int64, dst []byte) error
+	GetBatchVar(v *Var, idx []int64, dst []byte) error
+}
+
+// sharedPath reads through the store's shared default path.
+type sharedPath struct{}
+
+func (sharedPath) GetVar(v *Var, start, count int64, dst []byte) error {
+	return v.Get(start, count, dst)
+}
+
+func (sharedPath) GetBatchVar(v *Var, idx []int64, dst []byte) error {
+	return v.GetBatch(idx, dst)
 }
 
 // Loader serves batches of one or more variables to a training loop. Use
@@ -107,7 +120,8 @@ type rowReader interface {
 type Loader struct {
 	s        *Store
 	o        LoaderOptions
-	rows     int64 // global rows of every variable
+	rows     int64  // global rows of every variable
+	vars     []*Var // o.Vars resolved; a Free'd variable makes its reads fail
 	rowBytes []int
 	replicas int
 	rank     int
@@ -130,12 +144,14 @@ func (s *Store) NewLoader(o LoaderOptions) (*Loader, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	l := &Loader{s: s, o: o, direct: s, rowBytes: make([]int, len(o.Vars))}
+	l := &Loader{s: s, o: o, direct: sharedPath{}, rowBytes: make([]int, len(o.Vars)), vars: make([]*Var, len(o.Vars))}
 	for i, name := range o.Vars {
-		info, err := s.Query(name)
+		v, err := s.Var(name)
 		if err != nil {
 			return nil, fmt.Errorf("%w: variable %q: %w", ErrLoader, name, err)
 		}
+		l.vars[i] = v
+		info := v.Info()
 		if i == 0 {
 			l.rows = info.GlobalRows
 		} else if info.GlobalRows != l.rows {
@@ -155,7 +171,7 @@ func (s *Store) NewLoader(o LoaderOptions) (*Loader, error) {
 		l.readers = make([]rowReader, o.Workers)
 		for w := range l.readers {
 			if !o.ThreadReaders {
-				l.readers[w] = s
+				l.readers[w] = sharedPath{}
 				continue
 			}
 			r, err := s.NewReader()
@@ -182,7 +198,7 @@ func (l *Loader) Rows() int64 { return l.rows }
 
 // Len returns the number of rows this rank gets per epoch.
 func (l *Loader) Len() int {
-	n, _ := samplerCounts(l.rows, l.replicas, l.o.DropLast)
+	n, _ := samplerCounts(l.rows, int64(l.replicas), l.o.DropLast)
 	return int(n)
 }
 
@@ -226,8 +242,7 @@ func (l *Loader) Close() error {
 }
 
 // samplerCounts returns the rows per rank and the padded/truncated total.
-func samplerCounts(n int64, replicas int, dropLast bool) (perRank, total int64) {
-	r := int64(replicas)
+func samplerCounts(n, r int64, dropLast bool) (perRank, total int64) {
 	if dropLast {
 		perRank = n / r
 	} else {
@@ -241,8 +256,21 @@ func samplerCounts(n int64, replicas int, dropLast bool) (perRank, total int64) 
 // Fisher–Yates shuffle seeded with seed+epoch (identity when !shuffle); it
 // is truncated (dropLast) or padded by wrapping to a multiple of replicas,
 // and rank takes every replicas-th entry starting at rank.
-func SamplerIndices(n int64, replicas, rank int, seed int64, epoch int, shuffle, dropLast bool) []int64 {
-	perRank, total := samplerCounts(n, replicas, dropLast)
+//
+// It returns an error wrapping ErrLoader when n < 0, replicas <= 0 or rank
+// is outside [0, replicas). n == 0 gives an empty slice.
+func SamplerIndices(n int64, replicas, rank int, seed int64, epoch int, shuffle, dropLast bool) ([]int64, error) {
+	switch {
+	case n < 0:
+		return nil, fmt.Errorf("%w: SamplerIndices: %d rows is negative", ErrLoader, n)
+	case replicas <= 0:
+		return nil, fmt.Errorf("%w: SamplerIndices: replicas %d must be > 0", ErrLoader, replicas)
+	case rank < 0 || rank >= replicas:
+		return nil, fmt.Errorf("%w: SamplerIndices: rank %d outside [0, replicas %d)", ErrLoader, rank, replicas)
+	case !dropLast && n > math.MaxInt64-int64(replicas):
+		return nil, fmt.Errorf("%w: SamplerIndices: %d rows overflow padding to %d replicas", ErrLoader, n, replicas)
+	}
+	perRank, total := samplerCounts(n, int64(replicas), dropLast)
 	perm := make([]int64, n, max(n, total))
 	for i := range perm {
 		perm[i] = int64(i)
@@ -262,7 +290,7 @@ func SamplerIndices(n int64, replicas, rank int, seed int64, epoch int, shuffle,
 	for i := int64(rank); i < total; i += int64(replicas) {
 		mine = append(mine, perm[i])
 	}
-	return mine
+	return mine, nil
 }
 
 // Batch is one batch: the global rows and, per variable, their data as
@@ -307,20 +335,21 @@ func (l *Loader) getBatch() *Batch {
 func (l *Loader) fill(r rowReader, b *Batch, idx []int64) error {
 	b.Indices = append(b.Indices[:0], idx...)
 	for v, name := range l.o.Vars {
+		vr := l.vars[v]
 		rb := l.rowBytes[v]
 		dst := b.bufs[v][:len(idx)*rb]
 		var err error
 		switch {
 		case l.o.BatchGet && l.o.FastCollate:
-			err = r.GetBatch(name, b.Indices, dst)
+			err = r.GetBatchVar(vr, b.Indices, dst)
 		case l.o.BatchGet:
 			tmp := make([]byte, len(dst)) // a fresh buffer per call, then collate
-			if err = r.GetBatch(name, b.Indices, tmp); err == nil {
+			if err = r.GetBatchVar(vr, b.Indices, tmp); err == nil {
 				copy(dst, tmp)
 			}
 		case l.o.FastCollate:
 			for i, g := range idx {
-				if err = r.Get(name, g, 1, dst[i*rb:(i+1)*rb]); err != nil {
+				if err = r.GetVar(vr, g, 1, dst[i*rb:(i+1)*rb]); err != nil {
 					err = fmt.Errorf("row %d: %w", g, err)
 					break
 				}
@@ -329,7 +358,7 @@ func (l *Loader) fill(r rowReader, b *Batch, idx []int64) error {
 			samples := make([][]byte, len(idx)) // one buffer per sample, then collate
 			for i, g := range idx {
 				samples[i] = make([]byte, rb)
-				if err = r.Get(name, g, 1, samples[i]); err != nil {
+				if err = r.GetVar(vr, g, 1, samples[i]); err != nil {
 					err = fmt.Errorf("row %d: %w", g, err)
 					break
 				}
@@ -361,8 +390,9 @@ type result struct {
 	err error
 }
 
-// Epoch iterates over one epoch's batches in order. It is not safe for
-// concurrent use: one consumer goroutine calls Next and Close.
+// Epoch iterates over one epoch's batches in order. One consumer goroutine
+// calls Next; Close (directly, through Loader.Close or by starting the next
+// Epoch) may come from any goroutine and wakes a blocked Next.
 type Epoch struct {
 	l       *Loader
 	epoch   int
@@ -370,17 +400,18 @@ type Epoch struct {
 	n       int // batches
 
 	// workers
-	k      int
-	slots  []chan result
-	tokens chan struct{}
-	next   atomic.Int64
-	stop   chan struct{}
-	wg     sync.WaitGroup
-	timer  *time.Timer
+	k        int
+	slots    []chan result
+	tokens   chan struct{}
+	next     atomic.Int64
+	stop     chan struct{} // closed once (stopOnce) by Close or a failing Next
+	stopOnce sync.Once
+	wg       sync.WaitGroup
+	timer    *time.Timer
 
 	cur        int
 	err        error
-	closed     bool
+	closed     atomic.Bool // set by Close, Loader.Close or the next Epoch (any goroutine)
 	lastReturn time.Time
 	stats      EpochStats
 }
@@ -399,8 +430,11 @@ func (l *Loader) Epoch(e int) (*Epoch, error) {
 	if prev != nil {
 		prev.Close()
 	}
-	ep := &Epoch{l: l, epoch: e,
-		indices: SamplerIndices(l.rows, l.replicas, l.rank, l.o.Seed, e, l.o.Shuffle, l.o.DropLast)}
+	idx, err := SamplerIndices(l.rows, l.replicas, l.rank, l.o.Seed, e, l.o.Shuffle, l.o.DropLast)
+	if err != nil {
+		return nil, fmt.Errorf("epoch %d: %w", e, err)
+	}
+	ep := &Epoch{l: l, epoch: e, indices: idx}
 	ep.n = numBatches(len(ep.indices), l.o.BatchSize, l.o.DropLast)
 	if l.o.Workers > 0 {
 		ep.k = l.o.Prefetch
@@ -421,8 +455,17 @@ func (l *Loader) Epoch(e int) (*Epoch, error) {
 		}
 	}
 	l.mu.Lock()
+	if l.closed { // closed while this epoch started: stop it again
+		l.mu.Unlock()
+		ep.Close()
+		return nil, fmt.Errorf("%w: loader closed while starting epoch %d: %w", ErrLoader, e, ErrClosed)
+	}
+	prev = l.cur // another goroutine's Epoch call raced this one
 	l.cur = ep
 	l.mu.Unlock()
+	if prev != nil {
+		prev.Close()
+	}
 	return ep, nil
 }
 
@@ -483,8 +526,8 @@ func (e *Epoch) Next() (*Batch, error) {
 	if e.err != nil {
 		return nil, e.err
 	}
-	if e.closed {
-		return nil, fmt.Errorf("%w: epoch %d closed: %w", ErrLoader, e.epoch, ErrClosed)
+	if e.closed.Load() {
+		return nil, e.errClosed()
 	}
 	if e.cur >= e.n {
 		return nil, io.EOF
@@ -511,6 +554,9 @@ func (e *Epoch) Next() (*Batch, error) {
 			select {
 			case r = <-slot:
 				e.timer.Stop()
+			case <-e.stop: // Close (Loader.Close, the next Epoch) from another goroutine
+				e.timer.Stop()
+				return nil, e.errClosed()
 			case <-e.timer.C:
 				e.err = fmt.Errorf("%w: epoch %d batch %d not read within %v: %w",
 					ErrLoader, e.epoch, e.cur, e.l.o.Timeout, ErrTimeout)
@@ -544,17 +590,17 @@ func (e *Epoch) Next() (*Batch, error) {
 	return b, nil
 }
 
+func (e *Epoch) errClosed() error {
+	return fmt.Errorf("%w: epoch %d closed (loader %v): %w", ErrLoader, e.epoch, e.l.o.Vars, ErrClosed)
+}
+
 // shutdown stops the workers, waits for them and recycles parked batches.
+// It may run concurrently from Close (any goroutine) and from Next.
 func (e *Epoch) shutdown() {
 	if e.stop == nil {
 		return
 	}
-	select {
-	case <-e.stop:
-		return
-	default:
-	}
-	close(e.stop)
+	e.stopOnce.Do(func() { close(e.stop) })
 	// Workers never block on a slot (see work), so they all return after at
 	// most their current read.
 	e.wg.Wait()
@@ -568,12 +614,13 @@ func (e *Epoch) shutdown() {
 }
 
 // Close stops the epoch's workers and waits for them (each finishes at most
-// its current batch read, which is bounded by the fabric timeout).
+// its current batch read, which is bounded by the fabric timeout). It may be
+// called from another goroutine than the consumer's: a Next blocked waiting
+// for a batch then returns an error wrapping ErrClosed at once.
 func (e *Epoch) Close() {
-	if e.closed {
+	if !e.closed.CompareAndSwap(false, true) {
 		return
 	}
-	e.closed = true
 	e.shutdown()
 	e.l.mu.Lock()
 	if e.l.cur == e {

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,7 +28,7 @@ func TestSamplerDisjointEqualCounts(t *testing.T) {
 					name := fmt.Sprintf("n%d/r%d/shuffle=%v/drop=%v", n, replicas, shuffle, dropLast)
 					per := make([][]int64, replicas)
 					for r := range replicas {
-						per[r] = SamplerIndices(n, replicas, r, 11, 2, shuffle, dropLast)
+						per[r] = mustSampler(t, n, replicas, r, 11, 2, shuffle, dropLast)
 					}
 					want := (n + int64(replicas) - 1) / int64(replicas)
 					if dropLast {
@@ -75,15 +76,49 @@ func TestSamplerDisjointEqualCounts(t *testing.T) {
 			}
 		}
 	}
-	a := SamplerIndices(1000, 4, 1, 5, 0, true, false)
-	if !slices.Equal(a, SamplerIndices(1000, 4, 1, 5, 0, true, false)) {
+	a := mustSampler(t, 1000, 4, 1, 5, 0, true, false)
+	if !slices.Equal(a, mustSampler(t, 1000, 4, 1, 5, 0, true, false)) {
 		t.Fatal("same seed and epoch must give the same order")
 	}
-	if slices.Equal(a, SamplerIndices(1000, 4, 1, 5, 1, true, false)) {
+	if slices.Equal(a, mustSampler(t, 1000, 4, 1, 5, 1, true, false)) {
 		t.Fatal("epochs 0 and 1 gave the same order")
 	}
-	if slices.Equal(a, SamplerIndices(1000, 4, 1, 6, 0, true, false)) {
+	if slices.Equal(a, mustSampler(t, 1000, 4, 1, 6, 0, true, false)) {
 		t.Fatal("seeds 5 and 6 gave the same order")
+	}
+}
+
+func mustSampler(t *testing.T, n int64, replicas, rank int, seed int64, epoch int, shuffle, dropLast bool) []int64 {
+	t.Helper()
+	idx, err := SamplerIndices(n, replicas, rank, seed, epoch, shuffle, dropLast)
+	if err != nil {
+		t.Fatalf("SamplerIndices(%d, %d, %d): %v", n, replicas, rank, err)
+	}
+	return idx
+}
+
+// Invalid sampler arguments are errors naming the argument, never a panic.
+func TestSamplerIndicesInvalid(t *testing.T) {
+	for _, tc := range []struct {
+		n              int64
+		replicas, rank int
+		dropLast       bool
+		want           string
+	}{
+		{10, 0, 0, false, "replicas 0"},
+		{10, -3, 0, true, "replicas -3"},
+		{-1, 2, 0, false, "-1 rows"},
+		{10, 2, 2, false, "rank 2"},
+		{10, 2, -1, false, "rank -1"},
+		{math.MaxInt64, 4, 0, false, "overflow"},
+	} {
+		idx, err := SamplerIndices(tc.n, tc.replicas, tc.rank, 1, 0, true, tc.dropLast)
+		if !errors.Is(err, ErrLoader) || !strings.Contains(err.Error(), tc.want) || idx != nil {
+			t.Errorf("SamplerIndices(%d, %d, %d): %v, %v; want ErrLoader naming %q", tc.n, tc.replicas, tc.rank, idx, err, tc.want)
+		}
+	}
+	if idx, err := SamplerIndices(0, 3, 2, 1, 0, true, false); err != nil || len(idx) != 0 {
+		t.Fatalf("zero rows: %v, %v; want an empty slice", idx, err)
 	}
 }
 
@@ -201,18 +236,18 @@ type failAt struct {
 
 var errInjected = errors.New("injected read failure")
 
-func (f failAt) GetBatch(name string, idx []int64, dst []byte) error {
+func (f failAt) GetBatchVar(v *Var, idx []int64, dst []byte) error {
 	if slices.Contains(idx, f.row) {
 		return fmt.Errorf("row %d: %w", f.row, errInjected)
 	}
-	return f.rowReader.GetBatch(name, idx, dst)
+	return f.rowReader.GetBatchVar(v, idx, dst)
 }
 
-func (f failAt) Get(name string, start, count int64, dst []byte) error {
+func (f failAt) GetVar(v *Var, start, count int64, dst []byte) error {
 	if start <= f.row && f.row < start+count {
 		return fmt.Errorf("row %d: %w", f.row, errInjected)
 	}
-	return f.rowReader.Get(name, start, count, dst)
+	return f.rowReader.GetVar(v, start, count, dst)
 }
 
 // slowAt wraps a real reader and stalls reading one global row.
@@ -222,11 +257,20 @@ type slowAt struct {
 	delay time.Duration
 }
 
-func (f slowAt) GetBatch(name string, idx []int64, dst []byte) error {
+func (f slowAt) GetBatchVar(v *Var, idx []int64, dst []byte) error {
 	if slices.Contains(idx, f.row) {
 		time.Sleep(f.delay)
 	}
-	return f.rowReader.GetBatch(name, idx, dst)
+	return f.rowReader.GetBatchVar(v, idx, dst)
+}
+
+// sampler is SamplerIndices for arguments known to be valid.
+func sampler(n int64, replicas, rank int, seed int64, epoch int, shuffle, dropLast bool) []int64 {
+	idx, err := SamplerIndices(n, replicas, rank, seed, epoch, shuffle, dropLast)
+	if err != nil {
+		panic(err) // test helper: the arguments are constants of this file
+	}
+	return idx
 }
 
 func loaderRankMain() error {
@@ -305,7 +349,7 @@ func loaderRankMain() error {
 			if err != nil {
 				return err
 			}
-			want := SamplerIndices(global, loaderWorld, rank, 42, ep, true, v.dropLast)
+			want := sampler(global, loaderWorld, rank, 42, ep, true, v.dropLast)
 			if !slices.Equal(e.Indices(), want) {
 				return fmt.Errorf("variant %d epoch %d: sampler order differs from SamplerIndices", vi, ep)
 			}
@@ -455,7 +499,7 @@ func loaderRankMain() error {
 		if err != nil {
 			return err
 		}
-		bad := SamplerIndices(global, loaderWorld, rank, 1, 0, true, false)[batch*2+1]
+		bad := sampler(global, loaderWorld, rank, 1, 0, true, false)[batch*2+1]
 		if workers == 0 {
 			l.direct = failAt{l.direct, bad}
 		}
@@ -489,7 +533,7 @@ func loaderRankMain() error {
 	if err != nil {
 		return err
 	}
-	l.readers[0] = slowAt{l.readers[0], SamplerIndices(global, loaderWorld, rank, 1, 0, true, false)[batch], 600 * time.Millisecond}
+	l.readers[0] = slowAt{l.readers[0], sampler(global, loaderWorld, rank, 1, 0, true, false)[batch], 600 * time.Millisecond}
 	e, _ := l.Epoch(0)
 	if b, err := e.Next(); err != nil { // first batch under the default timeout (connection setup)
 		return err
@@ -504,5 +548,77 @@ func loaderRankMain() error {
 	if el := time.Since(t0); el < 90*time.Millisecond || el > 3*time.Second {
 		return fmt.Errorf("stalled batch: Next returned after %v, want about 100ms (+ the worker's 600ms stall)", el)
 	}
-	return l.Close()
+	if err := l.Close(); err != nil {
+		return err
+	}
+	return closeWakesNext(s, global, rank)
+}
+
+// closeWakesNext: a Next blocked on a stalled batch (default 2m Timeout)
+// returns ErrClosed promptly when another goroutine closes the loader, or
+// starts the next epoch, instead of waiting out the Timeout.
+func closeWakesNext(s *Store, global int64, rank int) error {
+	const batch, stall = 7, 1500 * time.Millisecond
+	for _, how := range []string{"Loader.Close", "next Epoch"} {
+		l, err := s.NewLoader(LoaderOptions{Vars: []string{"img"}, BatchSize: batch, Seed: 1, Shuffle: true,
+			Workers: 1, Prefetch: 2, BatchGet: true, FastCollate: true, ThreadReaders: true})
+		if err != nil {
+			return err
+		}
+		l.readers[0] = slowAt{l.readers[0], sampler(global, loaderWorld, rank, 1, 0, true, false)[batch], stall}
+		e, err := l.Epoch(0)
+		if err != nil {
+			return err
+		}
+		b, err := e.Next()
+		if err != nil {
+			return fmt.Errorf("%s: first batch: %w", how, err)
+		}
+		b.Release()
+		type res struct {
+			err error
+			at  time.Time
+		}
+		done := make(chan res, 1)
+		go func() {
+			_, err := e.Next() // blocks on the stalled batch 1
+			done <- res{err, time.Now()}
+		}()
+		time.Sleep(100 * time.Millisecond)
+		t0 := time.Now()
+		closeErr := make(chan error, 1)
+		go func() {
+			if how == "Loader.Close" {
+				closeErr <- l.Close()
+				return
+			}
+			e2, err := l.Epoch(1)
+			if err == nil {
+				e2.Close()
+			}
+			closeErr <- err
+		}()
+		var r res
+		select {
+		case r = <-done:
+		case <-time.After(10 * time.Second):
+			return fmt.Errorf("%s: Next still blocked 10s after the close", how)
+		}
+		if !errors.Is(r.err, ErrClosed) || !errors.Is(r.err, ErrLoader) || !strings.Contains(r.err.Error(), "epoch 0") {
+			return fmt.Errorf("%s: blocked Next returned %v, want ErrClosed naming epoch 0", how, r.err)
+		}
+		if el := r.at.Sub(t0); el > stall/2 {
+			return fmt.Errorf("%s: blocked Next returned %v after the close, want promptly (the stall is %v)", how, el, stall)
+		}
+		if err := <-closeErr; err != nil {
+			return fmt.Errorf("%s: %w", how, err)
+		}
+		if _, err := e.Next(); !errors.Is(err, ErrClosed) {
+			return fmt.Errorf("%s: Next after close: %v, want ErrClosed", how, err)
+		}
+		if err := l.Close(); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -303,6 +303,29 @@ func pattern(dst []byte, first int64, rb int) {
 	}
 }
 
+// checkEvery: every checkEvery-th read (single Get) or batch (GetBatch) of a
+// timed run is verified in full against the pattern, with its destination
+// poisoned before the read; the check and the poisoning are not timed.
+const checkEvery = 16
+
+// poison fills dst with a value the pattern never has in every word, so a
+// read that silently leaves dst untouched fails checkRow.
+func poison(dst []byte) {
+	for i := range dst {
+		dst[i] = 0xA5
+	}
+}
+
+// checkRows verifies rows idx, stored contiguously in dst (rb bytes each).
+func checkRows(dst []byte, idx []int64, rb int) error {
+	for k, g := range idx {
+		if err := checkRow(dst[k*rb:(k+1)*rb], g); err != nil {
+			return fmt.Errorf("row %d of %d in the read: %w", k, len(idx), err)
+		}
+	}
+	return nil
+}
+
 func checkRow(row []byte, g int64) error {
 	for w := 0; w+8 <= len(row); w += 8 {
 		if v := binary.LittleEndian.Uint64(row[w:]); v != uint64(g*1_000_003+int64(w)) {
@@ -351,21 +374,34 @@ func benchGet(st *engine.Store, path string, rb int, quick bool) ([]GetResult, e
 			runErr = st.Get(name, idx[i], 1, dst[:rb])
 		}
 		if runErr == nil {
-			t0 := time.Now()
+			// Timed runs; every checkEvery-th read (and the last) is poisoned
+			// before and verified after, outside the clock.
+			var single, batched time.Duration
 			for i := 0; i < reads && runErr == nil; i++ {
+				check := i%checkEvery == 0 || i == reads-1
+				if check {
+					poison(dst[:rb])
+				}
+				t0 := time.Now()
 				runErr = st.Get(name, idx[i], 1, dst[:rb])
+				single += time.Since(t0)
+				if check && runErr == nil {
+					runErr = checkRow(dst[:rb], idx[i])
+				}
 			}
-			single := time.Since(t0)
-			if runErr == nil {
-				runErr = checkRow(dst[:rb], idx[reads-1])
-			}
-			t0 = time.Now()
-			for i := 0; i+128 <= reads && runErr == nil; i += 128 {
-				runErr = st.GetBatch(name, idx[i:i+128], dst)
-			}
-			batched := time.Since(t0)
-			for k := 0; k < 128 && runErr == nil; k++ {
-				runErr = checkRow(dst[k*rb:(k+1)*rb], idx[reads-128+k])
+			nb := reads / 128
+			for b := 0; b < nb && runErr == nil; b++ {
+				check := b%checkEvery == 0 || b == nb-1
+				if check {
+					poison(dst)
+				}
+				part := idx[b*128 : (b+1)*128]
+				t0 := time.Now()
+				runErr = st.GetBatch(name, part, dst)
+				batched += time.Since(t0)
+				if check && runErr == nil {
+					runErr = checkRows(dst, part, rb)
+				}
 			}
 			out = append(out,
 				GetResult{path, rb, 1, float64(single.Microseconds()) / float64(reads)},
@@ -416,6 +452,7 @@ func threadRun(st *engine.Store, name string, rb, rows, n int, own bool, dur tim
 	const batch = 64
 	var wg sync.WaitGroup
 	counts := make([]int, n)
+	checkTime := make([]time.Duration, n) // verification time, not reading
 	errs := make([]error, n)
 	start := make(chan struct{})
 	var ready sync.WaitGroup
@@ -441,18 +478,31 @@ func threadRun(st *engine.Store, name string, rb, rows, n int, own bool, dur tim
 			if errs[w] != nil {
 				return
 			}
+			// Every checkEvery-th batch is poisoned before and verified in
+			// full after its read; the deadline moves by the time that takes,
+			// so each reader reads for dur.
 			deadline := time.Now().Add(dur)
 			for i := 0; time.Now().Before(deadline); i++ {
 				k := (i % 16) * batch
-				if err := g.GetBatch(name, idx[k:k+batch], dst); err != nil {
+				part := idx[k : k+batch]
+				check := i%checkEvery == 0
+				if check {
+					poison(dst)
+				}
+				if err := g.GetBatch(name, part, dst); err != nil {
 					errs[w] = err
 					return
 				}
 				counts[w] += batch
-			}
-			if counts[w] > 0 { // dst holds the last batch read
-				last := ((counts[w]/batch - 1) % 16) * batch
-				errs[w] = checkRow(dst[:rb], idx[last])
+				if check {
+					c0 := time.Now()
+					if err := checkRows(dst, part, rb); err != nil {
+						errs[w] = fmt.Errorf("batch %d: %w", i, err)
+						return
+					}
+					checkTime[w] += time.Since(c0)
+					deadline = deadline.Add(time.Since(c0))
+				}
 			}
 		}()
 	}
@@ -462,12 +512,15 @@ func threadRun(st *engine.Store, name string, rb, rows, n int, own bool, dur tim
 	wg.Wait()
 	el := time.Since(t0)
 	total := 0
+	var checks time.Duration
 	for w := range n {
 		if errs[w] != nil {
 			return 0, fmt.Errorf("reader %d: %w", w, errs[w])
 		}
 		total += counts[w]
+		checks += checkTime[w]
 	}
+	el -= checks / time.Duration(n) // readers verify concurrently: mean check time
 	return float64(total) / el.Seconds(), nil
 }
 
