@@ -1775,18 +1775,30 @@ func (r *Reader) readBatch(ops []ReadOp) (Timing, error) {
 	return tm, nil
 }
 
+// clearOps is the one cleanup of every exit of readChunk and gatherChunk:
+// it drops the Go pointers (dst) and gather skip flags of r.ops[0, n) from
+// the C-malloc'ed op array, then unpins. C never keeps a Go pointer after a
+// call returns, whichever way it returns.
+func (r *Reader) clearOps(n int) {
+	for i := 0; i < n; i++ {
+		c := &r.ops[i]
+		c.dst = nil
+		c.skip = 0
+	}
+	r.pin.unpin()
+}
+
 func (r *Reader) readChunk(ops []ReadOp, base int, timeout time.Duration, tm *Timing) error {
 	n := len(ops)
+	defer r.clearOps(n)
 	npeers := uint32(len(r.peers))
 	maxMsg := r.f.inf.MaxMsgSize
 	for i := range ops {
 		op := &ops[i]
 		if op.Peer.id == 0 || op.Peer.id > npeers {
-			r.pin.unpin()
 			return badPeer(base + i)
 		}
 		if len(op.Dst) == 0 || uint64(len(op.Dst)) > maxMsg {
-			r.pin.unpin()
 			return badDst(base+i, r.peers[op.Peer.id-1].rank, len(op.Dst), maxMsg)
 		}
 		p := unsafe.Pointer(unsafe.SliceData(op.Dst))
@@ -1806,7 +1818,6 @@ func (r *Reader) readChunk(ops []ReadOp, base int, timeout time.Duration, tm *Ti
 			desc, err := r.mrc.lookup(r, ops, i)
 			if err != nil {
 				r.mrc.releaseTemp(r)
-				r.pin.unpin()
 				fe := err.(*Error)
 				fe.Peer = r.peers[ops[i].Peer.id-1].rank
 				fe.Index = base + i
@@ -1829,10 +1840,7 @@ func (r *Reader) readChunk(ops []ReadOp, base int, timeout time.Duration, tm *Ti
 		r.mrc.releaseTemp(r)
 		tm.MR += time.Since(t0)
 	}
-	for i := 0; i < n; i++ {
-		r.ops[i].dst = nil // C keeps no Go pointer past the call
-	}
-	r.pin.unpin()
+	r.clearOps(n) // before building the error (the deferred call repeats it: cheap)
 	if rc == 0 {
 		return nil
 	}
@@ -1950,6 +1958,14 @@ func (r *Reader) GatheredOps() uint64 {
 	return r.gathered
 }
 
+// endGather is the cleanup of every exit of gatherChunk: clearOps for the
+// chunk, and the big-row list (it holds the callers' Dst slices).
+func (r *Reader) endGather(n int) {
+	r.clearOps(n)
+	clear(r.big)
+	r.big = r.big[:0]
+}
+
 func (r *Reader) gatherChunk(ops []ReadOp, base int, timeout time.Duration, tm *Timing) error {
 	n := len(ops)
 	npeers := uint32(len(r.peers))
@@ -1959,14 +1975,13 @@ func (r *Reader) gatherChunk(ops []ReadOp, base int, timeout time.Duration, tm *
 		r.bigIdx = make([]int32, 0, chunkOps)
 	}
 	r.big, r.bigIdx = r.big[:0], r.bigIdx[:0]
+	defer r.endGather(n)
 	for i := range ops {
 		op := &ops[i]
 		if op.Peer.id == 0 || op.Peer.id > npeers {
-			r.pin.unpin()
 			return badPeer(base + i)
 		}
 		if len(op.Dst) == 0 {
-			r.pin.unpin()
 			return badDst(base+i, r.peers[op.Peer.id-1].rank, 0, 0)
 		}
 		c := &r.ops[i]
@@ -2002,14 +2017,8 @@ func (r *Reader) gatherChunk(ops []ReadOp, base int, timeout time.Duration, tm *
 		}
 		timeout -= time.Since(t0)
 	}
-	for i := 0; i < n; i++ {
-		r.ops[i].dst = nil // C keeps no Go pointer past the call
-		r.ops[i].skip = 0
-	}
-	r.pin.unpin()
+	r.clearOps(n) // before readChunk reuses r.ops for the big rows
 	if rc != 0 {
-		clear(r.big)
-		r.big = r.big[:0]
 		return r.batchError(&r.c.res, base, "gather rounds")
 	}
 	if len(r.big) == 0 {
@@ -2024,8 +2033,6 @@ func (r *Reader) gatherChunk(ops []ReadOp, base int, timeout time.Duration, tm *
 		fe.Index = int(r.bigIdx[fe.Index])
 		fe.Detail = fmt.Sprintf("op %d (read with fi_read: larger than GatherMaxBytes %d); ", fe.Index, limit) + fe.Detail
 	}
-	clear(r.big)
-	r.big = r.big[:0]
 	return err
 }
 
