@@ -662,6 +662,7 @@ typedef struct dd_result {
 } dd_result;
 
 typedef struct dd_reader {
+	struct fid_fabric *fabric;
 	struct fid_domain *domain;
 	struct fi_info *info;
 	struct fid_ep *ep;
@@ -677,7 +678,9 @@ typedef struct dd_reader {
 	int32_t *slot_op;   // op index of each context slot, -1 when free
 	int32_t *free_slots;
 	dd_result res;
-	int64_t spin_ns;    // spin on the CQ this long without completions, then back off
+	int64_t spin_ns;    // spin on the CQ this long without completions, then wait
+	int waitfd;         // CQ wait fd (sleep on it between progress steps), or -1
+	int active;         // counted in dd_active (inside a batch)
 	char name[DD_GMAX_NAME]; // endpoint name, sent with gather requests
 	size_t namelen;
 	int32_t *gorder;    // gather: op indices grouped by peer
@@ -687,9 +690,10 @@ typedef struct dd_reader {
 	uint64_t gnext_id;
 } dd_reader;
 
-static dd_reader *dd_reader_new(struct fid_domain *dom, struct fi_info *info, int window, int cap, int maxpeers, size_t av_count) {
+static dd_reader *dd_reader_new(struct fid_fabric *fab, struct fid_domain *dom, struct fi_info *info, int window, int cap, int maxpeers, size_t av_count) {
 	dd_reader *r = calloc(1, sizeof *r);
 	if (!r) return NULL;
+	r->fabric = fab;
 	r->domain = dom;
 	r->info = info;
 	r->window = window;
@@ -697,6 +701,7 @@ static dd_reader *dd_reader_new(struct fid_domain *dom, struct fi_info *info, in
 	r->maxpeers = maxpeers;
 	r->av_count = av_count;
 	r->spin_ns = 2000000;
+	r->waitfd = -1;
 	r->peers = calloc(maxpeers, sizeof *r->peers);
 	r->ops = calloc(cap, sizeof *r->ops);
 	r->ctx = calloc(window, sizeof *r->ctx);
@@ -714,8 +719,13 @@ static int dd_reader_teardown(dd_reader *r);
 static int dd_reader_setup(dd_reader *r, const char **stage) {
 	int got_fd = 0;
 	size_t cqsz = r->window < 64 ? 128 : (size_t)r->window * 2;
-	int rc = dd_endpoint(r->domain, r->info, cqsz, r->av_count, 0, &r->ep, &r->cq, &r->av, &got_fd, stage);
+	int rc = dd_endpoint(r->domain, r->info, cqsz, r->av_count, 1, &r->ep, &r->cq, &r->av, &got_fd, stage);
 	if (rc) return rc;
+	r->waitfd = -1;
+	if (got_fd) {
+		int fd = -1;
+		if (fi_control(&r->cq->fid, FI_GETWAIT, &fd) == 0 && fd >= 0) r->waitfd = fd;
+	}
 	r->namelen = sizeof r->name;
 	*stage = "fi_getname";
 	rc = fi_getname(&r->ep->fid, r->name, &r->namelen);
@@ -734,7 +744,70 @@ static int dd_reader_teardown(dd_reader *r) {
 	if (r->av && (rc2 = fi_close(&r->av->fid)) != 0 && rc == 0) rc = rc2;
 	if (r->cq && (rc2 = fi_close(&r->cq->fid)) != 0 && rc == 0) rc = rc2;
 	r->ep = NULL; r->av = NULL; r->cq = NULL;
+	r->waitfd = -1;
 	return rc;
+}
+
+// Spinning on a CQ is the fastest wait while cores are free, and the worst
+// when they are not: on software-RMA providers the target's progress thread
+// needs a core to answer, and several spinning readers starve it (2 cores,
+// 4 readers spinning: a quarter of one reader's rate). So readers spin only
+// while at most dd_spin_limit readers of the process are inside a batch
+// (half the online CPUs, at least 1); beyond that they all sleep on their
+// CQ's wait fd.
+static atomic_int dd_active;
+static int dd_spin_limit;
+
+static void dd_active_enter(dd_reader *r) {
+	if (__atomic_load_n(&dd_spin_limit, __ATOMIC_RELAXED) == 0) {
+		long n = sysconf(_SC_NPROCESSORS_ONLN);
+		__atomic_store_n(&dd_spin_limit, n >= 4 ? (int)(n / 2) : 1, __ATOMIC_RELAXED);
+	}
+	if (!r->active) { atomic_fetch_add(&dd_active, 1); r->active = 1; }
+}
+
+static void dd_active_leave(dd_reader *r) {
+	if (r->active) { atomic_fetch_sub(&dd_active, 1); r->active = 0; }
+}
+
+// dd_reader_wait is called after a progress step found nothing. Within
+// spin_ns of the last completion, while few readers are active (see
+// dd_active), it returns at once: the reader spins. Otherwise it sleeps
+// until the provider has work: fi_trywait, then ppoll on the CQ wait fd for
+// at most 1ms (a missed wake-up costs no more than the back-off it
+// replaces) or the time left.
+// Without a wait fd (shm), or while fi_trywait keeps reporting work, it
+// sleeps with back-off (*sleep_ns, doubling to 1ms). The time slept is
+// added to *wait_ns; it returns the current time.
+static int64_t dd_reader_wait(dd_reader *r, int64_t t, int64_t last_done, int64_t deadline, int64_t *sleep_ns, int *busy, int64_t *wait_ns) {
+	if (t >= deadline) return t;
+	// Without a wait fd (shm) every reader spins, as there is no cheap
+	// wake-up to hand the core over with.
+	if (t - last_done <= r->spin_ns &&
+		(r->waitfd < 0 || atomic_load_explicit(&dd_active, memory_order_relaxed) <= dd_spin_limit)) return t;
+	int64_t left = deadline - t;
+	if (r->waitfd >= 0 && *busy < 16) {
+		struct fid *f = &r->cq->fid;
+		int rc = fi_trywait(r->fabric, &f, 1);
+		if (rc == -FI_EAGAIN) { (*busy)++; return t; } // work pending: progress again
+		if (rc == FI_SUCCESS) {
+			*busy = 0;
+			int64_t ns = left < 1000000 ? left : 1000000;
+			struct pollfd p = { r->waitfd, POLLIN, 0 };
+			struct timespec ts = { ns / 1000000000LL, ns % 1000000000LL };
+			ppoll(&p, 1, &ts, NULL);
+			int64_t t2 = dd_now();
+			*wait_ns += t2 - t;
+			return t2;
+		}
+	}
+	*busy = 0;
+	dd_sleep_ns(*sleep_ns < left ? *sleep_ns : left);
+	*sleep_ns *= 2;
+	if (*sleep_ns > 1000000) *sleep_ns = 1000000;
+	int64_t t2 = dd_now();
+	*wait_ns += t2 - t;
+	return t2;
 }
 
 static void dd_reader_free(dd_reader *r) {
@@ -784,11 +857,13 @@ static int dd_read_batch(dd_reader *r, int n, int64_t timeout_ns) {
 	int64_t deadline = t + timeout_ns;
 	int64_t last_done = t;
 	int64_t sleep_ns = 20000;
+	int busy = 0;
 	int next = 0, inflight = 0, nfree = 0;
 	res->post_ns = 0; res->wait_ns = 0; res->done = 0; res->stage = DD_OK;
 	res->failed_op = -1; res->err = 0; res->prov_errno = 0; res->torn_down = 0; res->text[0] = 0;
 	res->guessed = 0; res->teardown_rc = 0; res->inflight_at_fail = 0;
 	if (!r->ep) { res->stage = DD_NOEP; return -1; }
+	dd_active_enter(r);
 	for (int i = 0; i < r->window; i++) { r->free_slots[nfree++] = r->window - 1 - i; r->slot_op[i] = -1; }
 
 	while (next < n || inflight > 0) {
@@ -850,17 +925,12 @@ static int dd_read_batch(dd_reader *r, int n, int64_t timeout_ns) {
 			res->stage = DD_TIMEOUT; res->err = FI_ETIMEDOUT; res->failed_op = dd_oldest(r, next, n);
 			goto fail;
 		}
-		if (got <= 0 && t - last_done > r->spin_ns) {
-			// A long wait (dead or descheduled peer): stop burning CPU.
-			int64_t left = deadline - t;
-			dd_sleep_ns(sleep_ns < left ? sleep_ns : left);
-			sleep_ns *= 2;
-			if (sleep_ns > 1000000) sleep_ns = 1000000;
-			t = dd_now();
-		}
+		if (got <= 0) t = dd_reader_wait(r, t, last_done, deadline, &sleep_ns, &busy, &res->wait_ns);
 	}
+	dd_active_leave(r);
 	return 0;
 fail:
+	dd_active_leave(r);
 	// Any failure closes the endpoint: fi_close cancels what is in flight
 	// (nothing lands in a destination after we return) and drops broken
 	// connections; the next call opens a fresh one.
@@ -922,6 +992,7 @@ static int dd_gather(dd_reader *r, int n, uint64_t cap, int rounds, int64_t time
 	int64_t deadline = t + timeout_ns;
 	int64_t last_done = t;
 	int64_t sleep_ns = 20000;
+	int busy = 0;
 	int active = 0, pos = 0, m = 0;
 	res->post_ns = 0; res->wait_ns = 0; res->copy_ns = 0; res->done = 0; res->stage = DD_OK;
 	res->failed_op = -1; res->err = 0; res->prov_errno = 0; res->torn_down = 0; res->text[0] = 0;
@@ -929,6 +1000,7 @@ static int dd_gather(dd_reader *r, int n, uint64_t cap, int rounds, int64_t time
 	if (!r->ep) { res->stage = DD_NOEP; return -1; }
 	int prc = dd_gather_prepare(r, rounds);
 	if (prc) { res->stage = DD_NOMEM; res->err = -prc; res->failed_op = 0; return -1; }
+	dd_active_enter(r);
 
 	// Group the ops by peer (counting sort, stable).
 	memset(r->gcount, 0, (r->maxpeers + 1) * sizeof *r->gcount);
@@ -1071,16 +1143,12 @@ static int dd_gather(dd_reader *r, int n, uint64_t cap, int rounds, int64_t time
 			res->stage = DD_TIMEOUT; res->err = FI_ETIMEDOUT; res->failed_op = dd_gather_oldest(r, rounds, pos, m);
 			goto fail;
 		}
-		if (got <= 0 && t - last_done > r->spin_ns) {
-			int64_t left = deadline - t;
-			dd_sleep_ns(sleep_ns < left ? sleep_ns : left);
-			sleep_ns *= 2;
-			if (sleep_ns > 1000000) sleep_ns = 1000000;
-			t = dd_now();
-		}
+		if (got <= 0) t = dd_reader_wait(r, t, last_done, deadline, &sleep_ns, &busy, &res->wait_ns);
 	}
+	dd_active_leave(r);
 	return 0;
 fail:
+	dd_active_leave(r);
 	res->inflight_at_fail = active;
 	res->teardown_rc = dd_reader_teardown(r);
 	res->torn_down = 1;
@@ -1125,6 +1193,8 @@ fail:
 
 static const char *dd_strerror(int err) { return fi_strerror(err); }
 static uint64_t dd_server_wakeups(dd_server *s) { return atomic_load(&s->wakeups); }
+static int dd_active_readers(void) { return atomic_load(&dd_active); }
+static int dd_reader_waitfd(dd_reader *r) { return r->waitfd; }
 static uint64_t dd_gather_max_bytes(void) { return DD_GMAX_BYTES; }
 static uint64_t dd_gather_max_ent(void) { return DD_GMAX_ENT; }
 */
@@ -1626,7 +1696,7 @@ func (f *Fabric) NewReader() (*Reader, error) {
 		}
 		r.ownDom = true
 	}
-	r.c = C.dd_reader_new(r.dom, f.info, C.int(r.window), chunkOps, C.int(f.avCount), C.size_t(f.avCount))
+	r.c = C.dd_reader_new(f.fab, r.dom, f.info, C.int(r.window), chunkOps, C.int(f.avCount), C.size_t(f.avCount))
 	if r.c == nil {
 		r.closeDomain()
 		return nil, &Error{Op: "new reader", Code: int(C.FI_ENOMEM), Text: "out of memory", Peer: -1}
@@ -2034,6 +2104,17 @@ func (r *Reader) gatherChunk(ops []ReadOp, base int, timeout time.Duration, tm *
 		fe.Detail = fmt.Sprintf("op %d (read with fi_read: larger than GatherMaxBytes %d); ", fe.Index, limit) + fe.Detail
 	}
 	return err
+}
+
+// activeReaders is how many readers of this process are inside a batch
+// (tests: every batch leaves the count on every exit).
+func activeReaders() int { return int(C.dd_active_readers()) }
+
+// waitFD reports whether the reader's CQ has a wait fd to sleep on (tests).
+func (r *Reader) waitFD() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.c != nil && C.dd_reader_waitfd(r.c) >= 0
 }
 
 // localMR registers [p, p+n) with FI_READ access in the reader's domain.

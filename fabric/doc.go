@@ -58,9 +58,14 @@
 // not (shm) it polls with exponential back-off from 50µs to 2ms (10ms once
 // idle for 200ms), reset when a step found work. It never busy-spins. On
 // software-RMA providers the same loop serves gather requests: it keeps a few
-// tagged receives posted, and answers each request from its CQ completion. Readers progress their own
-// endpoints while they wait on their CQ (spinning for up to 2ms without a
-// completion, then backing off with sleeps up to 1ms until the deadline).
+// tagged receives posted, and answers each request from its CQ completion.
+// Readers progress their own endpoints while they wait on their CQ. They
+// spin (up to 2ms without a completion) only while few readers of the
+// process are inside a batch (at most half the online CPUs, at least 1):
+// more spinners would starve the targets' progress threads. Otherwise, and
+// after 2ms, a reader whose CQ has a wait fd (tcp;ofi_rxm) calls fi_trywait
+// and sleeps on the fd (at most 1ms at a time, never past the deadline);
+// without one (shm) it spins, then backs off with sleeps up to 1ms.
 //
 // Environment variables (DDSTORE_FABRIC, FABRIC_IFACE) are read by the
 // engine, not here.

@@ -301,3 +301,74 @@ func TestGatherBusyTarget(t *testing.T) {
 		t.Fatalf("%d ops served by gather, want %d", got, 4*n)
 	}
 }
+
+// TestGatherConcurrentReaders: several readers, each with its own endpoint,
+// gather from one target at once (only some may spin; the others sleep on
+// their CQ's wait fd). Every row is checked, and every spin slot is
+// released, after successful and after rejected batches.
+func TestGatherConcurrentReaders(t *testing.T) {
+	o := provCases[0].opts // tcp
+	o.Timeout = 5 * time.Second
+	f := openOrSkip(t, o)
+	if !f.Info().SoftwareRMA {
+		t.Skipf("%s has no software RMA", f.Info().Provider)
+	}
+	tg := startTarget(t, o, 16<<20, false)
+	const readers, rounds, row, n = 4, 40, 3072, 64
+	errs := make(chan error, readers)
+	for w := 0; w < readers; w++ {
+		r, err := f.NewReader()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		if f.Info().WaitFD && !r.waitFD() {
+			t.Fatalf("reader %d: no CQ wait fd although the server's CQ has one", w)
+		}
+		p, err := r.AddPeer(3, tg.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			errs <- func() error {
+				rng := rand.New(rand.NewSource(int64(w) + 11))
+				dst := make([]byte, n*row)
+				for k := 0; k < rounds; k++ {
+					for i := range dst {
+						dst[i] = 0xee
+					}
+					ops := gatherOps(rng, dst, row, n, []Peer{p}, []*target{tg})
+					var err error
+					if k%4 == 3 {
+						_, err = r.ReadBatch(ops)
+					} else {
+						_, err = r.ReadGather(ops)
+					}
+					if err != nil {
+						return fmt.Errorf("reader %d round %d: %w", w, k, err)
+					}
+					for i, op := range ops {
+						if err := checkPattern(op.Dst, op.Addr-tg.base); err != nil {
+							return fmt.Errorf("reader %d round %d op %d: %w", w, k, i, err)
+						}
+					}
+				}
+				// A rejected batch fails and still releases its slot.
+				ops := gatherOps(rng, dst, row, n, []Peer{p}, []*target{tg})
+				ops[5].Key += 777
+				if _, err := r.ReadGather(ops); !errors.Is(err, ErrRejected) {
+					return fmt.Errorf("reader %d: bad key: got %v, want ErrRejected", w, err)
+				}
+				return nil
+			}()
+		}()
+	}
+	for w := 0; w < readers; w++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := activeReaders(); got != 0 {
+		t.Fatalf("%d readers counted active after every batch returned", got)
+	}
+}
