@@ -225,6 +225,16 @@ func inspect(path string) (SegmentInfo, error) {
 // job and rank, with their liveness. Files that cannot be read are listed
 // with State StateInvalid and Err set. Discover does not map anything.
 func Discover(dir string) ([]SegmentInfo, error) {
+	return DiscoverOpen(dir, nil)
+}
+
+// DiscoverOpen is Discover for a caller that keeps segments open (ddtop
+// refreshing many times a second): a file that is still the very file
+// open(path) maps (same device and inode) is described from the mapping
+// (Segment.Info) instead of being opened and its header read and
+// validated again. open may be nil, or return nil for a path it does not
+// have open.
+func DiscoverOpen(dir string, open func(path string) *Segment) ([]SegmentInfo, error) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: list segments in %s: %w", dir, err)
@@ -235,7 +245,18 @@ func Discover(dir string) ([]SegmentInfo, error) {
 		if !strings.HasPrefix(name, SegmentPrefix) || !strings.HasSuffix(name, SegmentSuffix) || e.IsDir() {
 			continue
 		}
-		info, _ := inspect(filepath.Join(dir, name))
+		path := filepath.Join(dir, name)
+		if open != nil {
+			if seg := open(path); seg != nil && seg.file != nil {
+				if fi, err := e.Info(); err == nil && os.SameFile(fi, seg.file) {
+					if info, err := seg.Info(); err == nil {
+						out = append(out, info)
+						continue
+					}
+				}
+			}
+		}
+		info, _ := inspect(path)
 		out = append(out, info)
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -254,6 +275,7 @@ func Discover(dir string) ([]SegmentInfo, error) {
 // concurrent use and never write to the segment.
 type Segment struct {
 	path   string
+	file   os.FileInfo // the file mapped, for DiscoverOpen's same-file check
 	h      staticHeader
 	data   []byte
 	m      mem
@@ -290,7 +312,7 @@ func Open(path string) (*Segment, error) {
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: mmap %s read-only (%d bytes): %w", path, h.g.fileBytes, err)
 	}
-	return &Segment{path: path, h: h, data: data, m: mem{base: unsafe.Pointer(&data[0]), size: h.g.fileBytes}}, nil
+	return &Segment{path: path, file: st, h: h, data: data, m: mem{base: unsafe.Pointer(&data[0]), size: h.g.fileBytes}}, nil
 }
 
 // Close unmaps the segment.
@@ -425,9 +447,22 @@ func (s *Segment) readVar(v int64) (VarSnapshot, bool) {
 			LocalRows:  m.loadI(off + vLocalRows),
 			Generation: gen,
 		}
+		// Copy only the stripes up to the last one that saw calls: a
+		// stripe's calls counter is loaded first, so one that gets its
+		// first call after this scan is simply not in this snapshot.
+		used := int64(0)
+		for r := g.maxReaders - 1; r >= 0; r-- {
+			if m.loadI(g.stripe(v, r)+sCalls) != 0 {
+				used = r + 1
+				break
+			}
+		}
+		var readers []Counters
+		if used > 0 {
+			readers = make([]Counters, used)
+		}
 		last := -1
-		readers := make([]Counters, g.maxReaders)
-		for r := int64(0); r < g.maxReaders; r++ {
+		for r := int64(0); r < used; r++ {
 			s.readStripe(g.stripe(v, r), &readers[r])
 			if readers[r].Calls != 0 {
 				last = int(r)

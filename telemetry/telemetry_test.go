@@ -612,3 +612,51 @@ func TestConcurrentCalls(t *testing.T) {
 		t.Fatalf("Concurrent Record allocates %v per call", n)
 	}
 }
+
+// DiscoverOpen describes a file still mapped from the mapping, and a file
+// replaced since it was opened (a new writer for the same rank) from the
+// new file.
+func TestDiscoverOpen(t *testing.T) {
+	dir := t.TempDir()
+	w1, err := Create(WriterOptions{Dir: dir, Job: "j", Rank: 1, World: 2, Host: "h1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	infos, err := Discover(dir)
+	if err != nil || len(infos) != 1 {
+		t.Fatalf("Discover: %v %v", infos, err)
+	}
+	seg := openTest(t, infos[0].Path)
+	asked := 0
+	open := func(path string) *Segment {
+		asked++
+		if path == seg.Path() {
+			return seg
+		}
+		return nil
+	}
+	got, err := DiscoverOpen(dir, open)
+	if err != nil || len(got) != 1 || asked != 1 {
+		t.Fatalf("DiscoverOpen: %v %v (asked %d)", got, err, asked)
+	}
+	if a, b := got[0], infos[0]; a.Path != b.Path || a.Job != b.Job || a.Rank != b.Rank || a.World != b.World ||
+		a.Pid != b.Pid || a.StartNs != b.StartNs || a.State != b.State {
+		t.Fatalf("DiscoverOpen from the mapping %+v, Discover %+v", a, b)
+	}
+	first := got[0].StartNs
+	w1.Close()
+	time.Sleep(time.Millisecond)
+	w2, err := Create(WriterOptions{Dir: dir, Job: "j", Rank: 1, World: 2, Host: "h1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w2.Close()
+	got, err = DiscoverOpen(dir, open)
+	if err != nil || len(got) != 1 {
+		t.Fatalf("DiscoverOpen after replace: %v %v", got, err)
+	}
+	fresh, _ := Discover(dir)
+	if got[0].StartNs == first || got[0].StartNs != fresh[0].StartNs {
+		t.Fatalf("replaced segment: DiscoverOpen start %d, old %d, Discover %d", got[0].StartNs, first, fresh[0].StartNs)
+	}
+}

@@ -33,10 +33,13 @@ func (d *detail) setSize(w, h int) {
 }
 
 // setFrame finds the followed rank in the frame; a rank that vanished keeps
-// its last contents, marked gone.
-func (d *detail) setFrame(f *data.Frame) {
+// its last contents, marked gone. The page is drawn again when draw is set
+// (it is shown); otherwise when it is next sized (setView lays out).
+func (d *detail) setFrame(f *data.Frame, draw bool) {
 	if f == nil || d.path == "" {
-		d.render()
+		if draw {
+			d.render()
+		}
 		return
 	}
 	found := false
@@ -51,7 +54,9 @@ func (d *detail) setFrame(f *data.Frame) {
 		gone.State = "gone"
 		d.rank = &gone
 	}
-	d.render()
+	if draw {
+		d.render()
+	}
 }
 
 func (d *detail) follow(path string, f *data.Frame) {
@@ -59,18 +64,25 @@ func (d *detail) follow(path string, f *data.Frame) {
 		d.vp.GotoTop()
 	}
 	d.path, d.rank = path, nil
-	d.setFrame(f)
+	d.setFrame(f, true)
 }
 
+// render draws the page for the viewport's current offset (the recent
+// calls are drawn only where they are on screen), so it runs again after
+// every scroll.
 func (d *detail) render() {
 	off := d.vp.YOffset
-	d.vp.SetContent(d.content())
+	d.vp.SetContent(d.content(off))
 	d.vp.SetYOffset(off)
+	if d.vp.YOffset != off { // the page got shorter: draw for where it shows
+		d.vp.SetContent(d.content(d.vp.YOffset))
+	}
 }
 
 func (d *detail) view() string { return d.vp.View() }
 
-func (d *detail) content() string {
+// content draws the page for a viewport scrolled to line off.
+func (d *detail) content(off int) string {
 	r := d.rank
 	if r == nil {
 		return styles.Faint.Render("no rank selected: pick one in the ranks view and press enter")
@@ -106,7 +118,7 @@ func (d *detail) content() string {
 	pt := columns.New([]columns.Column{
 		{Title: "PHASE", Width: 10}, {Title: "TOTAL", Width: 9, Right: true}, {Title: "SHARE", Width: 6, Right: true},
 		{Title: "PER CALL", Width: 9, Right: true}, {Title: "", Width: 10, Flex: true}})
-	pt.SetFocused(false)
+	pt.SetStatic(true)
 	rows := make([][]string, telemetry.NumPhases)
 	for i := range telemetry.NumPhases {
 		per := 0.0
@@ -176,7 +188,7 @@ func (d *detail) content() string {
 		{Title: "VARIABLE", Width: 12}, {Title: "RDR", Width: 3, Right: true}, {Title: "CALLS", Width: 7, Right: true},
 		{Title: "ROWS", Width: 7, Right: true}, {Title: "ROW/S", Width: 7, Right: true}, {Title: "MB/S", Width: 7, Right: true},
 		{Title: "µS/ROW", Width: 7, Right: true}, {Title: "ERR", Width: 4, Right: true}, {Title: "PHASES", Width: 8, Flex: true}})
-	rt.SetFocused(false)
+	rt.SetStatic(true)
 	rrows := make([][]string, len(r.Readers))
 	rt.SetSize(w, len(rrows)+1)
 	bw := rt.Layout()[8]
@@ -198,10 +210,17 @@ func (d *detail) content() string {
 		{Title: "TIME", Width: 12}, {Title: "VARIABLE", Width: 12}, {Title: "RDR", Width: 3, Right: true},
 		{Title: "ROWS", Width: 6, Right: true}, {Title: "BYTES", Width: 7, Right: true}, {Title: "LOCAL", Width: 6, Right: true, Drop: 2},
 		{Title: "REMOTE", Width: 6, Right: true, Drop: 2}, {Title: "TOTAL", Width: 8, Right: true}, {Title: "ERR", Width: 3}})
-	ct.SetFocused(false)
-	crows := make([][]string, 0, len(r.Recent))
-	for i := len(r.Recent) - 1; i >= 0; i-- {
-		c := &r.Recent[i]
+	ct.SetStatic(true)
+	// Row k (newest first) lands on line top+1+k of the page; only the
+	// rows inside the viewport's window are drawn, the others are blank
+	// lines that keep the page's length (and so the scrolling) right.
+	n := len(r.Recent)
+	top := strings.Count(b.String(), "\n")
+	from := min(max(off-top-1, 0), n)
+	to := max(min(off+d.vp.Height-top-1, n), from)
+	crows := make([][]string, 0, to-from)
+	for k := from; k < to; k++ {
+		c := &r.Recent[n-1-k]
 		e := ""
 		if c.Err {
 			e = "err"
@@ -212,7 +231,18 @@ func (d *detail) content() string {
 	}
 	ct.SetSize(w, len(crows)+1)
 	ct.SetRows(crows, nil)
-	b.WriteString(ct.View())
+	tv := ct.View()
+	head, body, _ := strings.Cut(tv, "\n")
+	b.WriteString(head)
+	if len(crows) == 0 {
+		b.WriteString(strings.Repeat("\n", n))
+	} else {
+		// A drawn row is never blank (it has a time), so the table kept
+		// them all: body is len(crows) lines.
+		b.WriteString(strings.Repeat("\n", from+1))
+		b.WriteString(body)
+		b.WriteString(strings.Repeat("\n", n-to))
+	}
 	return b.String()
 }
 

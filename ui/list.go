@@ -126,6 +126,26 @@ type list struct {
 	sortCol int // index into cols, -1 = natural order
 	desc    bool
 	filter  string
+
+	// hidden: the page is not on screen, so render keeps the table's new
+	// cells in pending instead of laying the table out (the costly part
+	// of a refresh); setHidden(false) hands them over.
+	hidden       bool
+	pending      bool
+	pendingCells [][]string
+	pendingKeys  []string
+}
+
+// setHidden marks the list off or on screen; coming on screen, the table
+// gets the rows rendered while it was hidden.
+func (l *list) setHidden(h bool) {
+	l.hidden = h
+	if !h && l.pending {
+		l.pending = false
+		l.tbl.SetSort(l.sortCol, l.desc)
+		l.tbl.SetRows(l.pendingCells, l.pendingKeys)
+		l.pendingCells, l.pendingKeys = nil, nil
+	}
 }
 
 func newList(cols []colDef) list {
@@ -220,11 +240,17 @@ func (l *list) render() {
 		}
 		keys[i] = r.key
 	}
+	if l.hidden {
+		l.pending, l.pendingCells, l.pendingKeys = true, cells, keys
+		return
+	}
+	l.pending = false
 	l.tbl.SetSort(l.sortCol, l.desc)
 	l.tbl.SetRows(cells, keys)
 }
 
 func (l *list) selected() *row {
+	l.setHidden(l.hidden) // a pending table first: its cursor picks the row
 	if len(l.shown) == 0 {
 		return nil
 	}

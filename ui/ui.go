@@ -128,6 +128,13 @@ type Model struct {
 	height    int
 	quitting  bool
 	bodyLines int
+
+	// The screen drawn last, valid until a message other than a refresh
+	// tick, a frame or a layout change: bubbletea asks for the view after
+	// every message, and a tick changes nothing on screen.
+	drawn   string
+	drawnOK bool
+	legend  string // the phase legend line, drawn once
 }
 
 // New builds the model; it reads nothing until Init's first refresh.
@@ -173,7 +180,10 @@ func Run(o Options) error {
 		return err
 	}
 	defer m.Close()
-	_, err = tea.NewProgram(m, tea.WithAltScreen()).Run()
+	// The screen changes at most once a refresh; 20 frames a second still
+	// answers keys within 50 ms and wakes ddtop a third as often as
+	// bubbletea's default 60 (its renderer ticks even when idle).
+	_, err = tea.NewProgram(m, tea.WithAltScreen(), tea.WithFPS(20)).Run()
 	return err
 }
 
@@ -204,6 +214,7 @@ func (m *Model) Refresh() error {
 func (m *Model) Frame() *data.Frame { return m.frame }
 
 func (m *Model) apply(f *data.Frame, err error) {
+	m.drawnOK = false
 	m.err = err
 	if err != nil {
 		return
@@ -214,11 +225,14 @@ func (m *Model) apply(f *data.Frame, err error) {
 	if m.varSel != "" {
 		m.varRanks.setRows(varRankRows(f, m.varSel))
 	}
-	m.detail.setFrame(f)
+	m.detail.setFrame(f, m.view == viewDetail)
 }
 
 // Update handles refreshes, resizes and keys.
 func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
+	if _, tick := msg.(tickMsg); !tick {
+		m.drawnOK = false
+	}
 	switch msg := msg.(type) {
 	case frameMsg:
 		if msg.gen != m.gen {
@@ -387,6 +401,7 @@ func (m *Model) move(msg tea.KeyMsg) {
 	case key.Matches(msg, k.PageDown):
 		vp.PageDown()
 	}
+	m.detail.render() // the recent calls are drawn only where they show
 }
 
 func (m *Model) enter() {
@@ -398,6 +413,7 @@ func (m *Model) enter() {
 	case m.view == viewVars && m.varSel == "":
 		if r := m.vars.selected(); r != nil {
 			m.varSel = r.key
+			m.varRanks.setHidden(false) // on screen from here: the cursor goes to the top
 			m.varRanks.setRows(varRankRows(m.frame, m.varSel))
 			m.varRanks.tbl.SetCursor(0)
 			m.layout()
@@ -437,6 +453,7 @@ func (m *Model) applyFilter() {
 
 // Header, legend and footer take fixed lines; the page gets the rest.
 func (m *Model) layout() {
+	m.drawnOK = false
 	w, h := max(m.width, 20), max(m.height, 6)
 	m.help.Width = w
 	foot := lineCount(m.help.View(m.keys))
@@ -450,6 +467,10 @@ func (m *Model) layout() {
 		body = max(body-1, 2) // the "variable X by rank" line
 	}
 	m.bodyLines = body
+	// Only the page on screen lays its table out every refresh.
+	m.ranks.setHidden(m.view != viewRanks)
+	m.vars.setHidden(m.view != viewVars || m.varSel != "")
+	m.varRanks.setHidden(m.view != viewVars || m.varSel == "")
 	m.ranks.setSize(w, body)
 	m.vars.setSize(w, body)
 	m.varRanks.setSize(w, body)
@@ -469,11 +490,21 @@ func (m *Model) View() string {
 	if m.quitting {
 		return ""
 	}
+	if !m.drawnOK {
+		m.drawn, m.drawnOK = m.draw(), true
+	}
+	return m.drawn
+}
+
+func (m *Model) draw() string {
 	w, h := max(m.width, 20), max(m.height, 6)
 	var lines []string
 	lines = append(lines, m.titleLine())
 	lines = append(lines, m.summaryLine())
-	lines = append(lines, " "+bar.Legend(telemetry.PhaseNames[:]))
+	if m.legend == "" {
+		m.legend = " " + bar.Legend(telemetry.PhaseNames[:])
+	}
+	lines = append(lines, m.legend)
 	var body string
 	switch m.view {
 	case viewRanks:

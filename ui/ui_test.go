@@ -534,3 +534,39 @@ func TestFilterInput(t *testing.T) {
 		t.Fatal("enter: still focused or text lost")
 	}
 }
+
+// The detail draws recent calls only where the viewport shows them: in a
+// short terminal, scrolling down shows every call once, in newest-first
+// order, exactly as the full page does.
+func TestDetailScrollRecent(t *testing.T) {
+	_, m := threeRanks(t)
+	press(m, "down", "enter")
+	m.Update(tea.WindowSizeMsg{Width: 120, Height: 200})
+	v := m.View()
+	var want []string
+	for _, l := range strings.Split(v[strings.Index(v, "RECENT CALLS"):], "\n")[2:] {
+		if f := fields(l); len(f) > 0 && len(f[0]) == 12 && f[0][2] == ':' {
+			want = append(want, strings.Join(f, " "))
+		}
+	}
+	if len(want) != 24 {
+		t.Fatalf("full page shows %d recent calls, want 24", len(want))
+	}
+	m.Update(tea.WindowSizeMsg{Width: 120, Height: 16})
+	var got []string
+	seen := map[string]bool{}
+	for range 200 {
+		for _, l := range strings.Split(m.View(), "\n") {
+			if f := fields(l); len(f) > 0 && len(f[0]) == 12 && f[0][2] == ':' {
+				if s := strings.Join(f, " "); !seen[s] {
+					seen[s] = true
+					got = append(got, s)
+				}
+			}
+		}
+		press(m, "down")
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("scrolling shows recent calls\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

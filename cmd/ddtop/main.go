@@ -17,6 +17,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
@@ -28,6 +29,12 @@ import (
 )
 
 func main() {
+	// ddtop works on one goroutine at a time (a refresh, then its screen):
+	// one P keeps the runtime from waking a second thread, on a core a
+	// trainer uses, for every hand-off. GOMAXPROCS in the environment wins.
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(1)
+	}
 	if err := newCommand(os.Stdout, os.Stderr).Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "ddtop:", err)
 		os.Exit(1)

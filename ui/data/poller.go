@@ -101,7 +101,7 @@ func (p *Poller) Close() error {
 // that cannot be listed.
 func (p *Poller) Poll() (*Frame, error) {
 	now := p.o.Now()
-	infos, err := telemetry.Discover(p.o.Dir)
+	infos, err := telemetry.DiscoverOpen(p.o.Dir, p.openSegment)
 	if err != nil {
 		return nil, fmt.Errorf("ddtop: discover segments in %s: %w", p.o.Dir, err)
 	}
@@ -161,6 +161,14 @@ func (p *Poller) Poll() (*Frame, error) {
 	})
 	f.Vars = aggregateVars(f.Ranks)
 	return f, nil
+}
+
+// openSegment is the segment open at path, nil if none.
+func (p *Poller) openSegment(path string) *telemetry.Segment {
+	if t := p.ranks[path]; t != nil {
+		return t.seg
+	}
+	return nil
 }
 
 // transient reports errors of a segment being created (not ready yet) or
@@ -242,7 +250,7 @@ func (p *Poller) sample(t *tracked, in telemetry.SegmentInfo, now time.Time) (*R
 	r.BytesHistory = t.bytesHist.values()
 	t.prev, t.prevAt = s, now
 	p.readRing(t, s)
-	r.Recent = append([]telemetry.Record(nil), t.recent...)
+	r.Recent = t.recent[:len(t.recent):len(t.recent)] // shared, never written again
 	r.Dropped = t.dropped
 	return r, nil
 }
@@ -268,9 +276,22 @@ func (p *Poller) readRing(t *tracked, s *telemetry.Snapshot) {
 		if err != nil || n == 0 {
 			break
 		}
+		if len(t.recent)+n > cap(t.recent) {
+			// A new backing array: the frames already returned share
+			// the old one. Room for keep more records, so this copy
+			// happens about once per keep records, not every poll.
+			from := max(len(t.recent)+n-keep, 0)
+			nr := make([]telemetry.Record, 0, 2*keep+len(t.buf))
+			if from < len(t.recent) {
+				nr = append(nr, t.recent[from:]...)
+			}
+			t.recent = nr
+		}
+		// Appending past every returned frame's length (they are cut
+		// to their length and capacity) leaves them unchanged.
 		t.recent = append(t.recent, t.buf[:n]...)
 		if over := len(t.recent) - keep; over > 0 {
-			t.recent = append(t.recent[:0], t.recent[over:]...)
+			t.recent = t.recent[over:]
 		}
 		if n < len(t.buf) {
 			break

@@ -17,6 +17,7 @@ import (
 	"github.com/charmbracelet/bubbles/table"
 	"github.com/charmbracelet/lipgloss"
 	"github.com/charmbracelet/x/ansi"
+	"github.com/mattn/go-runewidth"
 
 	"github.com/ddstore/ddstore/ui/styles"
 )
@@ -43,6 +44,7 @@ type Table struct {
 	height  int // lines, header included
 	sortCol int // -1: none
 	desc    bool
+	static  bool // SetStatic: rows drawn directly, from the first, no cursor
 }
 
 // New returns a table with the given columns, unsorted, focused, 80×10.
@@ -102,8 +104,23 @@ func (t *Table) SetFocused(f bool) {
 	}
 }
 
+// SetStatic makes the table a static one (unfocused, no cursor, rows shown
+// from the first): SetRows keeps the rows and View formats them directly,
+// to the same text the bubbles table draws unfocused, without its
+// per-cell styling cost. For read-only tables rebuilt every refresh.
+func (t *Table) SetStatic(on bool) {
+	t.static = on
+	if on {
+		t.SetFocused(false)
+	}
+	t.apply()
+}
+
 // SetSort sets the sort indicator: column col (-1 for none), descending or not.
 func (t *Table) SetSort(col int, desc bool) {
+	if col == t.sortCol && desc == t.desc {
+		return
+	}
 	t.sortCol, t.desc = col, desc
 	t.apply()
 }
@@ -120,11 +137,14 @@ func (t *Table) SetRows(rows [][]string, keys []string) {
 	for i, r := range rows {
 		t.cells[i] = make([]string, len(t.cols))
 		for j := range min(len(r), len(t.cols)) {
-			t.cells[i][j] = ansi.Strip(r[j])
+			t.cells[i][j] = strip(r[j])
 		}
 	}
 	t.keys = keys
 	t.apply()
+	if t.static {
+		return
+	}
 	to := at
 	if prev != "" {
 		for i, k := range keys {
@@ -256,6 +276,12 @@ func (t *Table) apply() {
 		}
 		tc[i] = table.Column{Title: align(title, widths[i], c.Right), Width: widths[i]}
 	}
+	if t.static {
+		if !slices.Equal(tc, t.t.Columns()) {
+			t.t.SetColumns(tc)
+		}
+		return
+	}
 	rows := make([]table.Row, len(t.cells))
 	for i, r := range t.cells {
 		row := make(table.Row, len(t.cols))
@@ -272,13 +298,27 @@ func (t *Table) apply() {
 	if !slices.Equal(tc, t.t.Columns()) {
 		t.t.SetColumns(tc)
 	}
+	// When every row fits, the bubbles table gets just their height: it
+	// draws the same rows (all of them, from the first) without padding
+	// the empty rest of the page, which View would cut off again. Paging
+	// clamps to the first and last row either way.
+	if h := min(t.height, max(len(rows)+1, 2)); h != t.t.Height()+1 {
+		t.t.SetHeight(h)
+	}
 	t.t.SetRows(rows)
 }
 
 // align right-aligns s in w cells when right is set; the bubbles table pads
 // (left-aligned) and cuts longer cells with "…".
 func align(s string, w int, right bool) string {
-	if n := ansi.StringWidth(s); right && n < w {
+	if !right {
+		return s
+	}
+	n, ascii := plainWidth(s)
+	if !ascii {
+		n = ansi.StringWidth(s)
+	}
+	if n < w {
 		return strings.Repeat(" ", w-n) + s
 	}
 	return s
@@ -287,18 +327,116 @@ func align(s string, w int, right bool) string {
 // View renders the header and the visible rows: never wider than the width,
 // never taller than the height, without blank lines below the last row.
 func (t Table) View() string {
-	lines := strings.Split(t.t.View(), "\n")
+	var lines []string
+	if t.static {
+		lines = t.staticLines()
+	} else {
+		lines = strings.Split(t.t.View(), "\n")
+	}
 	last := 0
 	for i, l := range lines {
-		if i == 0 || strings.TrimSpace(ansi.Strip(l)) != "" {
+		if i == 0 || strings.TrimSpace(strip(l)) != "" {
 			last = i
 		}
 	}
 	lines = lines[:last+1]
 	for i, l := range lines {
+		if t.static && i > 0 {
+			break // rows are drawn to the width exactly
+		}
 		if ansi.StringWidth(l) > t.width {
 			lines[i] = ansi.Truncate(l, t.width, "")
 		}
 	}
 	return strings.Join(lines, "\n")
+}
+
+// staticLines draws a static table as the bubbles table draws it unfocused
+// with its cursor on the first row: the header, then each visible row as
+// its cells (each cut to its width with "…", padded, after one space of
+// left padding), the row padded to the table's width.
+func (t Table) staticLines() []string {
+	widths := t.Layout()
+	h := t.t.Height()
+	lines := make([]string, 0, 1+h)
+	lines = append(lines, headerLine(t.t.Columns()))
+	var b strings.Builder
+	for i := 0; i < h; i++ {
+		b.Reset()
+		if i < len(t.cells) {
+			for j, cell := range t.cells[i] {
+				w := widths[j]
+				if w <= 0 {
+					continue
+				}
+				s := align(cell, w, t.cols[j].Right)
+				n, ascii := plainWidth(s)
+				if !ascii || n > w {
+					s = runewidth.Truncate(s, w, "…")
+					n = ansi.StringWidth(s)
+				}
+				if n > w {
+					s = ansi.Truncate(s, w, "")
+				} else {
+					s += spaces(w - n)
+				}
+				b.WriteByte(' ')
+				b.WriteString(s)
+			}
+		}
+		l := b.String()
+		n, ascii := plainWidth(l)
+		if !ascii {
+			n = ansi.StringWidth(l)
+		}
+		if n < t.width {
+			l += spaces(t.width - n)
+		} else if n > t.width {
+			l = ansi.Truncate(l, t.width, "")
+		}
+		lines = append(lines, l)
+	}
+	return lines
+}
+
+const blanks = "                                                                                                                                "
+
+func spaces(n int) string {
+	if n <= len(blanks) {
+		return blanks[:n]
+	}
+	return strings.Repeat(" ", n)
+}
+
+// plainWidth is len(s), and true, when s is printable ASCII only (one cell
+// a byte, nothing to strip); otherwise false and the caller measures.
+func plainWidth(s string) (int, bool) {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f {
+			return 0, false
+		}
+	}
+	return len(s), true
+}
+
+// strip is ansi.Strip, skipped for printable ASCII (the common cell).
+func strip(s string) string {
+	if _, ascii := plainWidth(s); ascii {
+		return s
+	}
+	return ansi.Strip(s)
+}
+
+// headerLine draws the header as the bubbles table does (its headersView).
+func headerLine(cols []table.Column) string {
+	h := Styles(false).Header
+	s := make([]string, 0, len(cols))
+	for _, c := range cols {
+		if c.Width <= 0 {
+			continue
+		}
+		cell := lipgloss.NewStyle().Width(c.Width).MaxWidth(c.Width).Inline(true).Render(runewidth.Truncate(c.Title, c.Width, "…"))
+		s = append(s, h.Render(cell))
+	}
+	return lipgloss.JoinHorizontal(lipgloss.Top, s...)
 }

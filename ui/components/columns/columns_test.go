@@ -218,3 +218,26 @@ func contains(s []string, x string) bool {
 	}
 	return false
 }
+
+// A static table draws exactly what the bubbles table draws unfocused.
+func TestStaticMatchesBubbles(t *testing.T) {
+	cols := []Column{{Title: "TIME", Width: 12}, {Title: "VARIABLE", Width: 8}, {Title: "RDR", Width: 3, Right: true},
+		{Title: "µS/ROW", Width: 6, Right: true, Drop: 2}, {Title: "PHASES", Width: 5, Flex: true}}
+	var rows [][]string
+	for i := range 9 {
+		rows = append(rows, []string{fmt.Sprintf("12:00:%02d.000", i), strings.Repeat("v", i+3), fmt.Sprint(i * 37),
+			fmt.Sprintf("%.2fµ", float64(i)*1.37), strings.Repeat("█", i*3)})
+	}
+	for _, size := range [][2]int{{80, 11}, {80, 5}, {40, 11}, {30, 4}, {120, 3}} {
+		ref, st := New(cols), New(cols)
+		ref.SetFocused(false)
+		st.SetStatic(true)
+		for _, tb := range []*Table{&ref, &st} {
+			tb.SetSize(size[0], size[1])
+			tb.SetRows(rows, nil)
+		}
+		if a, b := ref.View(), st.View(); a != b {
+			t.Errorf("size %v: static view\n%q\nbubbles view\n%q", size, b, a)
+		}
+	}
+}
