@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # How much does ddtop, attached at 10 Hz, change a trainer's rows/s?
 # Runs examples/train (4 ranks under ddrun, S=1, 1 worker, prefetch 2) PAIRS
-# times without and with `ddtop --interval 100ms` open in a tmux pane on the
+# times without and with `ddtop --interval 100ms` (or $INTERVAL) open in a tmux pane on the
 # job's telemetry, alternating, and prints each run's rows/s (per rank, epochs
 # after the first) and the median with/without ratio. Build first: make build.
 set -euo pipefail
@@ -23,7 +23,7 @@ rate() {
 run() {
   local dir; dir=$(mktemp -d)
   if [ "$1" = with ]; then
-    tmux new-session -d -s "$session" -x 120 -y 40 "bin/ddtop --dir $dir --interval 100ms"
+    tmux new-session -d -s "$session" -x 120 -y 40 "bin/ddtop --dir $dir --interval ${INTERVAL:-100ms}"
   fi
   DDSTORE_TELEMETRY_DIR=$dir bin/ddrun -n 4 bin/train --epochs "$epochs" --rows-per-rank "$rows" \
     --workers 1 --prefetch 2 --json --no-progress 2>/dev/null | rate
@@ -35,7 +35,7 @@ without=() with=()
 for i in $(seq "$pairs"); do
   a=$(run without); b=$(run with)
   without+=("$a"); with+=("$b")
-  echo "pair $i: rows/s per rank without ddtop $a, with ddtop at 10 Hz $b"
+  echo "pair $i: rows/s per rank without ddtop $a, with ddtop every ${INTERVAL:-100ms} $b"
 done
 median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 mw=$(median "${without[@]}"); mh=$(median "${with[@]}")
