@@ -18,8 +18,11 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
@@ -68,6 +71,11 @@ enter drill in, esc back, s sort, / filter, p pause, ? help, q quit.`,
 			if err := o.Validate(); err != nil {
 				return err
 			}
+			if nice, _ := cmd.Flags().GetInt("nice"); nice != 0 {
+				if err := lowerPriority(nice); err != nil {
+					return err
+				}
+			}
 			once, _ := cmd.Flags().GetBool("once")
 			asJSON, _ := cmd.Flags().GetBool("json")
 			if once || asJSON {
@@ -93,6 +101,7 @@ enter drill in, esc back, s sort, / filter, p pause, ? help, q quit.`,
 	f.Bool("json", false, "print one snapshot as JSON and exit (implies --once)")
 	f.Duration("window", time.Second, "with --once/--json: time between the two snapshots that give rates; 0 = cumulative only")
 	f.Int("width", 120, "with --once: table width")
+	f.Int("nice", 19, "niceness ddtop gives itself (0-19), so that the kernel always runs the trainers it watches first; 0 keeps the inherited one")
 	for key, flag := range map[string]string{
 		"telemetry.dir": "dir", "ddtop.job": "job", "ddtop.interval": "interval",
 		"ddtop.history": "history", "config": "config",
@@ -127,6 +136,30 @@ func readConfig(v *viper.Viper) error {
 	v.SetConfigFile(path)
 	if err := v.ReadInConfig(); err != nil {
 		return fmt.Errorf("%w: read %s: %w", errConfig, path, err)
+	}
+	return nil
+}
+
+// lowerPriority sets the niceness of every thread of ddtop to nice. Linux
+// keeps niceness per thread, and threads inherit their creator's, so
+// setting it on all current threads covers the ones the runtime starts
+// later.
+func lowerPriority(nice int) error {
+	if nice < 0 || nice > 19 {
+		return fmt.Errorf("--nice %d: want 0 to 19 (ddtop only lowers its priority)", nice)
+	}
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return unix.Setpriority(unix.PRIO_PROCESS, 0, nice)
+	}
+	for _, t := range tasks {
+		tid, err := strconv.Atoi(t.Name())
+		if err != nil {
+			continue
+		}
+		if err := unix.Setpriority(unix.PRIO_PROCESS, tid, nice); err != nil && err != unix.ESRCH {
+			return fmt.Errorf("--nice %d: setpriority of thread %d: %w", nice, tid, err)
+		}
 	}
 	return nil
 }

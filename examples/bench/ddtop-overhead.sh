@@ -3,7 +3,8 @@
 # Runs examples/train (4 ranks under ddrun, S=1, 1 worker, prefetch 2) PAIRS
 # times without and with `ddtop --interval 100ms` (or $INTERVAL) open in a tmux pane on the
 # job's telemetry, alternating, and prints each run's rows/s (per rank, epochs
-# after the first) and the median with/without ratio. Build first: make build.
+# after the first) and the median with/without ratios. Build first: make build.
+# ddtop lowers its own priority (--nice, default 19).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 pairs=${PAIRS:-5}
@@ -31,12 +32,12 @@ run() {
   rm -rf "$dir"
 }
 
-without=() with=()
+without=() with=() ratios=()
 for i in $(seq "$pairs"); do
   a=$(run without); b=$(run with)
-  without+=("$a"); with+=("$b")
+  without+=("$a"); with+=("$b"); ratios+=("$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.4f", b / a }')")
   echo "pair $i: rows/s per rank without ddtop $a, with ddtop every ${INTERVAL:-100ms} $b"
 done
 median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 mw=$(median "${without[@]}"); mh=$(median "${with[@]}")
-awk -v a="$mw" -v b="$mh" 'BEGIN { printf "median rows/s per rank: without %s, with %s; with/without = %.4f\n", a, b, b/a }'
+awk -v a="$mw" -v b="$mh" -v r="$(median "${ratios[@]}")" 'BEGIN { printf "median rows/s per rank: without %s, with %s; with/without: %.4f (ratio of medians), %.4f (median of pair ratios)\n", a, b, b/a, r }'
