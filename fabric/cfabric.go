@@ -770,6 +770,51 @@ static void dd_active_leave(dd_reader *r) {
 	if (r->active) { atomic_fetch_sub(&dd_active, 1); r->active = 0; }
 }
 
+// dd_result_reset clears res for a new batch (copy_ns is dd_gather's own).
+static void dd_result_reset(dd_result *res) {
+	res->post_ns = 0; res->wait_ns = 0; res->done = 0; res->stage = DD_OK;
+	res->failed_op = -1; res->err = 0; res->prov_errno = 0; res->torn_down = 0; res->text[0] = 0;
+	res->guessed = 0; res->teardown_rc = 0; res->inflight_at_fail = 0;
+}
+
+// dd_set_fail records where a batch failed: stage, positive errno, op.
+static void dd_set_fail(dd_result *res, int stage, int err, int op) {
+	res->stage = stage; res->err = err; res->failed_op = op;
+}
+
+// dd_cq_readerr reads the error entry behind -FI_EAVAIL into *e and returns
+// fi_cq_readerr's result. -FI_EAGAIN (an error announced but not readable)
+// becomes FI_EIO; shm's negative codes are made positive.
+static ssize_t dd_cq_readerr(dd_reader *r, struct fi_cq_err_entry *e) {
+	memset(e, 0, sizeof *e);
+	ssize_t rr = fi_cq_readerr(r->cq, e, 0);
+	if (rr == -FI_EAGAIN) e->err = FI_EIO;
+	if (e->err < 0) e->err = -e->err;
+	return rr;
+}
+
+// dd_cq_poll reads up to 64 completions into comp, adds the time since *t
+// to the batch's wait time and moves *t to now.
+static ssize_t dd_cq_poll(dd_reader *r, struct fi_cq_entry *comp, dd_result *res, int64_t *t) {
+	ssize_t got = fi_cq_read(r->cq, comp, 64);
+	int64_t t2 = dd_now();
+	res->wait_ns += t2 - *t;
+	*t = t2;
+	return got;
+}
+
+// dd_batch_fail ends a failed batch (dd_read_batch, dd_gather): any failure
+// closes the endpoint, since fi_close cancels what is in flight (nothing
+// lands in a destination after we return) and drops broken connections; the
+// next call opens a fresh one. inflight is what was outstanding. Returns -1.
+static int dd_batch_fail(dd_reader *r, dd_result *res, int inflight) {
+	dd_active_leave(r);
+	res->inflight_at_fail = inflight;
+	res->teardown_rc = dd_reader_teardown(r);
+	res->torn_down = 1;
+	return -1;
+}
+
 // dd_reader_wait is called after a progress step found nothing. Within
 // spin_ns of the last completion, while few readers are active (see
 // dd_active), it returns at once: the reader spins. Otherwise it sleeps
@@ -859,9 +904,7 @@ static int dd_read_batch(dd_reader *r, int n, int64_t timeout_ns) {
 	int64_t sleep_ns = 20000;
 	int busy = 0;
 	int next = 0, inflight = 0, nfree = 0;
-	res->post_ns = 0; res->wait_ns = 0; res->done = 0; res->stage = DD_OK;
-	res->failed_op = -1; res->err = 0; res->prov_errno = 0; res->torn_down = 0; res->text[0] = 0;
-	res->guessed = 0; res->teardown_rc = 0; res->inflight_at_fail = 0;
+	dd_result_reset(res);
 	if (!r->ep) { res->stage = DD_NOEP; return -1; }
 	dd_active_enter(r);
 	for (int i = 0; i < r->window; i++) { r->free_slots[nfree++] = r->window - 1 - i; r->slot_op[i] = -1; }
@@ -884,10 +927,7 @@ static int dd_read_batch(dd_reader *r, int n, int64_t timeout_ns) {
 		}
 		if (inflight == 0 && next >= n) break;
 
-		ssize_t got = fi_cq_read(r->cq, comp, 64);
-		int64_t t2 = dd_now();
-		res->wait_ns += t2 - t;
-		t = t2;
+		ssize_t got = dd_cq_poll(r, comp, res, &t);
 		if (got > 0) {
 			for (ssize_t i = 0; i < got; i++) {
 				int slot = (int)((struct fi_context2 *)comp[i].op_context - r->ctx);
@@ -901,11 +941,8 @@ static int dd_read_batch(dd_reader *r, int n, int64_t timeout_ns) {
 			sleep_ns = 20000;
 		} else if (got == -FI_EAVAIL) {
 			struct fi_cq_err_entry e;
-			memset(&e, 0, sizeof e);
-			ssize_t rr = fi_cq_readerr(r->cq, &e, 0);
+			ssize_t rr = dd_cq_readerr(r, &e);
 			if (rr > 0 || rr == -FI_EAGAIN) {
-				if (rr == -FI_EAGAIN) e.err = FI_EIO;
-				if (e.err < 0) e.err = -e.err; // shm reports negative codes
 				int slot = e.op_context ? (int)((struct fi_context2 *)e.op_context - r->ctx) : -1;
 				int valid = slot >= 0 && slot < r->window && r->slot_op[slot] >= 0;
 				dd_record_cq_error(r, &e, res, valid ? slot : -1);
@@ -915,14 +952,14 @@ static int dd_read_batch(dd_reader *r, int n, int64_t timeout_ns) {
 				if (valid) inflight--;
 				goto fail;
 			}
-			res->stage = DD_CQREAD; res->err = (int)(rr < 0 ? -rr : FI_EIO); res->failed_op = dd_oldest(r, next, n);
+			dd_set_fail(res, DD_CQREAD, (int)(rr < 0 ? -rr : FI_EIO), dd_oldest(r, next, n));
 			goto fail;
 		} else if (got != -FI_EAGAIN) {
-			res->stage = DD_CQREAD; res->err = (int)-got; res->failed_op = dd_oldest(r, next, n);
+			dd_set_fail(res, DD_CQREAD, (int)-got, dd_oldest(r, next, n));
 			goto fail;
 		}
 		if (t >= deadline && (inflight > 0 || next < n)) {
-			res->stage = DD_TIMEOUT; res->err = FI_ETIMEDOUT; res->failed_op = dd_oldest(r, next, n);
+			dd_set_fail(res, DD_TIMEOUT, FI_ETIMEDOUT, dd_oldest(r, next, n));
 			goto fail;
 		}
 		if (got <= 0) t = dd_reader_wait(r, t, last_done, deadline, &sleep_ns, &busy, &res->wait_ns);
@@ -930,14 +967,7 @@ static int dd_read_batch(dd_reader *r, int n, int64_t timeout_ns) {
 	dd_active_leave(r);
 	return 0;
 fail:
-	dd_active_leave(r);
-	// Any failure closes the endpoint: fi_close cancels what is in flight
-	// (nothing lands in a destination after we return) and drops broken
-	// connections; the next call opens a fresh one.
-	res->inflight_at_fail = inflight;
-	res->teardown_rc = dd_reader_teardown(r);
-	res->torn_down = 1;
-	return -1;
+	return dd_batch_fail(r, res, inflight);
 }
 
 // dd_gather_prepare allocates the gather state once per reader: rounds
@@ -994,9 +1024,8 @@ static int dd_gather(dd_reader *r, int n, uint64_t cap, int rounds, int64_t time
 	int64_t sleep_ns = 20000;
 	int busy = 0;
 	int active = 0, pos = 0, m = 0;
-	res->post_ns = 0; res->wait_ns = 0; res->copy_ns = 0; res->done = 0; res->stage = DD_OK;
-	res->failed_op = -1; res->err = 0; res->prov_errno = 0; res->torn_down = 0; res->text[0] = 0;
-	res->guessed = 0; res->teardown_rc = 0; res->inflight_at_fail = 0;
+	dd_result_reset(res);
+	res->copy_ns = 0;
 	if (!r->ep) { res->stage = DD_NOEP; return -1; }
 	int prc = dd_gather_prepare(r, rounds);
 	if (prc) { res->stage = DD_NOMEM; res->err = -prc; res->failed_op = 0; return -1; }
@@ -1066,10 +1095,7 @@ static int dd_gather(dd_reader *r, int n, uint64_t cap, int rounds, int64_t time
 		}
 		if (active == 0 && pos >= m) break;
 
-		ssize_t got = fi_cq_read(r->cq, comp, 64);
-		int64_t t2 = dd_now();
-		res->wait_ns += t2 - t;
-		t = t2;
+		ssize_t got = dd_cq_poll(r, comp, res, &t);
 		if (got > 0) {
 			for (ssize_t i = 0; i < got; i++) {
 				int is_recv = 0;
@@ -1121,11 +1147,8 @@ static int dd_gather(dd_reader *r, int n, uint64_t cap, int rounds, int64_t time
 			sleep_ns = 20000;
 		} else if (got == -FI_EAVAIL) {
 			struct fi_cq_err_entry e;
-			memset(&e, 0, sizeof e);
-			ssize_t rr = fi_cq_readerr(r->cq, &e, 0);
+			ssize_t rr = dd_cq_readerr(r, &e);
 			if (rr > 0 || rr == -FI_EAGAIN) {
-				if (rr == -FI_EAGAIN) e.err = FI_EIO;
-				if (e.err < 0) e.err = -e.err;
 				int is_recv = 0;
 				int si = e.op_context ? dd_gslot_of(r, e.op_context, rounds, &is_recv) : -1;
 				dd_record_cq_error(r, &e, res, -1);
@@ -1133,14 +1156,14 @@ static int dd_gather(dd_reader *r, int n, uint64_t cap, int rounds, int64_t time
 				else { res->failed_op = dd_gather_oldest(r, rounds, pos, m); res->guessed = 1; }
 				goto fail;
 			}
-			res->stage = DD_CQREAD; res->err = (int)(rr < 0 ? -rr : FI_EIO); res->failed_op = dd_gather_oldest(r, rounds, pos, m);
+			dd_set_fail(res, DD_CQREAD, (int)(rr < 0 ? -rr : FI_EIO), dd_gather_oldest(r, rounds, pos, m));
 			goto fail;
 		} else if (got != -FI_EAGAIN) {
-			res->stage = DD_CQREAD; res->err = (int)-got; res->failed_op = dd_gather_oldest(r, rounds, pos, m);
+			dd_set_fail(res, DD_CQREAD, (int)-got, dd_gather_oldest(r, rounds, pos, m));
 			goto fail;
 		}
 		if (t >= deadline && (active > 0 || pos < m)) {
-			res->stage = DD_TIMEOUT; res->err = FI_ETIMEDOUT; res->failed_op = dd_gather_oldest(r, rounds, pos, m);
+			dd_set_fail(res, DD_TIMEOUT, FI_ETIMEDOUT, dd_gather_oldest(r, rounds, pos, m));
 			goto fail;
 		}
 		if (got <= 0) t = dd_reader_wait(r, t, last_done, deadline, &sleep_ns, &busy, &res->wait_ns);
@@ -1148,10 +1171,7 @@ static int dd_gather(dd_reader *r, int n, uint64_t cap, int rounds, int64_t time
 	dd_active_leave(r);
 	return 0;
 fail:
-	dd_active_leave(r);
-	res->inflight_at_fail = active;
-	res->teardown_rc = dd_reader_teardown(r);
-	res->torn_down = 1;
+	dd_batch_fail(r, res, active);
 	for (int i = 0; i < rounds; i++) r->gslots[i].active = 0;
 	return -1;
 }

@@ -3,6 +3,7 @@ package fabric
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math/rand"
 	"strings"
 	"syscall"
@@ -17,18 +18,150 @@ func isNoProvider(err error) bool {
 // setup opens a fabric and a reader and starts one target as rank 1.
 func setup(t *testing.T, o Options, size int, busy bool) (*Fabric, *Reader, *target, Peer) {
 	t.Helper()
+	_, f, r, tg, p := setupRank(t, o, 0, size, busy, 1)
+	return f, r, tg, p
+}
+
+// setupRank is setup with the target as rank and, unless timeout is 0,
+// o.Timeout set to timeout; it returns the options used too.
+func setupRank(t *testing.T, o Options, timeout time.Duration, size int, busy bool, rank int) (Options, *Fabric, *Reader, *target, Peer) {
+	t.Helper()
+	if timeout != 0 {
+		o.Timeout = timeout
+	}
 	f := openOrSkip(t, o)
-	tg := startTarget(t, o, size, busy)
+	r, tgs, peers := readerWith(t, f, o, size, busy, rank)
+	return o, f, r, tgs[0], peers[0]
+}
+
+// readerWith starts one target of size bytes per rank, opens a reader on f
+// (closed at cleanup) and adds the targets as peers of those ranks.
+func readerWith(t *testing.T, f *Fabric, o Options, size int, busy bool, ranks ...int) (*Reader, []*target, []Peer) {
+	t.Helper()
+	tgs := make([]*target, len(ranks))
+	for k := range ranks {
+		tgs[k] = startTarget(t, o, size, busy)
+	}
 	r, err := f.NewReader()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.Close() })
-	p, err := r.AddPeer(1, tg.addr)
+	peers := make([]Peer, len(ranks))
+	for k, rank := range ranks {
+		if peers[k], err = r.AddPeer(rank, tgs[k].addr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return r, tgs, peers
+}
+
+// readChecked reads ops with read, failing with what, and checks every row
+// against the pattern at its offset in its peer's target.
+func readChecked(t *testing.T, what string, read func([]ReadOp) (Timing, error), ops []ReadOp, tgs []*target, peers []Peer) {
+	t.Helper()
+	if _, err := read(ops); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	checkOps(t, what, ops, tgs, peers)
+}
+
+// allocDsts returns a heap and an off-heap destination of size bytes, by
+// name; the off-heap one is freed at cleanup.
+func allocDsts(t *testing.T, size int) map[string][]byte {
+	t.Helper()
+	off, err := Alloc(size)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return f, r, tg, p
+	t.Cleanup(func() { off.Free() })
+	return map[string][]byte{"heap": make([]byte, size), "offheap": off.Bytes()}
+}
+
+// strideOps reads n rows of row bytes of tg, 7 rows apart, into dst.
+func strideOps(dst []byte, row, n int, p Peer, tg *target) []ReadOp {
+	ops := make([]ReadOp, n)
+	for i := range ops {
+		ops[i] = ReadOp{Dst: dst[i*row : (i+1)*row], Peer: p, Addr: tg.base + uint64((i*7)%(tg.size/row))*uint64(row), Key: tg.key}
+	}
+	return ops
+}
+
+// noAllocs fails unless fn, run 50 times, succeeds and allocates nothing.
+func noAllocs(t *testing.T, what string, fn func() error) {
+	t.Helper()
+	var rerr error
+	allocs := testing.AllocsPerRun(50, func() {
+		if err := fn(); err != nil {
+			rerr = err
+		}
+	})
+	if rerr != nil {
+		t.Fatal(rerr)
+	}
+	if allocs != 0 {
+		t.Fatalf("%s allocates %v times per call", what, allocs)
+	}
+}
+
+// killRig is a reader with a 64 MiB victim target as rank 7, a 64 MiB live
+// target as rank 8, and off-heap dst for the n rows of row bytes of one.
+type killRig struct {
+	o             Options
+	r             *Reader
+	victim, alive *target
+	pv, pa        Peer
+	dst           *Memory
+	row, n        int
+}
+
+func newKillRig(t *testing.T, f *Fabric, o Options, row int) *killRig {
+	t.Helper()
+	r, tgs, peers := readerWith(t, f, o, 64<<20, false, 7, 8)
+	k := &killRig{o: o, r: r, victim: tgs[0], alive: tgs[1], pv: peers[0], pa: peers[1], row: row, n: (64 << 20) / row}
+	dst, err := Alloc(k.n * row)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dst.Free() })
+	k.dst = dst
+	return k
+}
+
+// ops reads every row of tg into the rows of dst, reps times over.
+func (k *killRig) ops(p Peer, tg *target, reps int) []ReadOp {
+	ops := make([]ReadOp, 0, reps*k.n)
+	for j := 0; j < reps; j++ {
+		for i := 0; i < k.n; i++ {
+			ops = append(ops, ReadOp{Dst: k.dst.Bytes()[i*k.row : (i+1)*k.row], Peer: p, Addr: tg.base + uint64(i*k.row), Key: tg.key})
+		}
+	}
+	return ops
+}
+
+// readKilled kills the victim 50ms into read(big): the read must fail
+// within the deadline naming peer 7. It returns the error.
+func (k *killRig) readKilled(t *testing.T, what string, read func([]ReadOp) (Timing, error), big []ReadOp) error {
+	t.Helper()
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		k.victim.kill()
+	}()
+	start := time.Now()
+	_, err := read(big)
+	el := time.Since(start)
+	if err == nil {
+		t.Fatalf("%s from a killed target succeeded in %v", what, el)
+	}
+	var fe *Error
+	if !errors.As(err, &fe) || fe.Peer != 7 || !strings.Contains(err.Error(), "peer rank 7") {
+		t.Fatalf("error does not name peer 7: %v", err)
+	}
+	if el > k.o.Timeout+time.Second {
+		t.Fatalf("took %v, deadline %v", el, k.o.Timeout)
+	}
+	t.Logf("killed target: %v after %v", err, el)
+	return err
 }
 
 func TestReadPattern(t *testing.T) {
@@ -66,20 +199,8 @@ func TestReadPattern(t *testing.T) {
 				n := 32
 				heap := make([]byte, n*row)
 				for _, dst := range [][]byte{heap, off.Bytes()[:n*row]} {
-					ops := make([]ReadOp, n)
-					idx := make([]uint64, n)
-					for i := range ops {
-						idx[i] = uint64(rng.Intn(nrows))
-						ops[i] = ReadOp{Dst: dst[i*row : (i+1)*row], Peer: p, Addr: tg.base + idx[i]*uint64(row), Key: tg.key}
-					}
-					if _, err := r.ReadBatch(ops); err != nil {
-						t.Fatalf("batch of %d B rows: %v", row, err)
-					}
-					for i := range ops {
-						if err := checkPattern(ops[i].Dst, idx[i]*uint64(row)); err != nil {
-							t.Fatalf("batch row %d (%d B): %v", idx[i], row, err)
-						}
-					}
+					ops := gatherOps(rng, dst, row, n, []Peer{p}, []*target{tg})
+					readChecked(t, fmt.Sprintf("batch of %d B rows", row), r.ReadBatch, ops, []*target{tg}, []Peer{p})
 				}
 			}
 		})
@@ -91,25 +212,12 @@ func TestBusyTarget(t *testing.T) {
 		t.Run(pc.name, func(t *testing.T) {
 			_, r, tg, p := setup(t, pc.opts, 64<<20, true)
 			const row, total, batch = 3072, 10000, 5000 // batches span two chunks
-			nrows := tg.size / row
 			rng := rand.New(rand.NewSource(2))
 			dst := make([]byte, batch*row)
-			ops := make([]ReadOp, batch)
-			idx := make([]uint64, batch)
 			start := time.Now()
 			for done := 0; done < total; done += batch {
-				for i := range ops {
-					idx[i] = uint64(rng.Intn(nrows))
-					ops[i] = ReadOp{Dst: dst[i*row : (i+1)*row], Peer: p, Addr: tg.base + idx[i]*row, Key: tg.key}
-				}
-				if _, err := r.ReadBatch(ops); err != nil {
-					t.Fatalf("after %d rows: %v", done, err)
-				}
-				for i := range ops {
-					if err := checkPattern(ops[i].Dst, idx[i]*row); err != nil {
-						t.Fatalf("row %d: %v", idx[i], err)
-					}
-				}
+				ops := gatherOps(rng, dst, row, batch, []Peer{p}, []*target{tg})
+				readChecked(t, fmt.Sprintf("after %d rows", done), r.ReadBatch, ops, []*target{tg}, []Peer{p})
 			}
 			t.Logf("%d rows of %d B from a busy target in %v", total, row, time.Since(start))
 		})
@@ -122,82 +230,22 @@ func TestKilledTarget(t *testing.T) {
 			o := pc.opts
 			o.Timeout = 3 * time.Second
 			f := openOrSkip(t, o)
-			victim := startTarget(t, o, 64<<20, false)
-			alive := startTarget(t, o, 64<<20, false)
-			r, err := f.NewReader()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer r.Close()
-			pv, err := r.AddPeer(7, victim.addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			pa, err := r.AddPeer(8, alive.addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			const row = 1 << 20
-			n := 64 // rows in the 64 MiB region
-			dst, err := Alloc(n * row)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer dst.Free()
-			mk := func(p Peer, tg *target, reps int) []ReadOp {
-				ops := make([]ReadOp, 0, reps*n)
-				for k := 0; k < reps; k++ {
-					for i := 0; i < n; i++ {
-						ops = append(ops, ReadOp{Dst: dst.Bytes()[i*row : (i+1)*row], Peer: p, Addr: tg.base + uint64(i*row), Key: tg.key})
-					}
-				}
-				return ops
-			}
-			first := mk(pv, victim, 1)
-			if _, err := r.ReadBatch(first); err != nil {
-				t.Fatalf("before kill: %v", err)
-			}
-			for i := range first {
-				if err := checkPattern(first[i].Dst, uint64(i*row)); err != nil {
-					t.Fatalf("before kill, row %d: %v", i, err)
-				}
-			}
-			big := mk(pv, victim, 40) // 2560 MiB: far longer than the kill delay
-			go func() {
-				time.Sleep(50 * time.Millisecond)
-				victim.kill()
-			}()
-			start := time.Now()
-			_, err = r.ReadBatch(big)
-			el := time.Since(start)
-			if err == nil {
-				t.Fatalf("batch from a killed target succeeded in %v", el)
-			}
-			var fe *Error
-			if !errors.As(err, &fe) || fe.Peer != 7 || !errors.Is(err, ErrPeer) || !strings.Contains(err.Error(), "peer rank 7") {
+			k := newKillRig(t, f, o, 1<<20) // 64 rows in the 64 MiB region
+			r := k.r
+			readChecked(t, "before kill", r.ReadBatch, k.ops(k.pv, k.victim, 1), []*target{k.victim}, []Peer{k.pv})
+			big := k.ops(k.pv, k.victim, 40) // 2560 MiB: far longer than the kill delay
+			if err := k.readKilled(t, "batch", r.ReadBatch, big); !errors.Is(err, ErrPeer) {
 				t.Fatalf("error does not name peer 7: %v", err)
 			}
-			if el > o.Timeout+time.Second {
-				t.Fatalf("took %v, deadline %v", el, o.Timeout)
-			}
-			t.Logf("killed target: %v after %v", err, el)
 			// Again: must fail within the deadline, not hang.
-			start = time.Now()
-			_, err = r.Read(ReadOp{Dst: dst.Bytes()[:4096], Peer: pv, Addr: victim.base, Key: victim.key})
+			start := time.Now()
+			_, err := r.Read(ReadOp{Dst: k.dst.Bytes()[:4096], Peer: k.pv, Addr: k.victim.base, Key: k.victim.key})
 			if err == nil || time.Since(start) > o.Timeout+time.Second {
 				t.Fatalf("second read of dead peer: err=%v after %v", err, time.Since(start))
 			}
 			t.Logf("second read of dead peer: %v after %v", err, time.Since(start))
 			// The reader still works with the live peer.
-			ops := mk(pa, alive, 1)[:8]
-			if _, err := r.ReadBatch(ops); err != nil {
-				t.Fatalf("live peer after failure: %v", err)
-			}
-			for i := range ops {
-				if err := checkPattern(ops[i].Dst, uint64(i*row)); err != nil {
-					t.Fatalf("live peer row %d: %v", i, err)
-				}
-			}
+			readChecked(t, "live peer after failure", r.ReadBatch, k.ops(k.pa, k.alive, 1)[:8], []*target{k.alive}, []Peer{k.pa})
 		})
 	}
 }
@@ -275,26 +323,14 @@ func TestBadOptions(t *testing.T) {
 func TestRefusedRead(t *testing.T) {
 	for _, pc := range provCases {
 		t.Run(pc.name, func(t *testing.T) {
-			o := pc.opts
-			o.Timeout = 3 * time.Second
-			f := openOrSkip(t, o)
-			tg := startTarget(t, o, 1<<20, false)
-			r, err := f.NewReader()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer r.Close()
-			p, err := r.AddPeer(5, tg.addr)
-			if err != nil {
-				t.Fatal(err)
-			}
+			_, f, r, tg, p := setupRank(t, pc.opts, 3*time.Second, 1<<20, false, 5)
 			buf := make([]byte, 4096)
 			bad := ReadOp{Dst: buf, Peer: p, Addr: tg.base, Key: tg.key + 12345}
 			if f.Info().MRVirtAddr {
 				bad = ReadOp{Dst: buf, Peer: p, Addr: 4096, Key: tg.key}
 			}
 			start := time.Now()
-			_, err = r.Read(bad)
+			_, err := r.Read(bad)
 			if err == nil {
 				t.Fatalf("refused read %+v succeeded", bad)
 			}
@@ -320,41 +356,17 @@ func TestReadBatchAllocs(t *testing.T) {
 		t.Run(pc.name, func(t *testing.T) {
 			_, r, tg, p := setup(t, pc.opts, 16<<20, false)
 			const row, n = 3072, 64
-			off, err := Alloc(n * row)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer off.Free()
-			heap := make([]byte, n*row)
-			for name, dst := range map[string][]byte{"heap": heap, "offheap": off.Bytes()} {
-				ops := make([]ReadOp, n)
-				for i := range ops {
-					ops[i] = ReadOp{Dst: dst[i*row : (i+1)*row], Peer: p, Addr: tg.base + uint64((i*7)%(tg.size/row))*row, Key: tg.key}
-				}
-				var rerr error
-				allocs := testing.AllocsPerRun(50, func() {
-					if _, err := r.ReadBatch(ops); err != nil {
-						rerr = err
-					}
+			for name, dst := range allocDsts(t, n*row) {
+				ops := strideOps(dst, row, n, p, tg)
+				noAllocs(t, name+": ReadBatch", func() error {
+					_, err := r.ReadBatch(ops)
+					return err
 				})
-				if rerr != nil {
-					t.Fatal(rerr)
-				}
-				if allocs != 0 {
-					t.Fatalf("%s: ReadBatch allocates %v times per call", name, allocs)
-				}
 				single := ops[0]
-				allocs = testing.AllocsPerRun(50, func() {
-					if _, err := r.Read(single); err != nil {
-						rerr = err
-					}
+				noAllocs(t, name+": Read", func() error {
+					_, err := r.Read(single)
+					return err
 				})
-				if rerr != nil {
-					t.Fatal(rerr)
-				}
-				if allocs != 0 {
-					t.Fatalf("%s: Read allocates %v times per call", name, allocs)
-				}
 				for i := range ops {
 					if err := checkPattern(ops[i].Dst, ops[i].Addr-tg.base); err != nil {
 						t.Fatalf("%s row %d: %v", name, i, err)
@@ -543,19 +555,7 @@ func TestIdleProgress(t *testing.T) {
 func TestStoppedTarget(t *testing.T) {
 	for _, pc := range provCases {
 		t.Run(pc.name, func(t *testing.T) {
-			o := pc.opts
-			o.Timeout = 2 * time.Second
-			f := openOrSkip(t, o)
-			tg := startTarget(t, o, 64<<20, false)
-			r, err := f.NewReader()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer r.Close()
-			p, err := r.AddPeer(9, tg.addr)
-			if err != nil {
-				t.Fatal(err)
-			}
+			o, _, r, tg, p := setupRank(t, pc.opts, 2*time.Second, 64<<20, false, 9)
 			const row, n = 12800, 4000
 			nrows := tg.size / row
 			dst := make([]byte, n*row)
@@ -579,7 +579,7 @@ func TestStoppedTarget(t *testing.T) {
 				dst[i] = 0xAB
 			}
 			start := time.Now()
-			_, err = r.ReadBatch(ops)
+			_, err := r.ReadBatch(ops)
 			el := time.Since(start)
 			if err == nil {
 				t.Fatalf("batch from a stopped target succeeded in %v", el)

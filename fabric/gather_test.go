@@ -35,6 +35,24 @@ func checkOps(t *testing.T, what string, ops []ReadOp, tgs []*target, peers []Pe
 	}
 }
 
+// openGather opens the tcp fabric with the given timeout and skips the test
+// unless it has software RMA (so ReadGather gathers).
+func openGather(t *testing.T, timeout time.Duration) (Options, *Fabric) {
+	t.Helper()
+	o := provCases[0].opts // tcp
+	o.Timeout = timeout
+	f := openOrSkip(t, o)
+	needSoftRMA(t, f)
+	return o, f
+}
+
+func needSoftRMA(t *testing.T, f *Fabric) {
+	t.Helper()
+	if !f.Info().SoftwareRMA {
+		t.Skipf("%s has no software RMA", f.Info().Provider)
+	}
+}
+
 func TestGatherPattern(t *testing.T) {
 	for _, pc := range provCases {
 		for _, maxBytes := range []int{0, 64 << 10} {
@@ -46,20 +64,7 @@ func TestGatherPattern(t *testing.T) {
 				if want := pc.name == "tcp"; soft != want {
 					t.Fatalf("provider %s: SoftwareRMA %v, want %v", f.Info().Provider, soft, want)
 				}
-				tgs := []*target{startTarget(t, o, 64<<20, false), startTarget(t, o, 64<<20, false)}
-				r, err := f.NewReader()
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer r.Close()
-				var peers []Peer
-				for k, tg := range tgs {
-					p, err := r.AddPeer(k+1, tg.addr)
-					if err != nil {
-						t.Fatal(err)
-					}
-					peers = append(peers, p)
-				}
+				r, tgs, peers := readerWith(t, f, o, 64<<20, false, 1, 2)
 				off, err := Alloc(64 << 20)
 				if err != nil {
 					t.Fatal(err)
@@ -98,22 +103,9 @@ func TestGatherPattern(t *testing.T) {
 }
 
 func TestGatherRejected(t *testing.T) {
-	o := provCases[0].opts // tcp
-	o.Timeout = 3 * time.Second
-	f := openOrSkip(t, o)
-	if !f.Info().SoftwareRMA {
-		t.Skipf("%s has no software RMA", f.Info().Provider)
-	}
-	tg := startTarget(t, o, 1<<20, false)
-	r, err := f.NewReader()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	p, err := r.AddPeer(5, tg.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	o, f := openGather(t, 3*time.Second)
+	r, tgs, peers := readerWith(t, f, o, 1<<20, false, 5)
+	tg, p := tgs[0], peers[0]
 	const row = 3072
 	buf := make([]byte, 16*row)
 	good := func() []ReadOp {
@@ -156,127 +148,44 @@ func TestGatherRejected(t *testing.T) {
 		}
 		t.Logf("%s: %v (after %v)", c.name, err, time.Since(start))
 		// Reader and target keep working.
-		ops = good()
 		clear(buf)
-		if _, err := r.ReadGather(ops); err != nil {
-			t.Fatalf("%s: good gather afterwards: %v", c.name, err)
-		}
-		checkOps(t, c.name+": good gather afterwards", ops, []*target{tg}, []Peer{p})
+		readChecked(t, c.name+": good gather afterwards", r.ReadGather, good(), tgs, peers)
 	}
 }
 
 func TestGatherKilledTarget(t *testing.T) {
-	o := provCases[0].opts // tcp
-	o.Timeout = 3 * time.Second
-	f := openOrSkip(t, o)
-	if !f.Info().SoftwareRMA {
-		t.Skipf("%s has no software RMA", f.Info().Provider)
-	}
-	victim := startTarget(t, o, 64<<20, false)
-	alive := startTarget(t, o, 64<<20, false)
-	r, err := f.NewReader()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	pv, err := r.AddPeer(7, victim.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pa, err := r.AddPeer(8, alive.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const row = 204800
-	n := (64 << 20) / row
-	dst, err := Alloc(n * row)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dst.Free()
-	mk := func(p Peer, tg *target, reps int) []ReadOp {
-		ops := make([]ReadOp, 0, reps*n)
-		for k := 0; k < reps; k++ {
-			for i := 0; i < n; i++ {
-				ops = append(ops, ReadOp{Dst: dst.Bytes()[i*row : (i+1)*row], Peer: p, Addr: tg.base + uint64(i*row), Key: tg.key})
-			}
-		}
-		return ops
-	}
-	first := mk(pv, victim, 1)
-	if _, err := r.ReadGather(first); err != nil {
-		t.Fatalf("before kill: %v", err)
-	}
-	checkOps(t, "before kill", first, []*target{victim}, []Peer{pv})
-	big := mk(pv, victim, 12) // 12 × 64 MiB chunks of gather rounds
-	go func() {
-		time.Sleep(50 * time.Millisecond)
-		victim.kill()
-	}()
+	o, f := openGather(t, 3*time.Second)
+	k := newKillRig(t, f, o, 204800)
+	r := k.r
+	first := k.ops(k.pv, k.victim, 1)
+	readChecked(t, "before kill", r.ReadGather, first, []*target{k.victim}, []Peer{k.pv})
+	big := k.ops(k.pv, k.victim, 12) // 12 × 64 MiB chunks of gather rounds
+	k.readKilled(t, "gather", r.ReadGather, big)
 	start := time.Now()
-	_, err = r.ReadGather(big)
-	el := time.Since(start)
-	if err == nil {
-		t.Fatalf("gather from a killed target succeeded in %v", el)
-	}
-	var fe *Error
-	if !errors.As(err, &fe) || fe.Peer != 7 || !strings.Contains(err.Error(), "peer rank 7") {
-		t.Fatalf("error does not name peer 7: %v", err)
-	}
-	if el > o.Timeout+time.Second {
-		t.Fatalf("took %v, deadline %v", el, o.Timeout)
-	}
-	t.Logf("killed target: %v after %v", err, el)
-	start = time.Now()
-	_, err = r.ReadGather(first[:16])
+	_, err := r.ReadGather(first[:16])
 	if err == nil || time.Since(start) > o.Timeout+time.Second {
 		t.Fatalf("second gather from dead peer: err=%v after %v", err, time.Since(start))
 	}
 	t.Logf("second gather from dead peer: %v after %v", err, time.Since(start))
-	ops := mk(pa, alive, 1)[:40]
-	clear(dst.Bytes())
-	if _, err := r.ReadGather(ops); err != nil {
-		t.Fatalf("live peer after failure: %v", err)
-	}
-	checkOps(t, "live peer after failure", ops, []*target{alive}, []Peer{pa})
+	ops := k.ops(k.pa, k.alive, 1)[:40]
+	clear(k.dst.Bytes())
+	readChecked(t, "live peer after failure", r.ReadGather, ops, []*target{k.alive}, []Peer{k.pa})
 }
 
 func TestGatherAllocs(t *testing.T) {
 	o := provCases[0].opts // tcp
 	_, r, tg, p := setup(t, o, 16<<20, false)
-	if !r.f.Info().SoftwareRMA {
-		t.Skipf("%s has no software RMA", r.f.Info().Provider)
-	}
+	needSoftRMA(t, r.f)
 	const row, n = 3072, 128
-	off, err := Alloc(n * row)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer off.Free()
-	heap := make([]byte, n*row)
-	for name, dst := range map[string][]byte{"heap": heap, "offheap": off.Bytes()} {
-		ops := make([]ReadOp, n)
-		for i := range ops {
-			ops[i] = ReadOp{Dst: dst[i*row : (i+1)*row], Peer: p, Addr: tg.base + uint64((i*7)%(tg.size/row))*row, Key: tg.key}
-		}
-		var rerr error
+	for name, dst := range allocDsts(t, n*row) {
+		ops := strideOps(dst, row, n, p, tg)
 		r.ReadGather(ops) // first call allocates the gather state
-		allocs := testing.AllocsPerRun(50, func() {
-			if _, err := r.ReadGather(ops); err != nil {
-				rerr = err
-			}
+		noAllocs(t, name+": ReadGather", func() error {
+			_, err := r.ReadGather(ops)
+			return err
 		})
-		if rerr != nil {
-			t.Fatal(rerr)
-		}
-		if allocs != 0 {
-			t.Fatalf("%s: ReadGather allocates %v times per call", name, allocs)
-		}
 		clear(dst)
-		if _, err := r.ReadGather(ops); err != nil {
-			t.Fatal(err)
-		}
-		checkOps(t, name, ops, []*target{tg}, []Peer{p})
+		readChecked(t, name, r.ReadGather, ops, []*target{tg}, []Peer{p})
 	}
 }
 
@@ -284,18 +193,13 @@ func TestGatherAllocs(t *testing.T) {
 // answers gathers from its progress thread.
 func TestGatherBusyTarget(t *testing.T) {
 	_, r, tg, p := setup(t, provCases[0].opts, 16<<20, true)
-	if !r.f.Info().SoftwareRMA {
-		t.Skipf("%s has no software RMA", r.f.Info().Provider)
-	}
+	needSoftRMA(t, r.f)
 	const row, n = 12800, 256
 	dst := make([]byte, n*row)
 	ops := gatherOps(rand.New(rand.NewSource(3)), dst, row, n, []Peer{p}, []*target{tg})
 	for k := 0; k < 4; k++ {
 		clear(dst)
-		if _, err := r.ReadGather(ops); err != nil {
-			t.Fatal(err)
-		}
-		checkOps(t, "busy target", ops, []*target{tg}, []Peer{p})
+		readChecked(t, "busy target", r.ReadGather, ops, []*target{tg}, []Peer{p})
 	}
 	if got := r.GatheredOps(); got != 4*n {
 		t.Fatalf("%d ops served by gather, want %d", got, 4*n)
@@ -307,12 +211,7 @@ func TestGatherBusyTarget(t *testing.T) {
 // their CQ's wait fd). Every row is checked, and every spin slot is
 // released, after successful and after rejected batches.
 func TestGatherConcurrentReaders(t *testing.T) {
-	o := provCases[0].opts // tcp
-	o.Timeout = 5 * time.Second
-	f := openOrSkip(t, o)
-	if !f.Info().SoftwareRMA {
-		t.Skipf("%s has no software RMA", f.Info().Provider)
-	}
+	o, f := openGather(t, 5*time.Second)
 	tg := startTarget(t, o, 16<<20, false)
 	const readers, rounds, row, n = 4, 40, 3072, 64
 	errs := make(chan error, readers)
