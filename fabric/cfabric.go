@@ -36,6 +36,14 @@ static inline int64_t dd_now(void) {
 	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
+// dd_thread_cpu is this thread's CPU time (ns): unlike the monotonic clock
+// it does not advance while the thread is descheduled.
+static inline int64_t dd_thread_cpu(void) {
+	struct timespec ts;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
 static void dd_sleep_ns(int64_t ns) {
 	struct timespec ts = { ns / 1000000000LL, ns % 1000000000LL };
 	nanosleep(&ts, NULL);
@@ -295,19 +303,35 @@ static ssize_t dd_server_poll(dd_server *s, int *can_sleep) {
 	return n;
 }
 
+// A progress step that burns at least this much of its thread's CPU may
+// have done work: on shm it frees the command slots of remote reads, which
+// yield no completion on the target. An idle shm step costs about 2 µs; a
+// step serving a busy reader, typically 100 µs to milliseconds.
+#define DD_STEP_WORK_CPU_NS 20000
+
 // dd_server_run is the progress loop; it returns when dd_server_stop is
 // called. With a wait fd it sleeps in poll() until the provider has work.
-// Without one it polls with exponential back-off (min..max sleep), reset
-// whenever a progress step found work or took long enough to have done some.
+// Without one it polls with exponential back-off (min..max sleep, and a
+// longer sleep once idle for idle_after_ns).
+//
+// Only real work resets the back-off: a step that read completions, or two
+// steps in a row that each spent DD_STEP_WORK_CPU_NS of the thread's CPU.
+// The step is measured on the thread's CPU clock, not the wall clock, since
+// a step that merely waited to be scheduled on a loaded machine did no
+// work. One costly step alone (a cold cache after preemption costs up to
+// ~80 µs on a loaded 2-core machine) only buys a quick second look, after
+// which the loop returns to the sleep it had: an idle rank stays at its idle
+// rate however loaded the machine is.
 static void dd_server_run(dd_server *s) {
 	int64_t sleep_ns = s->min_sleep_ns;
+	int64_t confirm_ns = 0; // after one costly step: the sleep to return to if the next step is idle
 	int64_t last_work = dd_now();
 	while (!atomic_load(&s->stop)) {
 		int can_sleep = 0;
-		int64_t t0 = dd_now();
+		int64_t c0 = s->waitfd < 0 ? dd_thread_cpu() : -1; // only the back-off path needs it
 		ssize_t n = dd_server_poll(s, &can_sleep);
 		int64_t t1 = dd_now();
-		if (n > 0) { sleep_ns = s->min_sleep_ns; last_work = t1; continue; }
+		if (n > 0) { sleep_ns = s->min_sleep_ns; confirm_ns = 0; last_work = t1; continue; }
 		if (s->waitfd >= 0 && can_sleep >= 0) {
 			if (!can_sleep) continue; // fi_trywait: work pending, progress again
 			struct pollfd p[2] = { { s->waitfd, POLLIN, 0 }, { s->stopfd, POLLIN, 0 } };
@@ -316,16 +340,26 @@ static void dd_server_run(dd_server *s) {
 			continue;
 		}
 		// No wait fd (shm), or the CQ/fi_trywait failed: back off instead
-		// of spinning. A step that took long did work (freed command slots
-		// of remote reads); otherwise back off further, more once idle.
-		if (can_sleep >= 0 && t1 - t0 > 20000) { sleep_ns = s->min_sleep_ns; last_work = t1; }
+		// of spinning.
+		int costly = can_sleep >= 0 && c0 >= 0 && dd_thread_cpu() - c0 > DD_STEP_WORK_CPU_NS;
+		if (costly && confirm_ns) { // the second costly step in a row: work
+			last_work = t1;
+			confirm_ns = 0;
+			sleep_ns = s->min_sleep_ns;
+		} else if (costly) {        // look again soon before believing it
+			confirm_ns = sleep_ns;
+			sleep_ns = s->min_sleep_ns;
+		} else if (confirm_ns) {    // it was noise: back to the sleep we had
+			sleep_ns = confirm_ns;
+			confirm_ns = 0;
+		}
 		int64_t cap = t1 - last_work > s->idle_after_ns ? s->idle_sleep_ns : s->max_sleep_ns;
 		if (sleep_ns > cap) sleep_ns = cap;
 		struct pollfd p = { s->stopfd, POLLIN, 0 };
 		struct timespec ts = { sleep_ns / 1000000000LL, sleep_ns % 1000000000LL };
 		ppoll(&p, 1, &ts, NULL);
 		atomic_fetch_add(&s->wakeups, 1);
-		sleep_ns *= 2;
+		if (!confirm_ns) sleep_ns *= 2;
 	}
 }
 

@@ -538,7 +538,9 @@ func TestIdleProgress(t *testing.T) {
 			w := f.ProgressWakeups() - w0
 			limit := uint64(10)
 			if !f.Info().WaitFD {
-				limit = 60 // 300ms at the 10ms idle cap is ~30
+				// 300ms at the 10ms idle sleep is 30; load only lengthens
+				// sleeps, and a costly step alone buys one extra look.
+				limit = 40
 			}
 			if w > limit {
 				t.Fatalf("%d progress wakeups in 300ms idle (limit %d; info %+v)", w, limit, f.Info())
