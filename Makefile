@@ -1,21 +1,27 @@
 # ddstore: build, test and demo targets. Every target installs what it needs first.
+# Each part of the project adds its own targets and packages in mk/*.mk.
 SHELL := /bin/bash
 export PATH := /usr/local/go/bin:$(PATH)
 GO ?= go
 BIN := bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
+# Debian packages the build and the tests need, as command:package pairs: the
+# package is installed when the command is missing. mk/*.mk files add theirs.
+DEPS := fi_info:libfabric-bin mpiexec:mpich tmux:tmux gcc:gcc pkg-config:pkg-config
+# Packages checked by pkg-config name (libraries without a command).
+DEPS_PC := libfabric:libfabric-dev
+# Extra test steps that mk/*.mk files append to make test.
+TEST_EXTRA :=
+
+-include mk/*.mk
+
 .PHONY: deps build test test-race demo bench clean
 
-# Debian packages the engine and the tests need: libfabric (headers + fi_info), MPICH's mpiexec, tmux.
 deps:
 	@missing=""; \
-	pkg-config --exists libfabric 2>/dev/null || missing="$$missing libfabric-dev"; \
-	command -v fi_info >/dev/null || missing="$$missing libfabric-bin"; \
-	command -v mpiexec >/dev/null || missing="$$missing mpich"; \
-	command -v tmux >/dev/null || missing="$$missing tmux"; \
-	command -v gcc >/dev/null || missing="$$missing gcc"; \
-	command -v pkg-config >/dev/null || missing="$$missing pkg-config"; \
+	for d in $(DEPS); do command -v "$${d%%:*}" >/dev/null 2>&1 || missing="$$missing $${d#*:}"; done; \
+	for d in $(DEPS_PC); do pkg-config --exists "$${d%%:*}" 2>/dev/null || missing="$$missing $${d#*:}"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
@@ -26,7 +32,7 @@ build: deps
 	$(GO) build -o $(BIN)/ ./cmd/... ./examples/train ./examples/bench
 
 # The README's test command.
-test: deps
+test: deps $(TEST_EXTRA)
 	$(GO) vet ./...
 	DDSTORE_REQUIRE_FABRIC=1 $(GO) test -count=1 -timeout 20m ./...
 	$(GO) test -race -count=1 -timeout 10m -run 'Concurrent|Race' ./engine ./telemetry
