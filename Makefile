@@ -13,10 +13,12 @@ DEPS := fi_info:libfabric-bin mpiexec:mpich tmux:tmux gcc:gcc pkg-config:pkg-con
 DEPS_PC := libfabric:libfabric-dev
 # Extra test steps that mk/*.mk files append to make test.
 TEST_EXTRA :=
+# Fuzz targets (each >= 1M executions) that mk/*.mk files append; make fuzz runs them all.
+FUZZ_TARGETS :=
 
 -include mk/*.mk
 
-.PHONY: deps build test test-race demo bench clean
+.PHONY: deps build test test-race demo bench fuzz clean
 
 deps:
 	@missing=""; \
@@ -43,6 +45,8 @@ demo: build
 
 bench: build
 	$(BIN)/ddrun -n 2 $(BIN)/bench
+
+fuzz: deps $(FUZZ_TARGETS)
 
 clean:
 	rm -rf $(BIN)
