@@ -333,6 +333,18 @@ func (d *Device) Wrap(p DevicePtr, n int) (*Buffer, error) {
 	return &Buffer{dev: d, ptr: p, n: n}, nil
 }
 
+// Rebind points a wrapped buffer at other memory owned elsewhere (a new
+// tensor per call through the Python ABI) without allocating. Copies
+// already queued keep the address they were given.
+func (b *Buffer) Rebind(p DevicePtr, n int) error {
+	if b.owned || p == 0 || n <= 0 {
+		return invalid(b.dev.Runtime, b.dev.Index, "rebind", "device pointer %#x with %d bytes, owned=%v: only wrapped buffers move", uint64(p), n, b.owned)
+	}
+	b.ptr, b.n = p, n
+	b.freed.Store(false)
+	return nil
+}
+
 func (b *Buffer) Ptr() DevicePtr { return b.ptr }
 func (b *Buffer) Len() int       { return b.n }
 

@@ -97,6 +97,25 @@ func TestBuffers(t *testing.T) {
 		if _, err := d.Wrap(0, 10); !errors.Is(err, ErrInvalid) {
 			t.Fatalf("Wrap(0): %v, want ErrInvalid", err)
 		}
+		// Rebind moves a wrapped buffer without allocating; owned ones stay.
+		fillRow(src, 6)
+		if allocs := testing.AllocsPerRun(10, func() {
+			if err := w.Rebind(owner.Ptr()+1000, 200); err != nil {
+				t.Fatal(err)
+			}
+		}); allocs != 0 {
+			t.Fatalf("Rebind: %v allocations", allocs)
+		}
+		if err := s.CopyIn(w, 0, src); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.ReadBack(got, owner, 1000); err != nil {
+			t.Fatal(err)
+		}
+		checkRows(t, "through a rebound Wrap", got, 6, 200)
+		if err := owner.Rebind(owner.Ptr(), 10); !errors.Is(err, ErrInvalid) {
+			t.Fatalf("Rebind of an allocated buffer: %v, want ErrInvalid", err)
+		}
 	})
 }
 
