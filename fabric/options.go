@@ -44,7 +44,6 @@ const (
 
 	DefaultGatherMaxBytes = 2 << 20
 	DefaultGatherRounds   = 4
-	maxGatherBytes        = 64 << 20 // DD_GMAX_BYTES in cfabric.go
 	maxGatherRounds       = 64
 )
 

@@ -1,0 +1,284 @@
+// dd.h: the C side of package fabric. Types, protocol constants and the
+// functions the Go side calls; one .c file per concern (dd_info.c,
+// dd_server.c, dd_gather_server.c, dd_reader.c, dd_gather_client.c).
+// C never keeps a Go pointer after the call that received it returns.
+#ifndef DD_H
+#define DD_H
+
+#define _GNU_SOURCE
+#include <rdma/fabric.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_rma.h>
+#include <rdma/fi_tagged.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+#include <stdint.h>
+#include <poll.h>
+#include <time.h>
+#include <pthread.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+#include <errno.h>
+#include <stdatomic.h>
+
+static inline int64_t dd_now(void) {
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+// dd_thread_cpu is this thread's CPU time (ns): unlike the monotonic clock
+// it does not advance while the thread is descheduled.
+static inline int64_t dd_thread_cpu(void) {
+	struct timespec ts;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static inline void dd_sleep_ns(int64_t ns) {
+	struct timespec ts = { ns / 1000000000LL, ns % 1000000000LL };
+	nanosleep(&ts, NULL);
+}
+
+#define DD_CAPS (FI_RMA | FI_READ | FI_REMOTE_READ | FI_MSG | FI_TAGGED)
+#define DD_MR_MODES (FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT)
+
+typedef struct dd_infodesc {
+	const char *prov;
+	const char *domain;
+	const char *fabric;
+	uint64_t mr_mode;
+	uint64_t mode;
+	uint64_t caps;
+	int threading;
+	int data_progress;
+	int control_progress;
+	int av_type;
+	uint64_t tx_size;
+	uint64_t rx_size;
+	uint64_t ep_cnt;
+	uint64_t cq_cnt;
+	uint64_t max_msg_size;
+	uint64_t mr_key_size;
+	uint32_t addr_format;
+} dd_infodesc;
+
+// ---- gather: batched reads served by the target's CPU ----------------------
+//
+// On software-RMA providers (tcp, sockets, udp, net) every fi_read is a
+// request the target's progress thread answers anyway, so a batch is cheaper
+// as one tagged request per peer: the reader sends its endpoint name, a
+// request id and the (key, address, length) list to the server endpoint; the
+// server validates every entry against its exports, packs the rows into a
+// send buffer and fi_tsend's them back with tag DD_GREP_BIT|id. An invalid
+// entry gets an error reply naming it, never an out-of-bounds copy.
+
+#define DD_GREQ_TAG   0x0DD0000000000000ULL // requests (to server endpoints)
+#define DD_GREP_BIT   0x4000000000000000ULL // replies: DD_GREP_BIT | request id
+#define DD_GMAGIC_REQ 0x51524444u
+#define DD_GMAGIC_REP 0x50524444u
+#define DD_GMAX_ENT   1024           // entries per request
+#define DD_GMAX_NAME  256            // endpoint name bytes
+#define DD_GMAX_BYTES (64ULL << 20)  // largest reply a server builds
+#define DD_GSRV_RECVS 4              // requests a server keeps receives posted for
+#define DD_GSRV_SENDS 4              // replies a server keeps in flight
+#define DD_GTEXT      240            // error text in a reply
+
+typedef struct dd_greq_hdr { uint32_t magic, nent; uint64_t id; uint32_t namelen, pad; uint64_t total; } dd_greq_hdr;
+typedef struct dd_gent { uint64_t key, addr, len; } dd_gent;
+typedef struct dd_grep_hdr { uint32_t magic; int32_t status; uint64_t id; uint64_t bytes; uint32_t textlen, entry; } dd_grep_hdr;
+
+#define DD_ALIGN8(x) (((x) + 7) & ~(size_t)7)
+#define DD_GREQ_MAX (sizeof(dd_greq_hdr) + DD_GMAX_NAME + DD_GMAX_ENT * sizeof(dd_gent))
+
+typedef struct dd_gexport { uint64_t key, base, size; char *ptr; } dd_gexport;
+typedef struct dd_gpeer { char name[DD_GMAX_NAME]; uint32_t namelen; fi_addr_t fa; int inflight; int used; } dd_gpeer;
+
+enum { DD_R_POSTED = 0, DD_R_READY = 1, DD_R_REPOST = 2 };
+enum { DD_S_FREE = 0, DD_S_INFLIGHT = 1, DD_S_PENDING = 2 };
+
+typedef struct dd_gsrv {
+	struct fi_context2 rctx[DD_GSRV_RECVS];
+	char *rbuf[DD_GSRV_RECVS];
+	int rstate[DD_GSRV_RECVS];
+	struct fi_context2 sctx[DD_GSRV_SENDS];
+	char *sbuf[DD_GSRV_SENDS];
+	size_t scap[DD_GSRV_SENDS], slen[DD_GSRV_SENDS];
+	int sstate[DD_GSRV_SENDS], speer[DD_GSRV_SENDS];
+	uint64_t stag[DD_GSRV_SENDS];
+	dd_gexport *ex; int nex, capex;
+	dd_gpeer *peers; int npeers, cappeers, victim;
+	atomic_ullong served, rejected;
+} dd_gsrv;
+
+typedef struct dd_server {
+	struct fid_fabric *fabric;
+	struct fid_domain *domain;
+	struct fid_ep *ep;
+	struct fid_cq *cq;
+	struct fid_av *av;
+	int waitfd;      // CQ wait fd, or -1 when the provider has none
+	int stopfd;      // eventfd that wakes the progress loop for Close
+	atomic_int stop;
+	pthread_mutex_t lock; // serialises domain use (FI_THREAD_DOMAIN providers)
+	atomic_ullong wakeups;
+	atomic_ullong errors;
+	int64_t min_sleep_ns, max_sleep_ns; // back-off while recently active
+	int64_t idle_after_ns, idle_sleep_ns; // and once idle this long
+	struct dd_gsrv *g;    // gather service (software-RMA providers), else NULL
+} dd_server;
+
+
+typedef struct dd_op {
+	void *dst;
+	uint64_t len;
+	uint64_t addr;
+	uint64_t key;
+	void *desc;
+	uint32_t peer;
+	uint32_t skip;   // gather: not part of the gather (read with fi_read instead)
+} dd_op;
+
+enum { DD_OK = 0, DD_POST = 1, DD_CQERR = 2, DD_TIMEOUT = 3, DD_CQREAD = 4, DD_NOEP = 5, DD_REJECT = 6, DD_BADREPLY = 7, DD_NOMEM = 8 };
+
+// One gather round in flight: a request to one peer and its reply.
+typedef struct dd_gslot {
+	struct fi_context2 sctx, rctx;
+	char *req;          // DD_GREQ_MAX bytes
+	char *bounce;       // reply buffer, grow-only up to header + cap
+	size_t bcap;
+	int first, count;   // range of r->gorder
+	uint32_t peer;
+	int active, sent, recvd;
+	uint64_t id, bytes;
+} dd_gslot;
+
+typedef struct dd_result {
+	int64_t post_ns;
+	int64_t wait_ns;
+	int32_t done;
+	int32_t stage;
+	int32_t failed_op;
+	int32_t err;
+	int32_t prov_errno;
+	int32_t inflight_at_fail;
+	int32_t torn_down;
+	int32_t guessed;     // failed_op is a guess: the provider gave no op context
+	int32_t teardown_rc; // fi_close(endpoint) result when torn down
+	int32_t pad;
+	int64_t copy_ns;     // gather: copying rows out of the bounce buffer
+	char text[256];
+} dd_result;
+
+typedef struct dd_reader {
+	struct fid_fabric *fabric;
+	struct fid_domain *domain;
+	struct fi_info *info;
+	struct fid_ep *ep;
+	struct fid_cq *cq;
+	struct fid_av *av;
+	size_t av_count;
+	fi_addr_t *peers;
+	int npeers, maxpeers;
+	dd_op *ops;
+	int cap;
+	int window;
+	struct fi_context2 *ctx;
+	int32_t *slot_op;   // op index of each context slot, -1 when free
+	int32_t *free_slots;
+	dd_result res;
+	int64_t spin_ns;    // spin on the CQ this long without completions, then wait
+	int waitfd;         // CQ wait fd (sleep on it between progress steps), or -1
+	int active;         // counted in dd_active (inside a batch)
+	char name[DD_GMAX_NAME]; // endpoint name, sent with gather requests
+	size_t namelen;
+	int32_t *gorder;    // gather: op indices grouped by peer
+	int32_t *gcount;    // gather: per-peer counts (maxpeers+1)
+	dd_gslot *gslots;
+	int ngslots;
+	uint64_t gnext_id;
+} dd_reader;
+
+extern atomic_int dd_active;
+extern int dd_spin_limit;
+
+// dd_info.c
+int dd_getinfo(struct fi_info **out);
+void dd_describe(struct fi_info *i, dd_infodesc *d);
+struct fi_info *dd_info_next(struct fi_info *i);
+struct fi_info *dd_dupinfo(struct fi_info *i);
+int dd_open_fabric(struct fi_info *info, struct fid_fabric **fab);
+int dd_open_domain(struct fid_fabric *fab, struct fi_info *info, struct fid_domain **dom);
+int dd_close(struct fid *f);
+int dd_close_fabric(struct fid_fabric *f);
+int dd_close_domain(struct fid_domain *d);
+int dd_close_mr(struct fid_mr *m);
+int dd_endpoint(struct fid_domain *dom, struct fi_info *info, size_t cq_size, size_t av_count,
+		int wait_fd, struct fid_ep **ep, struct fid_cq **cq, struct fid_av **av, int *got_fd, const char **stage);
+int dd_mr_reg(struct fid_domain *dom, struct fid_ep *ep, void *buf, size_t len, uint64_t access,
+		uint64_t key, int bind_ep, struct fid_mr **mr, uint64_t *out_key, void **desc);
+const char *dd_strerror(int err);
+
+// dd_server.c
+dd_server *dd_server_new(void);
+int dd_server_open(dd_server *s, struct fi_info *info, size_t av_count, int gather, char *name, size_t *namelen, const char **stage);
+ssize_t dd_server_poll(dd_server *s, int *can_sleep);
+void dd_server_run(dd_server *s);
+void dd_server_stop(dd_server *s);
+void dd_server_lock(dd_server *s);
+void dd_server_unlock(dd_server *s);
+int dd_server_close(dd_server *s, int close_domain);
+uint64_t dd_server_wakeups(dd_server *s);
+
+// dd_gather_server.c
+int dd_gsrv_post_recv(dd_server *s, int i);
+int dd_gsrv_start(dd_server *s, size_t av_count);
+void dd_gsrv_free(dd_server *s);
+int dd_gsrv_add_export(dd_server *s, uint64_t key, uint64_t base, void *ptr, uint64_t size);
+void dd_gsrv_del_export(dd_server *s, uint64_t key);
+int dd_gsrv_peer(dd_server *s, const char *name, uint32_t len);
+int dd_gsrv_post_send(dd_server *s, int k);
+void dd_gsrv_handle(dd_server *s, int i, int k);
+int dd_gsrv_kick(dd_server *s);
+void dd_gsrv_complete(dd_server *s, void *ctx);
+int dd_gsrv_progress(dd_server *s, struct fi_cq_entry *e, ssize_t n);
+int dd_gsrv_error(dd_server *s, struct fi_cq_err_entry *err);
+uint64_t dd_gsrv_served(dd_server *s);
+uint64_t dd_gsrv_rejected(dd_server *s);
+
+// dd_reader.c
+dd_reader *dd_reader_new(struct fid_fabric *fab, struct fid_domain *dom, struct fi_info *info, int window, int cap, int maxpeers, size_t av_count);
+int dd_reader_setup(dd_reader *r, const char **stage);
+int dd_reader_teardown(dd_reader *r);
+void dd_active_enter(dd_reader *r);
+void dd_active_leave(dd_reader *r);
+void dd_result_reset(dd_result *res);
+void dd_set_fail(dd_result *res, int stage, int err, int op);
+ssize_t dd_cq_readerr(dd_reader *r, struct fi_cq_err_entry *e);
+ssize_t dd_cq_poll(dd_reader *r, struct fi_cq_entry *comp, dd_result *res, int64_t *t);
+int dd_batch_fail(dd_reader *r, dd_result *res, int inflight);
+int64_t dd_reader_wait(dd_reader *r, int64_t t, int64_t last_done, int64_t deadline, int64_t *sleep_ns, int *busy, int64_t *wait_ns);
+void dd_reader_free(dd_reader *r);
+int dd_av_insert(dd_reader *r, int idx, void *addr);
+int dd_oldest(dd_reader *r, int next, int n);
+void dd_record_cq_error(dd_reader *r, struct fi_cq_err_entry *e, dd_result *res, int slot);
+int dd_read_batch(dd_reader *r, int n, int64_t timeout_ns);
+int64_t dd_baseline(dd_reader *r, uint32_t peer, char *dst, uint64_t len, int slots,
+		const uint64_t *offs, int n, int window, uint64_t base, uint64_t key, int64_t timeout_ns);
+int dd_active_readers(void);
+int dd_reader_waitfd(dd_reader *r);
+
+// dd_gather_client.c
+int dd_gather_prepare(dd_reader *r, int rounds);
+int dd_gslot_of(dd_reader *r, void *ctx, int rounds, int *is_recv);
+int dd_gather_oldest(dd_reader *r, int rounds, int pos, int m);
+int dd_gather(dd_reader *r, int n, uint64_t cap, int rounds, int64_t timeout_ns);
+uint64_t dd_gather_max_bytes(void);
+uint64_t dd_gather_max_ent(void);
+
+#endif

@@ -1,0 +1,214 @@
+// dd_gather_client.c: The reader's half of the gather protocol: requests, replies,
+// copying rows out of the bounce buffer.
+// Part of package fabric (compiled by cgo); see dd.h.
+
+#include "dd.h"
+
+// dd_gather_prepare allocates the gather state once per reader: rounds
+// slots with their request buffers, and the grouping arrays.
+int dd_gather_prepare(dd_reader *r, int rounds) {
+	if (!r->gorder) {
+		r->gorder = calloc(r->cap, sizeof *r->gorder);
+		r->gcount = calloc(r->maxpeers + 1, sizeof *r->gcount);
+		if (!r->gorder || !r->gcount) return -FI_ENOMEM;
+	}
+	if (r->ngslots < rounds) {
+		dd_gslot *n = realloc(r->gslots, rounds * sizeof *n);
+		if (!n) return -FI_ENOMEM;
+		r->gslots = n;
+		for (int i = r->ngslots; i < rounds; i++) {
+			memset(&n[i], 0, sizeof n[i]);
+			n[i].req = malloc(DD_GREQ_MAX);
+			if (!n[i].req) return -FI_ENOMEM;
+			r->ngslots = i + 1;
+		}
+	}
+	return 0;
+}
+
+int dd_gslot_of(dd_reader *r, void *ctx, int rounds, int *is_recv) {
+	for (int i = 0; i < rounds; i++) {
+		if (ctx == &r->gslots[i].sctx) { *is_recv = 0; return i; }
+		if (ctx == &r->gslots[i].rctx) { *is_recv = 1; return i; }
+	}
+	return -1;
+}
+
+// dd_gather_oldest is the first op of the oldest round in flight.
+int dd_gather_oldest(dd_reader *r, int rounds, int pos, int m) {
+	uint64_t best = UINT64_MAX;
+	int op = -1;
+	for (int i = 0; i < rounds; i++)
+		if (r->gslots[i].active && r->gslots[i].id < best) { best = r->gslots[i].id; op = r->gorder[r->gslots[i].first]; }
+	if (op < 0 && m > 0) op = r->gorder[pos < m ? pos : m - 1];
+	return op;
+}
+
+// dd_gather reads r->ops[0..n) (those without skip) with one tagged request
+// per round: a round holds ops of one peer, at most DD_GMAX_ENT of them and
+// cap bytes; up to rounds are in flight. Rows are copied from the reply's
+// bounce buffer to their destinations when it arrives. Failures and the
+// deadline tear the endpoint down, like dd_read_batch.
+int dd_gather(dd_reader *r, int n, uint64_t cap, int rounds, int64_t timeout_ns) {
+	dd_result *res = &r->res;
+	struct fi_cq_entry comp[64];
+	int64_t t = dd_now();
+	int64_t deadline = t + timeout_ns;
+	int64_t last_done = t;
+	int64_t sleep_ns = 20000;
+	int busy = 0;
+	int active = 0, pos = 0, m = 0;
+	dd_result_reset(res);
+	res->copy_ns = 0;
+	if (!r->ep) { res->stage = DD_NOEP; return -1; }
+	int prc = dd_gather_prepare(r, rounds);
+	if (prc) { res->stage = DD_NOMEM; res->err = -prc; res->failed_op = 0; return -1; }
+	dd_active_enter(r);
+
+	// Group the ops by peer (counting sort, stable).
+	memset(r->gcount, 0, (r->maxpeers + 1) * sizeof *r->gcount);
+	for (int i = 0; i < n; i++) if (!r->ops[i].skip) r->gcount[r->ops[i].peer + 1]++;
+	for (int p = 0; p < r->maxpeers; p++) r->gcount[p + 1] += r->gcount[p];
+	for (int i = 0; i < n; i++) if (!r->ops[i].skip) r->gorder[r->gcount[r->ops[i].peer]++] = i;
+	m = 0;
+	for (int i = 0; i < n; i++) if (!r->ops[i].skip) m++;
+	for (int i = 0; i < rounds; i++) r->gslots[i].active = 0;
+
+	while (pos < m || active > 0) {
+		// Post new rounds while slots are free.
+		for (int si = 0; si < rounds && pos < m; si++) {
+			dd_gslot *g = &r->gslots[si];
+			if (g->active) continue;
+			uint32_t peer = r->ops[r->gorder[pos]].peer;
+			uint64_t bytes = 0;
+			int cnt = 0;
+			while (pos + cnt < m && cnt < DD_GMAX_ENT) {
+				dd_op *op = &r->ops[r->gorder[pos + cnt]];
+				if (op->peer != peer || (cnt > 0 && bytes + op->len > cap)) break;
+				bytes += op->len;
+				cnt++;
+			}
+			size_t need = sizeof(dd_grep_hdr) + (bytes > DD_GTEXT ? bytes : DD_GTEXT);
+			if (g->bcap < need) {
+				char *nb = realloc(g->bounce, need);
+				if (!nb) { res->stage = DD_NOMEM; res->err = FI_ENOMEM; res->failed_op = r->gorder[pos]; goto fail; }
+				g->bounce = nb; g->bcap = need;
+			}
+			dd_greq_hdr *h = (dd_greq_hdr *)g->req;
+			h->magic = DD_GMAGIC_REQ; h->nent = cnt; h->id = ++r->gnext_id & 0x0000ffffffffffffULL;
+			h->namelen = (uint32_t)r->namelen; h->pad = 0; h->total = bytes;
+			memcpy(g->req + sizeof *h, r->name, r->namelen);
+			dd_gent *ent = (dd_gent *)(g->req + sizeof *h + DD_ALIGN8(r->namelen));
+			for (int k = 0; k < cnt; k++) {
+				dd_op *op = &r->ops[r->gorder[pos + k]];
+				ent[k].key = op->key; ent[k].addr = op->addr; ent[k].len = op->len;
+			}
+			size_t reqlen = sizeof *h + DD_ALIGN8(r->namelen) + cnt * sizeof(dd_gent);
+			ssize_t rc = fi_trecv(r->ep, g->bounce, need, NULL, FI_ADDR_UNSPEC, DD_GREP_BIT | h->id, 0, &g->rctx);
+			if (rc == -FI_EAGAIN) break;
+			if (rc) { res->failed_op = r->gorder[pos]; res->err = (int)-rc; res->stage = DD_POST; strcpy(res->text, "fi_trecv"); goto fail; }
+			g->active = 1; g->sent = 0; g->recvd = 0; g->id = h->id; g->bytes = bytes;
+			g->first = pos; g->count = cnt; g->peer = peer;
+			active++;
+			pos += cnt;
+			for (;;) {
+				rc = fi_tsend(r->ep, g->req, reqlen, NULL, r->peers[peer], DD_GREQ_TAG, &g->sctx);
+				if (rc != -FI_EAGAIN) break;
+				fi_cq_read(r->cq, NULL, 0); // progress, then retry
+				if (dd_now() >= deadline) break;
+			}
+			int64_t t2 = dd_now();
+			res->post_ns += t2 - t;
+			t = t2;
+			if (rc) {
+				res->failed_op = r->gorder[g->first]; res->err = rc == -FI_EAGAIN ? FI_ETIMEDOUT : (int)-rc;
+				res->stage = rc == -FI_EAGAIN ? DD_TIMEOUT : DD_POST;
+				if (rc != -FI_EAGAIN) strcpy(res->text, "fi_tsend");
+				goto fail;
+			}
+		}
+		if (active == 0 && pos >= m) break;
+
+		ssize_t got = dd_cq_poll(r, comp, res, &t);
+		if (got > 0) {
+			for (ssize_t i = 0; i < got; i++) {
+				int is_recv = 0;
+				int si = dd_gslot_of(r, comp[i].op_context, rounds, &is_recv);
+				if (si < 0 || !r->gslots[si].active) continue;
+				dd_gslot *g = &r->gslots[si];
+				if (is_recv) g->recvd = 1; else g->sent = 1;
+				if (!g->recvd) continue;
+				// The reply is here (the send's completion may come later;
+				// the round stays active until both are in).
+				if (g->recvd == 1) {
+					dd_grep_hdr *rh = (dd_grep_hdr *)g->bounce;
+					g->recvd = 2;
+					if (rh->magic != DD_GMAGIC_REP || rh->id != g->id) {
+						res->stage = DD_BADREPLY; res->err = FI_EIO; res->failed_op = r->gorder[g->first];
+						snprintf(res->text, sizeof res->text, "malformed reply (magic %#x, id %llu, want %llu)",
+							rh->magic, (unsigned long long)rh->id, (unsigned long long)g->id);
+						goto fail;
+					}
+					if (rh->status) {
+						res->stage = DD_REJECT; res->err = rh->status;
+						uint32_t e = rh->entry < (uint32_t)g->count ? rh->entry : 0;
+						res->failed_op = r->gorder[g->first + e];
+						size_t tl = rh->textlen < sizeof res->text ? rh->textlen : sizeof res->text;
+						memcpy(res->text, g->bounce + sizeof *rh, tl);
+						res->text[sizeof res->text - 1] = 0;
+						goto fail;
+					}
+					if (rh->bytes != g->bytes) {
+						res->stage = DD_BADREPLY; res->err = FI_EIO; res->failed_op = r->gorder[g->first];
+						snprintf(res->text, sizeof res->text, "reply of %llu bytes, want %llu",
+							(unsigned long long)rh->bytes, (unsigned long long)g->bytes);
+						goto fail;
+					}
+					const char *src = g->bounce + sizeof *rh;
+					for (int k = 0; k < g->count; k++) {
+						dd_op *op = &r->ops[r->gorder[g->first + k]];
+						memcpy(op->dst, src, op->len);
+						src += op->len;
+					}
+					res->done += g->count;
+					int64_t t3 = dd_now();
+					res->copy_ns += t3 - t;
+					t = t3;
+				}
+				if (g->sent) { g->active = 0; active--; }
+			}
+			last_done = t;
+			sleep_ns = 20000;
+		} else if (got == -FI_EAVAIL) {
+			struct fi_cq_err_entry e;
+			ssize_t rr = dd_cq_readerr(r, &e);
+			if (rr > 0 || rr == -FI_EAGAIN) {
+				int is_recv = 0;
+				int si = e.op_context ? dd_gslot_of(r, e.op_context, rounds, &is_recv) : -1;
+				dd_record_cq_error(r, &e, res, -1);
+				if (si >= 0 && r->gslots[si].active) res->failed_op = r->gorder[r->gslots[si].first];
+				else { res->failed_op = dd_gather_oldest(r, rounds, pos, m); res->guessed = 1; }
+				goto fail;
+			}
+			dd_set_fail(res, DD_CQREAD, (int)(rr < 0 ? -rr : FI_EIO), dd_gather_oldest(r, rounds, pos, m));
+			goto fail;
+		} else if (got != -FI_EAGAIN) {
+			dd_set_fail(res, DD_CQREAD, (int)-got, dd_gather_oldest(r, rounds, pos, m));
+			goto fail;
+		}
+		if (t >= deadline && (active > 0 || pos < m)) {
+			dd_set_fail(res, DD_TIMEOUT, FI_ETIMEDOUT, dd_gather_oldest(r, rounds, pos, m));
+			goto fail;
+		}
+		if (got <= 0) t = dd_reader_wait(r, t, last_done, deadline, &sleep_ns, &busy, &res->wait_ns);
+	}
+	dd_active_leave(r);
+	return 0;
+fail:
+	dd_batch_fail(r, res, active);
+	for (int i = 0; i < rounds; i++) r->gslots[i].active = 0;
+	return -1;
+}
+
+uint64_t dd_gather_max_bytes(void) { return DD_GMAX_BYTES; }
+uint64_t dd_gather_max_ent(void) { return DD_GMAX_ENT; }

@@ -1,0 +1,354 @@
+package fabric
+
+// The cgo side of package fabric: the C lives in dd.h and dd_*.c (one file
+// per concern), and the Go files that call it (fabric.go, export.go,
+// reader.go, gather.go) include only dd.h. Posting and CQ draining stay in
+// C so that a batch costs one cgo call. C never keeps a Go pointer after the
+// call that received it returns: destinations are either off-heap or pinned
+// by the Go caller for the duration of the call.
+
+/*
+#cgo LDFLAGS: -lfabric
+#include "dd.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+)
+
+// Provider preference when Options.Provider is empty.
+var defaultOrder = []string{"cxi", "verbs;ofi_rxm", "tcp;ofi_rxm", "shm"}
+
+// chunkOps is how many ops one cgo call handles; longer batches are split.
+const chunkOps = 4096
+
+func fiErr(op string, rc C.int) error {
+	code := int(rc)
+	if code < 0 {
+		code = -code
+	}
+	return &Error{Op: op, Code: code, Text: C.GoString(C.dd_strerror(C.int(code))), Peer: -1}
+}
+
+type candidate struct {
+	info *C.struct_fi_info
+	desc C.dd_infodesc
+}
+
+func describe(i *C.struct_fi_info) Info {
+	var d C.dd_infodesc
+	C.dd_describe(i, &d)
+	return infoFromDesc(&d)
+}
+
+func infoFromDesc(d *C.dd_infodesc) Info {
+	mr := uint64(d.mr_mode)
+	return Info{
+		Provider:       C.GoString(d.prov),
+		Fabric:         C.GoString(d.fabric),
+		Domain:         C.GoString(d.domain),
+		MRLocal:        mr&C.FI_MR_LOCAL != 0,
+		MRVirtAddr:     mr&C.FI_MR_VIRT_ADDR != 0,
+		MRProvKey:      mr&C.FI_MR_PROV_KEY != 0,
+		MRAllocated:    mr&C.FI_MR_ALLOCATED != 0,
+		MREndpoint:     mr&C.FI_MR_ENDPOINT != 0,
+		ManualProgress: d.data_progress == C.FI_PROGRESS_MANUAL,
+		Threading:      threadingName(int(d.threading)),
+		TxSize:         int(d.tx_size),
+		MaxPeers:       int(d.ep_cnt),
+		MaxMsgSize:     uint64(d.max_msg_size),
+		threading:      int(d.threading),
+	}
+}
+
+func threadingName(t int) string {
+	switch t {
+	case C.FI_THREAD_SAFE:
+		return "FI_THREAD_SAFE"
+	case C.FI_THREAD_FID:
+		return "FI_THREAD_FID"
+	case C.FI_THREAD_DOMAIN:
+		return "FI_THREAD_DOMAIN"
+	case C.FI_THREAD_COMPLETION:
+		return "FI_THREAD_COMPLETION"
+	case C.FI_THREAD_ENDPOINT:
+		return "FI_THREAD_ENDPOINT"
+	}
+	return "FI_THREAD_UNSPEC"
+}
+
+// selectInfo walks the fi_getinfo list and picks the provider/domain asked
+// for (the domain hint is ignored by some providers, so we match ourselves).
+func selectInfo(o Options) (*C.struct_fi_info, error) {
+	var list *C.struct_fi_info
+	if rc := C.dd_getinfo(&list); rc != 0 {
+		if -rc == C.FI_ENODATA {
+			return nil, &Error{Op: "fi_getinfo", Code: int(-rc), Text: "no provider offers FI_EP_RDM with FI_RMA reads", Peer: -1, kind: ErrNoProvider}
+		}
+		return nil, fiErr("fi_getinfo", rc)
+	}
+	defer C.fi_freeinfo(list)
+	var cands []candidate
+	for i := list; i != nil; i = C.dd_info_next(i) {
+		var c candidate
+		c.info = i
+		C.dd_describe(i, &c.desc)
+		cands = append(cands, c)
+	}
+	provs := []string{}
+	for _, c := range cands {
+		p := C.GoString(c.desc.prov)
+		if !contains(provs, p) {
+			provs = append(provs, p)
+		}
+	}
+	want := []string{o.Provider}
+	if o.Provider == "" {
+		want = defaultOrder
+	}
+	for _, w := range want {
+		names := []string{w}
+		if !strings.Contains(w, ";") {
+			names = append(names, w+";ofi_rxm")
+		}
+		var ofProv []candidate
+		for _, n := range names {
+			for _, c := range cands {
+				if C.GoString(c.desc.prov) == n {
+					ofProv = append(ofProv, c)
+				}
+			}
+			if len(ofProv) > 0 {
+				break
+			}
+		}
+		if len(ofProv) == 0 {
+			continue
+		}
+		for _, c := range ofProv {
+			if o.Domain == "" || C.GoString(c.desc.domain) == o.Domain || C.GoString(c.desc.fabric) == o.Domain {
+				dup := C.dd_dupinfo(c.info)
+				if dup == nil {
+					return nil, &Error{Op: "fi_dupinfo", Code: int(C.FI_ENOMEM), Text: "out of memory", Peer: -1}
+				}
+				return dup, nil
+			}
+		}
+		var doms []string
+		for _, c := range ofProv {
+			d := C.GoString(c.desc.domain)
+			if !contains(doms, d) {
+				doms = append(doms, d)
+			}
+		}
+		return nil, &Error{Op: "select domain", Code: int(C.FI_ENODATA), Peer: -1, kind: ErrNoDomain,
+			Text: fmt.Sprintf("provider %q has no domain %q; available: %s", C.GoString(ofProv[0].desc.prov), o.Domain, strings.Join(doms, ", "))}
+	}
+	what := fmt.Sprintf("provider %q", o.Provider)
+	if o.Provider == "" {
+		what = "none of the default providers " + strings.Join(defaultOrder, ", ")
+	}
+	return nil, &Error{Op: "select provider", Code: int(C.FI_ENODATA), Peer: -1, kind: ErrNoProvider,
+		Text: fmt.Sprintf("%s is not available for FI_EP_RDM with FI_RMA reads; available: %s", what, strings.Join(provs, ", "))}
+}
+
+func contains(s []string, x string) bool {
+	for _, y := range s {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+// Fabric is one opened provider/domain plus the "server" endpoint that
+// exports memory. The server endpoint is progressed by its own goroutine on a
+// locked OS thread, so a rank that is busy computing still serves reads.
+type Fabric struct {
+	opts     Options
+	info     *C.struct_fi_info
+	inf      Info
+	fab      *C.struct_fid_fabric
+	dom      *C.struct_fid_domain
+	srv      *C.dd_server // nil once closed (under mu)
+	addr     []byte
+	avCount  int
+	ownDom   bool // readers get their own domain (threading weaker than FI_THREAD_SAFE)
+	progDone chan struct{}
+	nextKey  atomic.Uint64
+
+	mu       sync.Mutex
+	closed   bool
+	exports  map[*Export]struct{}
+	readers  map[*Reader]struct{}
+	lastWake uint64 // ProgressWakeups once closed
+
+	// forceLocalMR makes readers register destinations as if the provider
+	// required FI_MR_LOCAL (tests exercise the registration cache with it).
+	forceLocalMR bool
+}
+
+// Open selects a provider and domain, opens them and starts the server
+// endpoint with its progress goroutine.
+func Open(o Options) (*Fabric, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	o = o.withDefaults()
+	info, err := selectInfo(o)
+	if err != nil {
+		return nil, err
+	}
+	f := &Fabric{opts: o, info: info, exports: map[*Export]struct{}{}, readers: map[*Reader]struct{}{}}
+	f.inf = describe(info)
+	if f.inf.TxSize > 0 && f.opts.Window > f.inf.TxSize {
+		f.opts.Window = f.inf.TxSize
+	}
+	f.inf.Window = f.opts.Window
+	f.avCount = o.MaxPeers
+	if f.avCount == 0 {
+		f.avCount = 1024
+	}
+	if f.inf.MaxPeers > 0 && f.avCount > f.inf.MaxPeers {
+		f.avCount = f.inf.MaxPeers
+	}
+	f.inf.AVCount = f.avCount
+	switch f.inf.threading {
+	case C.FI_THREAD_FID, C.FI_THREAD_DOMAIN, C.FI_THREAD_COMPLETION, C.FI_THREAD_ENDPOINT:
+		// Readers register destinations (fi_mr_reg on the domain) while
+		// the progress goroutine and Export use the server's domain.
+		f.ownDom = true
+	}
+	f.inf.ReaderDomains = f.ownDom
+	f.inf.SoftwareRMA = softwareRMA(f.inf.Provider)
+	f.inf.GatherMaxBytes = f.opts.GatherMaxBytes
+	f.inf.GatherRounds = f.opts.GatherRounds
+	f.nextKey.Store(1)
+
+	if rc := C.dd_open_fabric(info, &f.fab); rc != 0 {
+		C.fi_freeinfo(info)
+		return nil, f.wrapOpenErr("fi_fabric", rc)
+	}
+	if rc := C.dd_open_domain(f.fab, info, &f.dom); rc != 0 {
+		C.dd_close_fabric(f.fab)
+		C.fi_freeinfo(info)
+		return nil, f.wrapOpenErr("fi_domain", rc)
+	}
+	f.srv = C.dd_server_new()
+	if f.srv == nil {
+		f.closeBase()
+		return nil, &Error{Op: "server alloc", Code: int(C.FI_ENOMEM), Text: "out of memory", Peer: -1}
+	}
+	f.srv.fabric = f.fab
+	f.srv.domain = f.dom
+	var name [256]C.char
+	namelen := C.size_t(len(name))
+	var stage *C.char
+	gather := C.int(0)
+	if f.inf.SoftwareRMA {
+		gather = 1
+	}
+	if rc := C.dd_server_open(f.srv, info, C.size_t(f.avCount), gather, &name[0], &namelen, &stage); rc != 0 {
+		C.dd_server_close(f.srv, 0)
+		f.srv = nil
+		f.closeBase()
+		return nil, f.wrapOpenErr("server "+C.GoString(stage), rc)
+	}
+	f.addr = C.GoBytes(unsafe.Pointer(&name[0]), C.int(namelen))
+	f.inf.WaitFD = f.srv.waitfd >= 0
+	f.progDone = make(chan struct{})
+	go f.progress()
+	return f, nil
+}
+
+func (f *Fabric) wrapOpenErr(op string, rc C.int) error {
+	e := fiErr(op, rc).(*Error)
+	e.Text += fmt.Sprintf(" (provider %s, domain %s)", f.inf.Provider, f.inf.Domain)
+	return e
+}
+
+func (f *Fabric) closeBase() {
+	if f.dom != nil {
+		C.dd_close_domain(f.dom)
+		f.dom = nil
+	}
+	if f.fab != nil {
+		C.dd_close_fabric(f.fab)
+		f.fab = nil
+	}
+	if f.info != nil {
+		C.fi_freeinfo(f.info)
+		f.info = nil
+	}
+}
+
+func (f *Fabric) progress() {
+	runtime.LockOSThread()
+	defer close(f.progDone)
+	C.dd_server_run(f.srv)
+}
+
+// Close stops progress and closes every reader and export still open, then
+// the endpoint, domain and fabric.
+func (f *Fabric) Close() error {
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		return nil
+	}
+	f.closed = true
+	readers := make([]*Reader, 0, len(f.readers))
+	for r := range f.readers {
+		readers = append(readers, r)
+	}
+	exports := make([]*Export, 0, len(f.exports))
+	for e := range f.exports {
+		exports = append(exports, e)
+	}
+	f.mu.Unlock()
+	for _, r := range readers {
+		r.Close()
+	}
+	C.dd_server_stop(f.srv)
+	<-f.progDone
+	var err error
+	for _, e := range exports {
+		if cerr := e.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}
+	f.mu.Lock()
+	srv := f.srv
+	f.lastWake = uint64(C.dd_server_wakeups(srv))
+	f.srv = nil
+	f.mu.Unlock()
+	if rc := C.dd_server_close(srv, 0); rc != 0 && err == nil {
+		err = fiErr("fi_close(server endpoint)", rc)
+	}
+	f.closeBase()
+	return err
+}
+
+// Info describes the selected provider and how the package adapts to it.
+func (f *Fabric) Info() Info { return f.inf }
+
+// Address is the server endpoint's name, to be exchanged between ranks and
+// given to Reader.AddPeer.
+func (f *Fabric) Address() []byte { return append([]byte(nil), f.addr...) }
+
+// ProgressWakeups counts how often the progress goroutine woke up (for tests
+// and diagnostics: an idle rank should barely wake).
+func (f *Fabric) ProgressWakeups() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.srv == nil {
+		return f.lastWake
+	}
+	return uint64(C.dd_server_wakeups(f.srv))
+}

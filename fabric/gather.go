@@ -1,0 +1,151 @@
+package fabric
+
+/*
+#include "dd.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"time"
+	"unsafe"
+)
+
+// Gather protocol constants, defined once in dd.h. protocolC reports the
+// values the compiled C uses, so a test checks that the two sides agree.
+const (
+	maxGatherBytes   = C.DD_GMAX_BYTES // largest reply a target builds
+	maxGatherEntries = C.DD_GMAX_ENT   // entries per request
+	maxGatherName    = C.DD_GMAX_NAME  // endpoint name bytes in a request
+	gatherReqHdr     = C.sizeof_dd_greq_hdr
+	gatherEntry      = C.sizeof_dd_gent
+	gatherRepHdr     = C.sizeof_dd_grep_hdr
+)
+
+// protocolC is the gather protocol as the compiled C sees it.
+func protocolC() (maxBytes, maxEnt uint64) {
+	return uint64(C.dd_gather_max_bytes()), uint64(C.dd_gather_max_ent())
+}
+
+// ReadGather performs ops like ReadBatch, but on software-RMA providers
+// (Info().SoftwareRMA: tcp, sockets, udp, net) it asks each peer for its
+// rows with one tagged request per round instead of one fi_read per row:
+// the peer's progress thread validates the entries against its exports,
+// packs the rows into one reply of at most Options.GatherMaxBytes, and the
+// reader copies them from its bounce buffer (off-heap, grow-only) into the
+// Dst slices. Up to Options.GatherRounds rounds are in flight. An entry the
+// peer rejects (unknown key, range outside the region) fails the call with
+// an error that matches ErrRejected and names the peer and the entry; the
+// reader and the peer keep working. Rows larger than GatherMaxBytes are read
+// with fi_read after the gather, and providers without software RMA use
+// ReadBatch for everything. Deadline, teardown and allocation guarantees are
+// those of ReadBatch: nothing writes a Dst after return.
+func (r *Reader) ReadGather(ops []ReadOp) (Timing, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.f.inf.SoftwareRMA {
+		return r.readBatch(ops)
+	}
+	var tm Timing
+	if r.closed {
+		return tm, errClosedReader
+	}
+	if err := r.ensureEndpoint(); err != nil {
+		return tm, err
+	}
+	t0 := time.Now()
+	for start := 0; start < len(ops); start += chunkOps {
+		end := min(start+chunkOps, len(ops))
+		left := max(r.timeout-time.Since(t0), 1)
+		if err := r.gatherChunk(ops[start:end], start, left, &tm); err != nil {
+			return tm, err
+		}
+	}
+	return tm, nil
+}
+
+// GatheredOps counts the ops this reader has had served by gather replies
+// (diagnostics and tests: which path a batch took).
+func (r *Reader) GatheredOps() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.gathered
+}
+
+// endGather is the cleanup of every exit of gatherChunk: clearOps for the
+// chunk, and the big-row list (it holds the callers' Dst slices).
+func (r *Reader) endGather(n int) {
+	r.clearOps(n)
+	clear(r.big)
+	r.big = r.big[:0]
+}
+
+func (r *Reader) gatherChunk(ops []ReadOp, base int, timeout time.Duration, tm *Timing) error {
+	n := len(ops)
+	npeers := uint32(len(r.peers))
+	limit := uint64(r.f.opts.GatherMaxBytes)
+	if r.big == nil {
+		r.big = make([]ReadOp, 0, chunkOps)
+		r.bigIdx = make([]int32, 0, chunkOps)
+	}
+	r.big, r.bigIdx = r.big[:0], r.bigIdx[:0]
+	defer r.endGather(n)
+	for i := range ops {
+		op := &ops[i]
+		if op.Peer.id == 0 || op.Peer.id > npeers {
+			return badPeer(base + i)
+		}
+		if len(op.Dst) == 0 {
+			return badDst(base+i, r.peers[op.Peer.id-1].rank, 0, 0)
+		}
+		c := &r.ops[i]
+		c.len = C.uint64_t(len(op.Dst))
+		c.addr = C.uint64_t(op.Addr)
+		c.key = C.uint64_t(op.Key)
+		c.peer = C.uint32_t(op.Peer.id - 1)
+		c.desc = nil
+		if uint64(len(op.Dst)) > limit {
+			c.skip = 1
+			c.dst = nil
+			r.big = append(r.big, *op)
+			r.bigIdx = append(r.bigIdx, int32(base+i))
+			continue
+		}
+		c.skip = 0
+		p := unsafe.Pointer(unsafe.SliceData(op.Dst))
+		r.pin.pin(p, cap(op.Dst))
+		c.dst = p
+	}
+	var rc C.int
+	if len(r.big) < n {
+		t0 := time.Now()
+		rc = C.dd_gather(r.c, C.int(n), C.uint64_t(limit), C.int(r.f.opts.GatherRounds), C.int64_t(timeout))
+		res := &r.c.res
+		tm.Post += time.Duration(res.post_ns)
+		tm.CQWait += time.Duration(res.wait_ns)
+		tm.Copy += time.Duration(res.copy_ns)
+		r.gathered += uint64(res.done)
+		if res.torn_down != 0 {
+			r.broken = true
+			r.mrc.purgeEndpointBound(r)
+		}
+		timeout -= time.Since(t0)
+	}
+	r.clearOps(n) // before readChunk reuses r.ops for the big rows
+	if rc != 0 {
+		return r.batchError(&r.c.res, base, "gather rounds")
+	}
+	if len(r.big) == 0 {
+		return nil
+	}
+	// Rows larger than a round: one-sided reads.
+	if err := r.ensureEndpoint(); err != nil {
+		return err
+	}
+	err := r.readChunk(r.big, 0, max(timeout, 1), tm)
+	if fe, ok := err.(*Error); ok && fe.Index >= 0 && fe.Index < len(r.bigIdx) {
+		fe.Index = int(r.bigIdx[fe.Index])
+		fe.Detail = fmt.Sprintf("op %d (read with fi_read: larger than GatherMaxBytes %d); ", fe.Index, limit) + fe.Detail
+	}
+	return err
+}

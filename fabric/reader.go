@@ -1,0 +1,422 @@
+package fabric
+
+/*
+#include "dd.h"
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"time"
+	"unsafe"
+)
+
+// Reader reads remote memory. It owns an endpoint, CQ and AV (and its own
+// domain when the provider's threading model needs it). A Reader is meant for
+// one goroutine at a time; its mutex (never contended in that use) only makes
+// a Close from elsewhere, e.g. Fabric.Close, wait for a running batch (at
+// most its deadline) instead of freeing the endpoint under it.
+type Reader struct {
+	mu      sync.Mutex
+	f       *Fabric
+	dom     *C.struct_fid_domain
+	ownDom  bool
+	c       *C.dd_reader
+	ops     []C.dd_op // view of c.ops
+	peers   []peerEntry
+	window  int
+	timeout time.Duration
+	broken  bool // endpoint torn down after a timeout; recreated lazily
+	closed  bool
+	pin     pinSet
+	mrc     mrCache
+	one     [1]ReadOp
+
+	// gather state: ops too large for a round, read with fi_read after
+	// the gather (allocated on first use), and counters for tests.
+	big      []ReadOp
+	bigIdx   []int32
+	gathered uint64 // ops served by gather replies
+}
+
+type peerEntry struct {
+	rank int
+	addr []byte
+}
+
+// NewReader opens a reader endpoint.
+func (f *Fabric) NewReader() (*Reader, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return nil, &Error{Op: "new reader", Code: int(C.FI_EINVAL), Text: "fabric is closed", Peer: -1, kind: ErrClosed}
+	}
+	r := &Reader{f: f, dom: f.dom, window: f.opts.Window, timeout: f.opts.Timeout}
+	if f.ownDom {
+		if rc := C.dd_open_domain(f.fab, f.info, &r.dom); rc != 0 {
+			return nil, fiErr("fi_domain(reader)", rc)
+		}
+		r.ownDom = true
+	}
+	r.c = C.dd_reader_new(f.fab, r.dom, f.info, C.int(r.window), chunkOps, C.int(f.avCount), C.size_t(f.avCount))
+	if r.c == nil {
+		r.closeDomain()
+		return nil, &Error{Op: "new reader", Code: int(C.FI_ENOMEM), Text: "out of memory", Peer: -1}
+	}
+	var stage *C.char
+	if rc := C.dd_reader_setup(r.c, &stage); rc != 0 {
+		C.dd_reader_free(r.c)
+		r.closeDomain()
+		return nil, fiErr("reader "+C.GoString(stage), rc)
+	}
+	r.ops = unsafe.Slice(r.c.ops, chunkOps)
+	r.mrc.init(f.forceLocalMR || f.inf.MRLocal, f.inf.MREndpoint)
+	f.readers[r] = struct{}{}
+	return r, nil
+}
+
+func (r *Reader) closeDomain() {
+	if r.ownDom && r.dom != nil {
+		C.dd_close_domain(r.dom)
+	}
+	r.dom = nil
+}
+
+// Close closes the reader's endpoint (and domain). Peers are forgotten.
+// Nothing is in flight here (every batch completes or tears its endpoint
+// down before returning), so local registrations go first: with
+// FI_MR_ENDPOINT they are bound to the endpoint.
+func (r *Reader) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil
+	}
+	r.closed = true
+	r.mrc.purge(r)
+	var err error
+	if rc := C.dd_reader_teardown(r.c); rc != 0 {
+		err = fiErr("fi_close(reader endpoint)", rc)
+	}
+	C.dd_reader_free(r.c)
+	r.c = nil
+	r.closeDomain()
+	r.f.mu.Lock()
+	delete(r.f.readers, r)
+	r.f.mu.Unlock()
+	return err
+}
+
+// AddPeer inserts a peer's address (its Fabric.Address) into the reader's
+// address vector. rank only labels errors.
+func (r *Reader) AddPeer(rank int, addr []byte) (Peer, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return Peer{}, &Error{Op: "av insert", Code: int(C.FI_EINVAL), Text: "reader is closed", Peer: rank, kind: ErrClosed}
+	}
+	if len(addr) == 0 {
+		return Peer{}, &Error{Op: "av insert", Code: int(C.FI_EINVAL), Text: "empty address", Peer: rank, kind: ErrInvalid}
+	}
+	if len(r.peers) >= r.f.avCount {
+		return Peer{}, &Error{Op: "av insert", Code: int(C.FI_ENOSPC), Peer: rank, kind: ErrInvalid,
+			Text: fmt.Sprintf("address vector full: %d peers (provider %s allows %d)", len(r.peers), r.f.inf.Provider, r.f.avCount)}
+	}
+	if err := r.ensureEndpoint(); err != nil {
+		return Peer{}, err
+	}
+	a := append([]byte(nil), addr...)
+	idx := len(r.peers)
+	if rc := C.dd_av_insert(r.c, C.int(idx), unsafe.Pointer(&a[0])); rc != 0 {
+		e := fiErr("fi_av_insert", rc).(*Error)
+		e.Peer = rank
+		return Peer{}, e
+	}
+	r.peers = append(r.peers, peerEntry{rank: rank, addr: a})
+	return Peer{id: uint32(idx + 1)}, nil
+}
+
+// ensureEndpoint recreates the endpoint after a teardown, re-inserting the
+// peers in their original order.
+func (r *Reader) ensureEndpoint() error {
+	if !r.broken {
+		return nil
+	}
+	var stage *C.char
+	if rc := C.dd_reader_setup(r.c, &stage); rc != 0 {
+		return fiErr("reader "+C.GoString(stage), rc)
+	}
+	for i, p := range r.peers {
+		if rc := C.dd_av_insert(r.c, C.int(i), unsafe.Pointer(&p.addr[0])); rc != 0 {
+			e := fiErr("fi_av_insert", rc).(*Error)
+			e.Peer = p.rank
+			C.dd_reader_teardown(r.c)
+			return e
+		}
+	}
+	r.broken = false
+	return nil
+}
+
+// Read reads one op. See ReadBatch.
+func (r *Reader) Read(op ReadOp) (Timing, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.one[0] = op
+	t, err := r.readBatch(r.one[:])
+	r.one[0] = ReadOp{}
+	return t, err
+}
+
+// ReadBatch performs every op, keeping at most Window reads in flight.
+// It returns when all have completed, one failed (the rest are drained), or
+// the deadline (Options.Timeout) passed; in the last case the endpoint is
+// torn down before returning so nothing lands in a Dst afterwards, and it is
+// recreated by the next call. Dst may be Go heap memory (pinned for the call)
+// or off-heap memory. It makes no heap allocation.
+func (r *Reader) ReadBatch(ops []ReadOp) (Timing, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.readBatch(ops)
+}
+
+func (r *Reader) readBatch(ops []ReadOp) (Timing, error) {
+	var tm Timing
+	if r.closed {
+		return tm, errClosedReader
+	}
+	if err := r.ensureEndpoint(); err != nil {
+		return tm, err
+	}
+	if len(ops) <= chunkOps {
+		return tm, r.readChunk(ops, 0, r.timeout, &tm)
+	}
+	t0 := time.Now()
+	for start := 0; start < len(ops); start += chunkOps {
+		end := start + chunkOps
+		if end > len(ops) {
+			end = len(ops)
+		}
+		// One deadline for the whole call; a chunk gets what is left (at
+		// least 1ns, so an expired deadline fails with the right peer).
+		left := max(r.timeout-time.Since(t0), 1)
+		if err := r.readChunk(ops[start:end], start, left, &tm); err != nil {
+			return tm, err
+		}
+	}
+	return tm, nil
+}
+
+// clearOps is the one cleanup of every exit of readChunk and gatherChunk:
+// it drops the Go pointers (dst) and gather skip flags of r.ops[0, n) from
+// the C-malloc'ed op array, then unpins. C never keeps a Go pointer after a
+// call returns, whichever way it returns.
+func (r *Reader) clearOps(n int) {
+	for i := 0; i < n; i++ {
+		c := &r.ops[i]
+		c.dst = nil
+		c.skip = 0
+	}
+	r.pin.unpin()
+}
+
+func (r *Reader) readChunk(ops []ReadOp, base int, timeout time.Duration, tm *Timing) error {
+	n := len(ops)
+	defer r.clearOps(n)
+	npeers := uint32(len(r.peers))
+	maxMsg := r.f.inf.MaxMsgSize
+	for i := range ops {
+		op := &ops[i]
+		if op.Peer.id == 0 || op.Peer.id > npeers {
+			return badPeer(base + i)
+		}
+		if len(op.Dst) == 0 || uint64(len(op.Dst)) > maxMsg {
+			return badDst(base+i, r.peers[op.Peer.id-1].rank, len(op.Dst), maxMsg)
+		}
+		p := unsafe.Pointer(unsafe.SliceData(op.Dst))
+		r.pin.pin(p, cap(op.Dst))
+		c := &r.ops[i]
+		c.dst = p
+		c.len = C.uint64_t(len(op.Dst))
+		c.addr = C.uint64_t(op.Addr)
+		c.key = C.uint64_t(op.Key)
+		c.peer = C.uint32_t(op.Peer.id - 1)
+		c.desc = nil
+	}
+	if r.mrc.enabled {
+		t0 := time.Now()
+		r.mrc.begin(r)
+		for i := range ops {
+			desc, err := r.mrc.lookup(r, ops, i)
+			if err != nil {
+				r.mrc.releaseTemp(r)
+				fe := err.(*Error)
+				fe.Peer = r.peers[ops[i].Peer.id-1].rank
+				fe.Index = base + i
+				return fe
+			}
+			r.ops[i].desc = desc
+		}
+		tm.MR += time.Since(t0)
+	}
+	rc := C.dd_read_batch(r.c, C.int(n), C.int64_t(timeout))
+	res := &r.c.res
+	tm.Post += time.Duration(res.post_ns)
+	tm.CQWait += time.Duration(res.wait_ns)
+	if res.torn_down != 0 {
+		r.broken = true
+		r.mrc.purgeEndpointBound(r)
+	}
+	if r.mrc.enabled {
+		t0 := time.Now()
+		r.mrc.releaseTemp(r)
+		tm.MR += time.Since(t0)
+	}
+	r.clearOps(n) // before building the error (the deferred call repeats it: cheap)
+	if rc == 0 {
+		return nil
+	}
+	return r.batchError(res, base, "reads")
+}
+
+func (r *Reader) batchError(res *C.dd_result, base int, inflight string) error {
+	idx := int(res.failed_op)
+	rank := -1
+	if idx >= 0 && idx < chunkOps {
+		c := &r.ops[idx]
+		if int(c.peer) < len(r.peers) {
+			rank = r.peers[c.peer].rank
+		}
+	}
+	code := int(res.err)
+	e := &Error{Code: code, Peer: rank, Index: base + idx, Text: C.GoString(C.dd_strerror(C.int(code)))}
+	detail := ""
+	if idx >= 0 && idx < chunkOps {
+		c := &r.ops[idx]
+		detail = fmt.Sprintf("op %d: %d bytes at remote address %#x, key %#x", base+idx, uint64(c.len), uint64(c.addr), uint64(c.key))
+	}
+	switch res.stage {
+	case C.DD_POST:
+		e.Op = "fi_read"
+		if t := C.GoString(&res.text[0]); t != "" {
+			e.Op = t // gather: fi_tsend or fi_trecv
+		}
+	case C.DD_REJECT:
+		e.Op = "gather"
+		e.kind = ErrRejected
+		detail += "; target: " + C.GoString(&res.text[0])
+	case C.DD_BADREPLY:
+		e.Op = "gather"
+		detail += "; " + C.GoString(&res.text[0]) + "; endpoint torn down"
+	case C.DD_NOMEM:
+		e.Op = "gather"
+		detail += "; out of memory for the reader's gather buffers"
+	case C.DD_CQERR:
+		e.Op = "fi_cq_readerr"
+		if t := C.GoString(&res.text[0]); t != "" {
+			detail += "; provider: " + t
+		}
+		if res.guessed != 0 {
+			detail += " (no op context in the error entry: blamed the oldest read in flight)"
+		}
+	case C.DD_CQREAD:
+		e.Op = "fi_cq_read"
+		detail += "; endpoint torn down"
+	case C.DD_TIMEOUT:
+		e.Op = "read"
+		e.kind = ErrTimeout
+		e.Text = "deadline exceeded"
+		detail += fmt.Sprintf("; deadline %v passed with %d %s in flight", r.timeout, int(res.inflight_at_fail), inflight)
+		if res.inflight_at_fail == 0 {
+			detail += " (fi_read kept returning -FI_EAGAIN: peer unreachable or not progressing)"
+		}
+		if res.torn_down != 0 {
+			detail += ", endpoint torn down"
+		}
+	case C.DD_NOEP:
+		e.Op = "read"
+		detail = "reader has no endpoint"
+	}
+	if res.torn_down != 0 && res.teardown_rc != 0 {
+		// The cancel-by-close guarantee is void: say so loudly.
+		detail += "; fi_close(endpoint) failed: " + C.GoString(C.dd_strerror(-res.teardown_rc))
+	}
+	e.Detail = detail
+	return e
+}
+
+// activeReaders is how many readers of this process are inside a batch
+// (tests: every batch leaves the count on every exit).
+func activeReaders() int { return int(C.dd_active_readers()) }
+
+// waitFD reports whether the reader's CQ has a wait fd to sleep on (tests).
+func (r *Reader) waitFD() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.c != nil && C.dd_reader_waitfd(r.c) >= 0
+}
+
+// localMR registers [p, p+n) with FI_READ access in the reader's domain.
+func (r *Reader) localMR(p unsafe.Pointer, n int) (mrHandle, error) {
+	req := uint64(0)
+	if !r.f.inf.MRProvKey {
+		req = r.f.nextKey.Add(1)
+	}
+	var mr *C.struct_fid_mr
+	var key C.uint64_t
+	var desc unsafe.Pointer
+	bind := C.int(0)
+	if r.f.inf.MREndpoint {
+		bind = 1
+	}
+	rc := C.dd_mr_reg(r.dom, r.c.ep, p, C.size_t(n), C.FI_READ, C.uint64_t(req), bind, &mr, &key, &desc)
+	if rc != 0 {
+		return mrHandle{}, fiErr("fi_mr_reg(local)", rc)
+	}
+	liveLocalMRs.Add(1)
+	return mrHandle{mr: unsafe.Pointer(mr), desc: desc}, nil
+}
+
+func (r *Reader) closeMR(h mrHandle) {
+	if h.mr != nil {
+		C.dd_close_mr((*C.struct_fid_mr)(h.mr))
+		liveLocalMRs.Add(-1)
+	}
+}
+
+// baselineRead runs the plain C reference loop (dd_baseline) on this
+// reader's endpoint: n reads of rowLen bytes at base+offs[i] into dst rows.
+// It exists for BenchmarkReadBaselineC.
+func (r *Reader) baselineRead(p Peer, dst []byte, rowLen int, offs []uint64, base, key uint64, window int) (time.Duration, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return 0, errClosedReader
+	}
+	if err := r.ensureEndpoint(); err != nil {
+		return 0, err
+	}
+	if p.id == 0 || int(p.id) > len(r.peers) {
+		return 0, badPeer(0)
+	}
+	slots := len(dst) / rowLen
+	if slots == 0 || len(offs) == 0 {
+		return 0, errors.New("fabric: baselineRead: empty dst or offsets")
+	}
+	coffs := (*C.uint64_t)(C.malloc(C.size_t(8 * len(offs))))
+	defer C.free(unsafe.Pointer(coffs))
+	copy(unsafe.Slice((*uint64)(unsafe.Pointer(coffs)), len(offs)), offs)
+	var pin runtime.Pinner
+	pin.Pin(&dst[0])
+	defer pin.Unpin()
+	el := C.dd_baseline(r.c, C.uint32_t(p.id-1), (*C.char)(unsafe.Pointer(&dst[0])), C.uint64_t(rowLen), C.int(slots),
+		coffs, C.int(len(offs)), C.int(window), C.uint64_t(base), C.uint64_t(key), C.int64_t(r.timeout))
+	if el < 0 {
+		r.broken = true // dd_baseline tore the endpoint down
+		return 0, fiErr("baseline fi_read", C.int(el))
+	}
+	return time.Duration(el), nil
+}
