@@ -282,21 +282,86 @@ func (v *Var) get(c *readCtx, start, count int64, dst []byte) (err error) {
 	}
 	defer func() { v.finish(tel, &st, count, err) }()
 
-	rb := v.rowBytes
 	if start < 0 || count < 0 || start > v.global-count {
 		return v.errRange(start, count)
 	}
-	if need := count * rb; int64(len(dst)) < need {
+	if need := count * v.rowBytes; int64(len(dst)) < need {
 		return v.errShort(count, need, len(dst))
 	}
 	if count == 0 {
 		return nil
 	}
-	s := v.s
-	deadRank := -1
 	if c != nil {
 		c.reset()
 	}
+	deadRank := -1
+	if c, err = v.readRun(c, &st, start, count, dst, &deadRank); err != nil {
+		return err
+	}
+	return v.drain(c, &st, deadRank)
+}
+
+// getRanges reads the row ranges [starts[i], starts[i]+counts[i]) into dst
+// one after the other: range i lands at the sum of the earlier counts
+// (in rows). Every range is checked before anything is read; the reads of
+// all ranges are queued together, so a batch of small ranges is one fabric
+// call (gathered on software-RMA providers, like GetBatch).
+func (v *Var) getRanges(c *readCtx, starts, counts []int64, dst []byte) (err error) {
+	if err = v.enter(); err != nil {
+		return err
+	}
+	defer v.inflight.Add(-1)
+	st := callStats{timed: v.telID >= 0 && v.s.tel != nil} // telID is stable while entered
+	st.start = st.now()
+	tel := int32(0)
+	if c != nil {
+		tel = c.tel
+	}
+	var rows int64
+	defer func() { v.finish(tel, &st, rows, err) }()
+
+	if len(starts) != len(counts) {
+		return fmt.Errorf("%w: variable %q: GetRanges with %d starts and %d counts",
+			ErrIndex, v.name, len(starts), len(counts))
+	}
+	var total int64
+	for i, s := range starts {
+		n := counts[i]
+		if s < 0 || n < 0 || s > v.global-n {
+			return fmt.Errorf("%w (range %d of %d)", v.errRange(s, n), i, len(starts))
+		}
+		total += n // ≤ len(starts)·global: no overflow for any real store
+	}
+	if need := total * v.rowBytes; int64(len(dst)) < need {
+		return v.errShort(total, need, len(dst))
+	}
+	rows = total
+	if c != nil {
+		c.reset()
+	}
+	deadRank := -1
+	var at int64
+	for i, s := range starts {
+		n := counts[i]
+		if n == 0 {
+			continue
+		}
+		if c, err = v.readRun(c, &st, s, n, dst[at*v.rowBytes:(at+n)*v.rowBytes], &deadRank); err != nil {
+			return err
+		}
+		at += n
+	}
+	return v.drain(c, &st, deadRank)
+}
+
+// readRun copies or queues the reads of rows [start, start+count) into
+// dst, shard by shard: one copy per mapped shard, fabric reads of up to
+// maxReadBytes per remote shard. It returns the context that holds the
+// queued reads (the shared reader, taken at the first remote run of a
+// Store call). The range is valid and dst holds it.
+func (v *Var) readRun(c *readCtx, st *callStats, start, count int64, dst []byte, deadRank *int) (*readCtx, error) {
+	s := v.s
+	rb := v.rowBytes
 	end := start + count
 	chunkRows := int64(maxReadBytes) / rb
 	if chunkRows < 1 {
@@ -318,8 +383,8 @@ func (v *Var) get(c *readCtx, start, count int64, dst []byte) (err error) {
 		off := (g - v.offsets[o]) * rb
 		g = hi
 		if rank != s.rank && s.dead.has(rank) {
-			if deadRank < 0 {
-				deadRank = rank
+			if *deadRank < 0 {
+				*deadRank = rank
 			}
 			continue
 		}
@@ -330,7 +395,7 @@ func (v *Var) get(c *readCtx, start, count int64, dst []byte) (err error) {
 		}
 		st.remoteRows += n
 		if c == nil {
-			c = v.lockShared(&st) // first remote run of a Store call
+			c = v.lockShared(st) // first remote run of a Store call
 		}
 		for k := int64(0); k < n; k += chunkRows {
 			m := n - k
@@ -339,12 +404,12 @@ func (v *Var) get(c *readCtx, start, count int64, dst []byte) (err error) {
 			}
 			op := fabric.ReadOp{Dst: d[k*rb : (k+m)*rb], Peer: c.peers[o],
 				Addr: v.remote[o].base + uint64(off+k*rb), Key: v.remote[o].key}
-			if err = v.enqueue(c, &st, op, rank); err != nil {
-				return err
+			if err := v.enqueue(c, st, op, rank); err != nil {
+				return c, err
 			}
 		}
 	}
-	return v.drain(c, &st, deadRank)
+	return c, nil
 }
 
 // enqueue queues one fabric read of rank's shard and runs the queue when
@@ -475,6 +540,21 @@ func (s *Store) GetBatch(name string, idx []int64, dst []byte) error {
 	return v.getBatch(nil, idx, dst)
 }
 
+// GetRanges reads many ranges of rows of variable name in one call: range
+// i is rows [starts[i], starts[i]+counts[i]) (it may span shards), and the
+// ranges land in dst one after the other, range i at byte offset
+// (counts[0]+…+counts[i-1])·rowBytes. A uint8 variable of one byte per row
+// makes these byte ranges: packed variable-length records. Empty ranges are
+// allowed; a bad range, mismatched lengths or a short dst fail the whole
+// call before anything is read.
+func (s *Store) GetRanges(name string, starts, counts []int64, dst []byte) error {
+	v := (*s.vars.Load())[name]
+	if v == nil {
+		return s.errLookup(name)
+	}
+	return v.getRanges(nil, starts, counts, dst)
+}
+
 func (s *Store) errLookup(name string) error {
 	if s.closed.Load() {
 		return fmt.Errorf("%w: variable %q", ErrClosed, name)
@@ -487,6 +567,11 @@ func (v *Var) Get(start, count int64, dst []byte) error { return v.get(nil, star
 
 // GetBatch is Store.GetBatch on this variable through the shared reader.
 func (v *Var) GetBatch(idx []int64, dst []byte) error { return v.getBatch(nil, idx, dst) }
+
+// GetRanges is Store.GetRanges on this variable through the shared reader.
+func (v *Var) GetRanges(starts, counts []int64, dst []byte) error {
+	return v.getRanges(nil, starts, counts, dst)
+}
 
 // Reader reads with its own fabric endpoint and completion queue, so
 // readers never wait for each other or for the store's shared reader.
@@ -569,6 +654,18 @@ func (r *Reader) GetBatch(name string, idx []int64, dst []byte) error {
 		return r.s.errLookup(name)
 	}
 	return v.getBatch(r.c, idx, dst)
+}
+
+// GetRanges is Store.GetRanges through this reader's endpoint.
+func (r *Reader) GetRanges(name string, starts, counts []int64, dst []byte) error {
+	if r.closed.Load() {
+		return fmt.Errorf("%w: reader closed", ErrClosed)
+	}
+	v := (*r.s.vars.Load())[name]
+	if v == nil {
+		return r.s.errLookup(name)
+	}
+	return v.getRanges(r.c, starts, counts, dst)
 }
 
 // GetVar is Get on a variable handle, skipping the name lookup.
