@@ -41,12 +41,14 @@ type Options struct {
 	// Method: "auto" (default when ""), "pmi", "tcp", "dir" or "single".
 	// auto: pmi if PMI_FD is set (and PMI_JOBID is not: that is Slurm's
 	// PMI-2); else tcp if Addr, DDSTORE_BOOTSTRAP_ADDR or
-	// MASTER_ADDR/MASTER_PORT is set; else dir if Dir or
+	// MASTER_ADDR/MASTER_PORT is set, or under srun (SlurmRendezvous); else dir if Dir or
 	// DDSTORE_BOOTSTRAP_DIR is set; else single when the world has one rank;
 	// else an error saying what to set.
 	Method string
 	// Addr is the tcp rendezvous "host:port" where rank 0 listens and the
-	// others connect. Default DDSTORE_BOOTSTRAP_ADDR, else MASTER_ADDR:MASTER_PORT
+	// others connect. Default DDSTORE_BOOTSTRAP_ADDR, else MASTER_ADDR:MASTER_PORT,
+	// else, for the tasks of a Slurm step (and no Dir), SlurmRendezvous: the
+	// step's first node and a port derived from the job and step ids
 	// (under torchrun MASTER_PORT is taken by torch's own store on the
 	// master node: set DDSTORE_BOOTSTRAP_ADDR there).
 	Addr string
@@ -134,6 +136,18 @@ func (o Options) resolve() (resolved, error) {
 			addrErr = optErr("MASTER_PORT=%q is set but MASTER_ADDR is not", port)
 		}
 	}
+	if o.Addr == "" && addrErr == nil && o.Dir == "" && (o.Method == "" || o.Method == "auto" || o.Method == "tcp") &&
+		inSlurmStep(lookupEnv, o.Env) {
+		// Under srun with no address given: every task derives the same
+		// rendezvous from the step's node list and ids.
+		addr, ok, err := slurmRendezvous(lookupEnv)
+		switch {
+		case err != nil:
+			addrErr = err
+		case ok:
+			o.Addr = addr
+		}
+	}
 	m := o.Method
 	if m == "" || m == "auto" {
 		// Slurm's PMI-2 plugin also sets PMI_FD (and PMI_JOBID, which Hydra
@@ -154,7 +168,7 @@ func (o Options) resolve() (resolved, error) {
 		default:
 			return resolved{}, optErr("%d ranks (%s) but no way to exchange: set MASTER_ADDR and MASTER_PORT "+
 				"(or DDSTORE_BOOTSTRAP_ADDR, Options.Addr) for tcp, DDSTORE_BOOTSTRAP_DIR (or Options.Dir) to a shared directory, "+
-				"or launch with MPICH mpiexec (PMI_FD)", o.Env.World, o.Env.Launcher)
+				"or launch with MPICH mpiexec (PMI_FD) or srun (SLURM_STEP_NODELIST, SLURM_JOB_ID)", o.Env.World, o.Env.Launcher)
 		}
 	}
 	switch m {

@@ -18,6 +18,11 @@
 //     job's subdirectory, so it must be unique per run (Slurm's and ddrun's
 //     are; a crashed run's leftovers are refused only if its token differs).
 //
+// Under srun with no address given, every task derives the same tcp
+// rendezvous (SlurmRendezvous: the first host of the step's node list, in
+// Slurm's hostlist syntax expanded by ExpandHostlist, and a port computed
+// from the job and step ids); MASTER_ADDR/MASTER_PORT override it.
+//
 // "auto" picks pmi when PMI_FD is set, else tcp when an address is known,
 // else dir when a directory is known, else the trivial exchanger of a single
 // rank job. Every wait has a deadline; a timeout names the ranks that never

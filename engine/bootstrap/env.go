@@ -54,6 +54,8 @@ func DetectEnv() (Env, error) { return detectEnv(os.LookupEnv) }
 
 type lookupFunc func(string) (string, bool)
 
+var lookupEnv lookupFunc = os.LookupEnv
+
 func detectEnv(look lookupFunc) (Env, error) {
 	var (
 		e   Env
@@ -166,6 +168,10 @@ func detectTorch(look lookupFunc) (Env, error) {
 		e.Job = "torch-" + nonEmpty(look, "TORCHELASTIC_RUN_ID")
 	case nonEmpty(look, "MASTER_ADDR") != "" && nonEmpty(look, "MASTER_PORT") != "":
 		e.Job = "torch-" + nonEmpty(look, "MASTER_ADDR") + "-" + nonEmpty(look, "MASTER_PORT")
+	case inSlurmStep(look, e) && slurmJob(look) != "":
+		// A wrapper under srun that exports RANK/WORLD_SIZE from the
+		// step's SLURM_PROCID/SLURM_NTASKS: the step is the job.
+		e.Job = "slurm-" + slurmJob(look)
 	default:
 		e.Job = fmt.Sprintf("torch-%d", os.Getppid())
 	}
@@ -269,20 +275,30 @@ func detectSlurm(look lookupFunc) (Env, error) {
 	if e.LocalWorld > 0 && e.LocalRank >= e.LocalWorld {
 		return Env{}, envErr("SLURM_LOCALID=%d is not below the %d tasks on this node", e.LocalRank, e.LocalWorld)
 	}
+	job := slurmJob(look)
+	if job == "" {
+		job = fmt.Sprint(os.Getppid())
+	}
+	e.Job = "slurm-" + job
+	return e, nil
+}
+
+// slurmJob is "<job>.<step>" (or "<job>") from Slurm's variables, "" when
+// no job id is set.
+func slurmJob(look lookupFunc) string {
 	job := nonEmpty(look, "SLURM_JOB_ID")
 	if job == "" {
 		job = nonEmpty(look, "SLURM_JOBID")
 	}
 	if job == "" {
-		job = fmt.Sprint(os.Getppid())
+		return ""
 	}
 	if step := nonEmpty(look, "SLURM_STEP_ID"); step != "" {
 		job += "." + step
 	} else if step := nonEmpty(look, "SLURM_STEPID"); step != "" {
 		job += "." + step
 	}
-	e.Job = "slurm-" + job
-	return e, nil
+	return job
 }
 
 // parseTasksPerNode expands Slurm's "2(x3),1" into [2 2 2 1].

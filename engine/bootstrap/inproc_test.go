@@ -14,7 +14,9 @@ import (
 
 // clearLauncherEnv unsets every variable Connect's defaults read.
 func clearLauncherEnv(t *testing.T) {
-	for _, k := range []string{"PMI_FD", "MASTER_ADDR", "MASTER_PORT", "DDSTORE_BOOTSTRAP_DIR", "DDSTORE_JOB_TOKEN", "DDSTORE_BOOTSTRAP_ADDR", "PMI_JOBID"} {
+	for _, k := range []string{"PMI_FD", "MASTER_ADDR", "MASTER_PORT", "DDSTORE_BOOTSTRAP_DIR", "DDSTORE_JOB_TOKEN", "DDSTORE_BOOTSTRAP_ADDR", "PMI_JOBID",
+		"SLURM_PROCID", "SLURM_NTASKS", "SLURM_JOB_ID", "SLURM_JOBID", "SLURM_STEP_ID", "SLURM_STEPID",
+		"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"} {
 		t.Setenv(k, "")
 		os.Unsetenv(k)
 	}

@@ -142,6 +142,7 @@ type spawnSpec struct {
 	ranks   []int // ranks to start (default all)
 	timeout time.Duration
 	env     func(rank int) []string // extra per-rank env
+	slurm   bool                    // rank and world as srun sets them (SLURM_PROCID/SLURM_NTASKS), not RANK/WORLD_SIZE
 }
 
 // spawn starts the ranks of a scenario and returns each started rank's result.
@@ -162,9 +163,13 @@ func spawn(t *testing.T, s spawnSpec) map[int]rankResult {
 	outs := make(chan out, len(s.ranks))
 	for i, r := range s.ranks {
 		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+		rankVar, worldVar := "RANK=", "WORLD_SIZE="
+		if s.slurm {
+			rankVar, worldVar = "SLURM_PROCID=", "SLURM_NTASKS="
+		}
 		cmd.Env = append(cleanEnv(),
 			"BSTEST_ROLE="+s.role, "BSTEST_METHOD="+s.method, "BSTEST_TIMEOUT="+s.timeout.String(),
-			"RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(s.world))
+			rankVar+strconv.Itoa(r), worldVar+strconv.Itoa(s.world))
 		if s.env != nil {
 			cmd.Env = append(cmd.Env, s.env(i)...)
 		}
