@@ -142,6 +142,8 @@ typedef struct dd_op {
 	void *desc;
 	uint32_t peer;
 	uint32_t skip;   // gather: not part of the gather (read with fi_read instead)
+	uint32_t done;   // set when the op's data is in dst (read back after a failed batch)
+	uint32_t pad;
 } dd_op;
 
 enum { DD_OK = 0, DD_POST = 1, DD_CQERR = 2, DD_TIMEOUT = 3, DD_CQREAD = 4, DD_NOEP = 5, DD_REJECT = 6, DD_BADREPLY = 7, DD_NOMEM = 8 };

@@ -168,6 +168,7 @@ int dd_gather(dd_reader *r, int n, uint64_t cap, int rounds, int64_t timeout_ns)
 					for (int k = 0; k < g->count; k++) {
 						dd_op *op = &r->ops[r->gorder[g->first + k]];
 						memcpy(op->dst, src, op->len);
+						op->done = 1;
 						src += op->len;
 					}
 					res->done += g->count;

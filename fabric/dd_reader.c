@@ -246,6 +246,7 @@ int dd_read_batch(dd_reader *r, int n, int64_t timeout_ns) {
 			for (ssize_t i = 0; i < got; i++) {
 				int slot = (int)((struct fi_context2 *)comp[i].op_context - r->ctx);
 				if (slot < 0 || slot >= r->window || r->slot_op[slot] < 0) continue;
+				r->ops[r->slot_op[slot]].done = 1;
 				r->slot_op[slot] = -1;
 				r->free_slots[nfree++] = slot;
 				inflight--;

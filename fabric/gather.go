@@ -58,6 +58,7 @@ func (r *Reader) ReadGather(ops []ReadOp) (Timing, error) {
 		end := min(start+chunkOps, len(ops))
 		left := max(r.timeout-time.Since(t0), 1)
 		if err := r.gatherChunk(ops[start:end], start, left, &tm); err != nil {
+			markRest(ops, start, end)
 			return tm, err
 		}
 	}
@@ -91,6 +92,9 @@ func (r *Reader) gatherChunk(ops []ReadOp, base int, timeout time.Duration, tm *
 	r.big, r.bigIdx = r.big[:0], r.bigIdx[:0]
 	defer r.endGather(n)
 	for i := range ops {
+		ops[i].Done = false
+	}
+	for i := range ops {
 		op := &ops[i]
 		if op.Peer.id == 0 || op.Peer.id > npeers {
 			return badPeer(base + i)
@@ -104,6 +108,7 @@ func (r *Reader) gatherChunk(ops []ReadOp, base int, timeout time.Duration, tm *
 		c.key = C.uint64_t(op.Key)
 		c.peer = C.uint32_t(op.Peer.id - 1)
 		c.desc = nil
+		c.done = 0
 		if uint64(len(op.Dst)) > limit {
 			c.skip = 1
 			c.dst = nil
@@ -131,18 +136,31 @@ func (r *Reader) gatherChunk(ops []ReadOp, base int, timeout time.Duration, tm *
 		}
 		timeout -= time.Since(t0)
 	}
-	r.clearOps(n) // before readChunk reuses r.ops for the big rows
 	if rc != 0 {
+		r.markDone(ops) // the big rows (skip) were not read yet: done is 0
+		r.clearOps(n)
 		return r.batchError(&r.c.res, base, "gather rounds")
 	}
+	r.clearOps(n) // before readChunk reuses r.ops for the big rows
 	if len(r.big) == 0 {
 		return nil
 	}
 	// Rows larger than a round: one-sided reads.
+	for i := range ops {
+		ops[i].Done = true // every gathered op; the big ones are set below
+	}
 	if err := r.ensureEndpoint(); err != nil {
+		for _, j := range r.bigIdx {
+			ops[int(j)-base].Done = false
+		}
 		return err
 	}
 	err := r.readChunk(r.big, 0, max(timeout, 1), tm)
+	if err != nil {
+		for k, j := range r.bigIdx {
+			ops[int(j)-base].Done = r.big[k].Done
+		}
+	}
 	if fe, ok := err.(*Error); ok && fe.Index >= 0 && fe.Index < len(r.bigIdx) {
 		fe.Index = int(r.bigIdx[fe.Index])
 		fe.Detail = fmt.Sprintf("op %d (read with fi_read: larger than GatherMaxBytes %d); ", fe.Index, limit) + fe.Detail

@@ -123,11 +123,18 @@ type Peer struct{ id uint32 }
 
 // ReadOp is one remote read: len(Dst) bytes from the peer's Addr (its
 // Export.Base()+offset) with the peer's Export.Key().
+//
+// Done is an output of ReadBatch and ReadGather, meaningful when they
+// return an error: true where the op completed (its Dst holds the data),
+// false where it did not (failed, cancelled at the deadline, or never
+// posted), so that a caller can retry only what is missing. After a
+// successful call every op completed, whatever Done says.
 type ReadOp struct {
 	Dst  []byte
 	Peer Peer
 	Addr uint64
 	Key  uint64
+	Done bool
 }
 
 // Timing splits an operation's time: local memory registration, posting

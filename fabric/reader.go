@@ -204,10 +204,43 @@ func (r *Reader) readBatch(ops []ReadOp) (Timing, error) {
 		// least 1ns, so an expired deadline fails with the right peer).
 		left := max(r.timeout-time.Since(t0), 1)
 		if err := r.readChunk(ops[start:end], start, left, &tm); err != nil {
+			markRest(ops, start, end)
 			return tm, err
 		}
 	}
 	return tm, nil
+}
+
+// markRest sets Done on the ops around a failed chunk [start, end) of a
+// call: those before it completed, those after it were never posted.
+func markRest(ops []ReadOp, start, end int) {
+	for i := range ops[:start] {
+		ops[i].Done = true
+	}
+	for i := range ops[end:] {
+		ops[end+i].Done = false
+	}
+}
+
+// markDone copies the chunk's per-op completion flags (set by the C batch
+// loops) into ops[i].Done; called on a failed chunk, before clearOps.
+func (r *Reader) markDone(ops []ReadOp) {
+	for i := range ops {
+		ops[i].Done = r.ops[i].done != 0
+	}
+}
+
+// SetTimeout replaces the deadline of the reader's later ReadBatch,
+// ReadGather and Read calls (Options.Timeout until then); d ≤ 0 restores
+// Options.Timeout. A caller with a fallback (the engine's replica
+// failover) gives a read less time than the hard deadline.
+func (r *Reader) SetTimeout(d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if d <= 0 {
+		d = r.f.opts.Timeout
+	}
+	r.timeout = d
 }
 
 // clearOps is the one cleanup of every exit of readChunk and gatherChunk:
@@ -229,6 +262,9 @@ func (r *Reader) readChunk(ops []ReadOp, base int, timeout time.Duration, tm *Ti
 	npeers := uint32(len(r.peers))
 	maxMsg := r.f.inf.MaxMsgSize
 	for i := range ops {
+		ops[i].Done = false
+	}
+	for i := range ops {
 		op := &ops[i]
 		if op.Peer.id == 0 || op.Peer.id > npeers {
 			return badPeer(base + i)
@@ -245,6 +281,7 @@ func (r *Reader) readChunk(ops []ReadOp, base int, timeout time.Duration, tm *Ti
 		c.key = C.uint64_t(op.Key)
 		c.peer = C.uint32_t(op.Peer.id - 1)
 		c.desc = nil
+		c.done = 0
 	}
 	if r.mrc.enabled {
 		t0 := time.Now()
@@ -275,10 +312,12 @@ func (r *Reader) readChunk(ops []ReadOp, base int, timeout time.Duration, tm *Ti
 		r.mrc.releaseTemp(r)
 		tm.MR += time.Since(t0)
 	}
-	r.clearOps(n) // before building the error (the deferred call repeats it: cheap)
 	if rc == 0 {
+		r.clearOps(n) // the deferred call repeats it: cheap
 		return nil
 	}
+	r.markDone(ops)
+	r.clearOps(n) // before building the error
 	return r.batchError(res, base, "reads")
 }
 
