@@ -14,11 +14,17 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ddstore/ddstore/fabric"
 )
 
 // ErrLoader wraps invalid loader options and variables that cannot be served
 // together.
 var ErrLoader = errors.New("ddstore: loader")
+
+// ErrNotReady is what Epoch.NextWithin returns when the next batch is not
+// ready within its wait slice; nothing is lost, call it again.
+var ErrNotReady = errors.New("ddstore: loader: next batch not ready yet")
 
 // LoaderOptions configure NewLoader.
 type LoaderOptions struct {
@@ -118,18 +124,20 @@ func (sharedPath) GetBatchVar(v *Var, idx []int64, dst []byte) error {
 // Loader serves batches of one or more variables to a training loop. Use
 // one Epoch at a time; starting a new one closes the previous one.
 type Loader struct {
-	s        *Store
-	o        LoaderOptions
-	rows     int64  // global rows of every variable
-	vars     []*Var // o.Vars resolved; a Free'd variable makes its reads fail
-	rowBytes []int
-	replicas int
-	rank     int
-	direct   rowReader   // the caller's path when Workers == 0: the store
-	readers  []rowReader // per worker (ThreadReaders); else the store for all
-	owned    []*Reader
-	pool     chan *Batch
-	recorder loaderRecorder
+	s          *Store
+	o          LoaderOptions
+	rows       int64  // global rows of every variable
+	vars       []*Var // o.Vars resolved; a Free'd variable makes its reads fail
+	rowBytes   []int
+	replicas   int
+	rank       int
+	direct     rowReader   // the caller's path when Workers == 0: the store
+	readers    []rowReader // per worker (ThreadReaders); else the store for all
+	owned      []*Reader
+	poolMu     sync.Mutex
+	pool       []*Batch // unreferenced batches, cap = pool size
+	poolClosed bool
+	recorder   loaderRecorder
 
 	mu     sync.Mutex
 	cur    *Epoch
@@ -183,7 +191,7 @@ func (s *Store) NewLoader(o LoaderOptions) (*Loader, error) {
 			l.readers[w] = r
 		}
 	}
-	l.pool = make(chan *Batch, o.Prefetch+o.Workers+1)
+	l.pool = make([]*Batch, 0, o.Prefetch+o.Workers+1)
 	if t := s.Telemetry(); t != nil {
 		l.recorder = t
 	}
@@ -238,6 +246,7 @@ func (l *Loader) Close() error {
 	if cur != nil {
 		cur.Close()
 	}
+	l.closePool()
 	return l.closeReaders()
 }
 
@@ -294,41 +303,127 @@ func SamplerIndices(n int64, replicas, rank int, seed int64, epoch int, shuffle,
 }
 
 // Batch is one batch: the global rows and, per variable, their data as
-// contiguous rows. Release it when done so that its buffers are reused.
+// contiguous rows. The data lives in one region outside the Go heap
+// (fabric.Alloc), so the fabric reads into it directly and a foreign
+// runtime (the Python binding's tensors) may view it without a copy.
+//
+// A batch is leased: Next hands it out with one reference; Retain adds
+// one, Release drops one, and the buffers return to the loader's pool
+// when the last is dropped. Data must not be touched after that.
 type Batch struct {
 	Epoch, Number int
 	Indices       []int64  // global row of each sample, in order
 	Data          [][]byte // per variable (LoaderOptions.Vars order), len(Indices) rows each
-	bufs          [][]byte // full-size buffers behind Data
+	bufs          [][]byte // full-size buffers behind Data, inside mem
+	mem           *fabric.Memory
 	l             *Loader
-	released      atomic.Bool
+	refs          atomic.Int32
 }
 
-// Release returns the batch's buffers to the loader. The batch must not be
-// used afterwards. Releasing twice is a no-op.
+// batchAlign aligns every variable's buffer inside a batch's region.
+const batchAlign = 64
+
+// Retain adds a reference to the batch (a second holder): the batch is
+// recycled only after one more Release. Call it only while holding a
+// reference.
+func (b *Batch) Retain() {
+	if b != nil {
+		b.refs.Add(1)
+	}
+}
+
+// Refs is the number of references held (0 once recycled).
+func (b *Batch) Refs() int { return int(b.refs.Load()) }
+
+// Release drops one reference; the last returns the batch's buffers to the
+// loader (or frees them when the pool is full or the loader closed).
+// Releasing a batch that holds no reference is a no-op.
 func (b *Batch) Release() {
-	if b == nil || b.released.Swap(true) {
+	if b == nil {
 		return
 	}
-	select {
-	case b.l.pool <- b:
-	default: // pool full: let the GC have it
+	for {
+		n := b.refs.Load()
+		if n <= 0 {
+			return
+		}
+		if b.refs.CompareAndSwap(n, n-1) {
+			if n == 1 {
+				b.l.recycle(b)
+			}
+			return
+		}
 	}
 }
 
-func (l *Loader) getBatch() *Batch {
-	select {
-	case b := <-l.pool:
-		b.released.Store(false)
-		return b
-	default:
+// recycle parks an unreferenced batch in the pool, or frees its memory.
+func (l *Loader) recycle(b *Batch) {
+	l.poolMu.Lock()
+	defer l.poolMu.Unlock()
+	if !l.poolClosed && len(l.pool) < cap(l.pool) {
+		l.pool = append(l.pool, b)
+		return
 	}
+	b.free()
+}
+
+func (b *Batch) free() {
+	if b.mem != nil {
+		_ = b.mem.Free() // no read is in flight: the batch was filled or failed
+		b.mem = nil
+	}
+	for i := range b.bufs {
+		b.bufs[i], b.Data[i] = nil, nil
+	}
+}
+
+// getBatch takes a batch from the pool or allocates one, with one reference.
+func (l *Loader) getBatch() (*Batch, error) {
+	l.poolMu.Lock()
+	if n := len(l.pool); n > 0 {
+		b := l.pool[n-1]
+		l.pool = l.pool[:n-1]
+		l.poolMu.Unlock()
+		b.refs.Store(1)
+		return b, nil
+	}
+	l.poolMu.Unlock()
 	b := &Batch{l: l, Indices: make([]int64, 0, l.o.BatchSize),
 		Data: make([][]byte, len(l.o.Vars)), bufs: make([][]byte, len(l.o.Vars))}
-	for v, rb := range l.rowBytes {
-		b.bufs[v] = make([]byte, rb*l.o.BatchSize)
+	size := 0
+	for _, rb := range l.rowBytes {
+		size += (rb*l.o.BatchSize + batchAlign - 1) &^ (batchAlign - 1)
 	}
-	return b
+	mem, err := fabric.Alloc(size)
+	if err != nil {
+		return nil, fmt.Errorf("%w: batch buffer of %d bytes: %w", ErrLoader, size, err)
+	}
+	b.mem = mem
+	buf, off := mem.Bytes(), 0
+	for v, rb := range l.rowBytes {
+		n := rb * l.o.BatchSize
+		b.bufs[v] = buf[off : off+n : off+n]
+		off += (n + batchAlign - 1) &^ (batchAlign - 1)
+	}
+	b.refs.Store(1)
+	return b, nil
+}
+
+// PoolSize is the number of batches the loader keeps for reuse: the
+// batches in flight (Prefetch, plus one per worker) and one held by the
+// consumer. Batches leased beyond it are allocated and freed as needed.
+func (l *Loader) PoolSize() int { return cap(l.pool) }
+
+// closePool frees the pooled batches; batches still leased are freed at
+// their last Release.
+func (l *Loader) closePool() {
+	l.poolMu.Lock()
+	defer l.poolMu.Unlock()
+	l.poolClosed = true
+	for _, b := range l.pool {
+		b.free()
+	}
+	l.pool = nil
 }
 
 // fill reads the rows idx of every variable into b.
@@ -410,6 +505,7 @@ type Epoch struct {
 	timer    *time.Timer
 
 	cur        int
+	waitSince  time.Time // start of a wait that NextWithin's slices continue
 	err        error
 	closed     atomic.Bool // set by Close, Loader.Close or the next Epoch (any goroutine)
 	lastReturn time.Time
@@ -418,7 +514,23 @@ type Epoch struct {
 
 // Epoch starts epoch e (closing the previous epoch if still open). With
 // workers, reading starts at once.
-func (l *Loader) Epoch(e int) (*Epoch, error) {
+func (l *Loader) Epoch(e int) (*Epoch, error) { return l.epoch(e, nil) }
+
+// EpochIndices starts epoch e over the caller's own sample order (a user
+// sampler): this rank reads exactly the global rows idx, in order, in
+// batches of BatchSize (DropLast drops a last partial batch). Every index
+// must be in [0, Rows()); the loader keeps its own copy.
+func (l *Loader) EpochIndices(e int, idx []int64) (*Epoch, error) {
+	for i, g := range idx {
+		if g < 0 || g >= l.rows {
+			return nil, fmt.Errorf("%w: epoch %d: sampler index %d is row %d, outside [0,%d): %w",
+				ErrLoader, e, i, g, l.rows, ErrIndex)
+		}
+	}
+	return l.epoch(e, append(make([]int64, 0, len(idx)), idx...))
+}
+
+func (l *Loader) epoch(e int, idx []int64) (*Epoch, error) {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
@@ -430,9 +542,12 @@ func (l *Loader) Epoch(e int) (*Epoch, error) {
 	if prev != nil {
 		prev.Close()
 	}
-	idx, err := SamplerIndices(l.rows, l.replicas, l.rank, l.o.Seed, e, l.o.Shuffle, l.o.DropLast)
-	if err != nil {
-		return nil, fmt.Errorf("epoch %d: %w", e, err)
+	if idx == nil {
+		var err error
+		idx, err = SamplerIndices(l.rows, l.replicas, l.rank, l.o.Seed, e, l.o.Shuffle, l.o.DropLast)
+		if err != nil {
+			return nil, fmt.Errorf("epoch %d: %w", e, err)
+		}
 	}
 	ep := &Epoch{l: l, epoch: e, indices: idx}
 	ep.n = numBatches(len(ep.indices), l.o.BatchSize, l.o.DropLast)
@@ -505,12 +620,13 @@ func (e *Epoch) work(r rowReader) {
 			e.tokens <- struct{}{}
 			return
 		}
-		b := e.l.getBatch()
-		b.Epoch, b.Number = e.epoch, num
-		err := e.l.fill(r, b, e.batchIdx(num))
-		if err != nil {
-			b.Release()
-			b = nil
+		b, err := e.l.getBatch()
+		if err == nil {
+			b.Epoch, b.Number = e.epoch, num
+			if err = e.l.fill(r, b, e.batchIdx(num)); err != nil {
+				b.Release()
+				b = nil
+			}
 		}
 		e.slots[num%e.k] <- result{b, err}
 		if err != nil {
@@ -522,7 +638,17 @@ func (e *Epoch) work(r rowReader) {
 // Next returns the next batch, io.EOF after the last one, or the first
 // error of a worker (wrapping the store's error, with epoch, batch and
 // variable). After an error every call returns it.
-func (e *Epoch) Next() (*Batch, error) {
+func (e *Epoch) Next() (*Batch, error) { return e.nextWithin(0) }
+
+// NextWithin is Next that waits at most slice for a worker's batch: it
+// returns ErrNotReady when the batch is not ready by then, and the next
+// call goes on waiting for the same batch (the epoch's Timeout counts
+// across slices). Foreign callers (the Python binding) wait in slices so
+// that they can handle signals. slice <= 0 is Next. Without workers the
+// read runs inside the call, bounded by the fabric's timeout.
+func (e *Epoch) NextWithin(slice time.Duration) (*Batch, error) { return e.nextWithin(slice) }
+
+func (e *Epoch) nextWithin(slice time.Duration) (*Batch, error) {
 	if e.err != nil {
 		return nil, e.err
 	}
@@ -533,13 +659,20 @@ func (e *Epoch) Next() (*Batch, error) {
 		return nil, io.EOF
 	}
 	t0 := time.Now()
+	if !e.waitSince.IsZero() {
+		t0 = e.waitSince // a wait that earlier slices began
+	}
 	var b *Batch
 	var now time.Time
 	if e.k == 0 {
-		b = e.l.getBatch()
-		b.Epoch, b.Number = e.epoch, e.cur
-		if err := e.l.fill(e.l.direct, b, e.batchIdx(e.cur)); err != nil {
-			b.Release()
+		var err error
+		if b, err = e.l.getBatch(); err == nil {
+			b.Epoch, b.Number = e.epoch, e.cur
+			if err = e.l.fill(e.l.direct, b, e.batchIdx(e.cur)); err != nil {
+				b.Release()
+			}
+		}
+		if err != nil {
 			e.err = err
 			return nil, err
 		}
@@ -550,7 +683,12 @@ func (e *Epoch) Next() (*Batch, error) {
 		select {
 		case r = <-slot: // ready: no timer
 		default:
-			e.timer.Reset(e.l.o.Timeout)
+			left := e.l.o.Timeout - time.Since(t0)
+			sliced := slice > 0 && slice < left
+			if sliced {
+				left = slice
+			}
+			e.timer.Reset(max(left, 0))
 			select {
 			case r = <-slot:
 				e.timer.Stop()
@@ -558,6 +696,10 @@ func (e *Epoch) Next() (*Batch, error) {
 				e.timer.Stop()
 				return nil, e.errClosed()
 			case <-e.timer.C:
+				if sliced {
+					e.waitSince = t0
+					return nil, ErrNotReady
+				}
 				e.err = fmt.Errorf("%w: epoch %d batch %d not read within %v: %w",
 					ErrLoader, e.epoch, e.cur, e.l.o.Timeout, ErrTimeout)
 				e.shutdown()
@@ -565,6 +707,7 @@ func (e *Epoch) Next() (*Batch, error) {
 			}
 		}
 		now = time.Now() // the wait ends here; the token hand-off below is not waiting
+		e.waitSince = time.Time{}
 		if r.err != nil {
 			e.err = r.err
 			e.shutdown()

@@ -551,6 +551,9 @@ func loaderRankMain() error {
 	if err := l.Close(); err != nil {
 		return err
 	}
+	if err := leaseChecks(s, global, rank); err != nil {
+		return fmt.Errorf("leases: %w", err)
+	}
 	return closeWakesNext(s, global, rank)
 }
 
