@@ -358,6 +358,22 @@ func checkTelemetry(s *Store, mode, name string, readerID int, shared, reader in
 	if sum <= 0 {
 		return fmt.Errorf("telemetry %q: reader phases all zero: %v", name, c1.PhaseNs)
 	}
+	// The peer table holds every row read, by the rank that owns it (the
+	// tests' worlds have fewer ranks than a call names by rank).
+	var peerRows, peerCalls int64
+	for _, p := range snap.Peers {
+		if p.Rank < 0 || p.Rank >= s.World() || p.Rows <= 0 || p.Bytes <= 0 {
+			return fmt.Errorf("telemetry: bad peer slot %+v (world %d)", p, s.World())
+		}
+		if p.Rank != s.Rank() && mode != "local" && p.Ns <= 0 {
+			return fmt.Errorf("telemetry: rank %d read from rank %d in no time: %+v", s.Rank(), p.Rank, p)
+		}
+		peerRows += p.Rows
+		peerCalls += p.Calls
+	}
+	if tot := snap.Total(); peerRows != tot.Rows || peerCalls < tot.Calls-tot.Errors {
+		return fmt.Errorf("telemetry: peer table has %d rows in %d calls, stripes %d rows in %d calls", peerRows, peerCalls, tot.Rows, tot.Calls)
+	}
 	return nil
 }
 

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/ddstore/ddstore/fabric"
+	"github.com/ddstore/ddstore/telemetry"
 )
 
 // ErrLoader wraps invalid loader options and variables that cannot be served
@@ -194,6 +195,14 @@ func (s *Store) NewLoader(o LoaderOptions) (*Loader, error) {
 	l.pool = make([]*Batch, 0, o.Prefetch+o.Workers+1)
 	if t := s.Telemetry(); t != nil {
 		l.recorder = t
+		lc := telemetry.LoaderConfig{Workers: int64(o.Workers), Readers: telemetry.LoaderReadersShared, BatchRows: int64(o.BatchSize)}
+		if o.Workers > 0 {
+			lc.Prefetch = int64(o.Prefetch)
+		}
+		if o.ThreadReaders {
+			lc.Readers = telemetry.LoaderReadersThread
+		}
+		t.SetLoaderConfig(lc)
 	}
 	return l, nil
 }

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/ddstore/ddstore/fabric"
+	"github.com/ddstore/ddstore/fabric/fault"
 	"github.com/ddstore/ddstore/telemetry"
 )
 
@@ -145,7 +146,7 @@ type callStats struct {
 	fabTime               int64 // wall time inside fabric calls
 	fab                   fabric.Timing
 	localRows, remoteRows int64
-	targets               uint64
+	targets               telemetry.TargetSet
 }
 
 // now reads the clock (ns) when the call is timed, else returns 0.
@@ -178,6 +179,7 @@ func (v *Var) record(tel int32, st *callStats, rows int64, err error) {
 	total := st.end - st.start
 	c := telemetry.Call{Var: v.telID, Reader: tel, Rows: rows, Bytes: rows * v.rowBytes,
 		LocalRows: st.localRows, RemoteRows: st.remoteRows, Targets: st.targets, Err: err != nil, EndNano: st.end,
+		MRRegs: st.fab.Regs,
 		// The shared path (0) and the overflow stripe have several writers.
 		Concurrent: tel == 0 || tel >= maxTelReaders-1}
 	c.Phases[telemetry.PhaseLockWait] = st.lockWait
@@ -190,6 +192,11 @@ func (v *Var) record(tel int32, st *callStats, rows int64, err error) {
 		other = 0
 	}
 	c.Phases[telemetry.PhaseOther] = other
+	if err != nil {
+		if r := fault.RanksOf(err); len(r) == 1 {
+			c.ErrPeer = int32(r[0]) + 1
+		}
+	}
 	v.s.tel.Record(&c)
 }
 
@@ -239,7 +246,7 @@ func (v *Var) getBatch(c *readCtx, idx []int64, dst []byte) (err error) {
 	for i, g := range idx {
 		o := v.owner(g)
 		rank := s.groupLo + o
-		st.targets |= 1 << (uint(rank) & 63)
+		st.targets.Add(rank, 1)
 		off := (g - v.offsets[o]) * rb
 		// Full capacity on purpose: the fabric pins a destination once and
 		// recognises later rows of the same buffer by [ptr, ptr+cap).
@@ -377,8 +384,8 @@ func (v *Var) readRun(c *readCtx, st *callStats, start, count int64, dst []byte,
 			continue
 		}
 		rank := s.groupLo + o
-		st.targets |= 1 << (uint(rank) & 63)
 		n := hi - g
+		st.targets.Add(rank, n)
 		d := dst[(g-start)*rb : (hi-start)*rb]
 		off := (g - v.offsets[o]) * rb
 		g = hi
@@ -458,6 +465,7 @@ func (v *Var) flush(c *readCtx, st *callStats) error {
 	st.fab.Post += ft.Post
 	st.fab.CQWait += ft.CQWait
 	st.fab.Copy += ft.Copy
+	st.fab.Regs += ft.Regs
 	if err != nil {
 		err = v.fabricError(c, err)
 	}

@@ -483,7 +483,7 @@ func TestLocalMRCache(t *testing.T) {
 		mems = append(mems, m)
 	}
 	heap := make([]byte, n*row)
-	read := func(dst []byte, first int) {
+	read := func(dst []byte, first int) Timing {
 		t.Helper()
 		ops := make([]ReadOp, n)
 		for i := range ops {
@@ -501,10 +501,20 @@ func TestLocalMRCache(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		return tm
 	}
 	for k, m := range mems {
-		read(m.Bytes(), k)
-		read(heap, k+1)
+		// Timing.Regs counts registrations: a Memory once, then cached;
+		// Go heap every call.
+		if tm := read(m.Bytes(), k); tm.Regs != 1 {
+			t.Fatalf("first read into Memory %d: %d registrations, want 1", k, tm.Regs)
+		}
+		if tm := read(m.Bytes(), k); tm.Regs != 0 {
+			t.Fatalf("second read into Memory %d: %d registrations, want 0 (cached)", k, tm.Regs)
+		}
+		if tm := read(heap, k+1); tm.Regs < 1 {
+			t.Fatalf("read into the Go heap: %d registrations, want >= 1", tm.Regs)
+		}
 		if live := liveLocalMRs.Load() - base; live > mrCacheSize {
 			t.Fatalf("%d local registrations live, cache holds %d", live, mrCacheSize)
 		}

@@ -40,13 +40,14 @@ func protocolC() (maxBytes, maxEnt uint64) {
 // with fi_read after the gather, and providers without software RMA use
 // ReadBatch for everything. Deadline, teardown and allocation guarantees are
 // those of ReadBatch: nothing writes a Dst after return.
-func (r *Reader) ReadGather(ops []ReadOp) (Timing, error) {
+func (r *Reader) ReadGather(ops []ReadOp) (tm Timing, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	regs := r.regs
+	defer func() { tm.Regs = r.regs - regs }()
 	if !r.f.inf.SoftwareRMA {
 		return r.readBatch(ops)
 	}
-	var tm Timing
 	if r.closed {
 		return tm, errClosedReader
 	}

@@ -142,6 +142,7 @@ type ReadOp struct {
 type Timing struct {
 	MR, Post, CQWait time.Duration
 	Copy             time.Duration // ReadGather: copying rows from the bounce buffer
+	Regs             int64         // local memory registrations (fi_mr_reg) the call made
 }
 
 // softwareRMA reports whether a provider (its core, before any ";ofi_rx?"

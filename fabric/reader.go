@@ -40,6 +40,7 @@ type Reader struct {
 	big      []ReadOp
 	bigIdx   []int32
 	gathered uint64 // ops served by gather replies
+	regs     int64  // local registrations made (Timing.Regs)
 }
 
 type peerEntry struct {
@@ -180,7 +181,10 @@ func (r *Reader) Read(op ReadOp) (Timing, error) {
 func (r *Reader) ReadBatch(ops []ReadOp) (Timing, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.readBatch(ops)
+	regs := r.regs
+	tm, err := r.readBatch(ops)
+	tm.Regs = r.regs - regs
+	return tm, err
 }
 
 func (r *Reader) readBatch(ops []ReadOp) (Timing, error) {
@@ -416,6 +420,7 @@ func (r *Reader) localMR(p unsafe.Pointer, n int) (mrHandle, error) {
 		return mrHandle{}, fiErr("fi_mr_reg(local)", rc)
 	}
 	liveLocalMRs.Add(1)
+	r.regs++
 	return mrHandle{mr: unsafe.Pointer(mr), desc: desc}, nil
 }
 

@@ -73,6 +73,10 @@ func TestBadFiles(t *testing.T) {
 		{"header-size", put(good, hHeaderBytes, 64), ErrCorrupt, "header size"},
 		{"rank", put(good, hRank, 2), ErrCorrupt, "rank 2 of world 2"},
 		{"pid", put(good, hPid, 0), ErrCorrupt, "pid"},
+		{"peers-0", put(good, hMaxPeers, 0), ErrCorrupt, "peer slots"},
+		{"peer-off", put(good, hPeerOff, 5), ErrCorrupt, "peer table offset"},
+		{"peer-slot", put(good, hPeerSlotBytes, 64), ErrCorrupt, "peer slot size"},
+		{"peers-more", put(good, hMaxPeers, 3), ErrCorrupt, "ring offset"},
 	}
 	dir := t.TempDir()
 	for _, tc := range cases {

@@ -20,7 +20,7 @@
 //
 // The byte layout is drawn in layout.go and documented in FORMAT.md.
 // Readers refuse foreign files (ErrForeign), files whose creation has not
-// finished (ErrNotReady), newer formats (ErrVersion), truncated files
+// finished (ErrNotReady), newer formats (ErrVersion; version 1 and 2 files are read), truncated files
 // (ErrTruncated) and inconsistent headers (ErrCorrupt); they never panic
 // on a bad file.
 //

@@ -83,7 +83,7 @@ func TestWriteFuzzSeeds(t *testing.T) {
 		"foreign":       []byte("not a segment at all, just some text\n"),
 		"huge-geometry": put(put(good, hMaxVars, maxMaxVars), hMaxReaders, maxMaxReaders),
 		"odd-var-gen":   put(good, int(headerBytes+vGen), 7),
-		"ring-garbage":  put(put(good, int(newGeometry(2, 2, 4).ringOff+rSeq), 1<<40), hRingHead, 1<<62),
+		"ring-garbage":  put(put(good, int(newGeometry(2, 2, 4, 2).ringOff+rSeq), 1<<40), hRingHead, 1<<62),
 	}
 	dir := filepath.Join("testdata", "fuzz", "FuzzOpen")
 	if err := os.MkdirAll(dir, 0o755); err != nil {

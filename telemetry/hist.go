@@ -74,17 +74,24 @@ func Quantile(h Histogram, q float64) float64 { return h.Quantile(q) }
 // linear interpolation inside the bucket that holds it. An empty
 // histogram gives 0. Values in the last (open) bucket are reported as its
 // lower bound.
-func (h Histogram) Quantile(q float64) float64 {
+func (h Histogram) Quantile(q float64) float64 { return quantile(h[:], BucketBounds, q) }
+
+// quantile is Quantile over any bucket counts with the given bounds.
+func quantile(h []uint64, bounds func(int) (int64, int64), q float64) float64 {
 	if q != q || q < 0 { // NaN or negative
 		q = 0
 	}
 	if q > 1 {
 		q = 1
 	}
-	total := h.Count()
+	var total uint64
+	for _, c := range h {
+		total += c
+	}
 	if total == 0 {
 		return 0
 	}
+	last := len(h) - 1
 	target := q * float64(total)
 	var cum float64
 	for i, c := range h {
@@ -93,11 +100,11 @@ func (h Histogram) Quantile(q float64) float64 {
 		}
 		next := cum + float64(c)
 		if next >= target {
-			lo, hi := BucketBounds(i)
+			lo, hi := bounds(i)
 			if i == 0 {
 				return 0
 			}
-			if i == NumBuckets-1 {
+			if i == last {
 				return float64(lo)
 			}
 			f := (target - cum) / float64(c)
@@ -105,7 +112,7 @@ func (h Histogram) Quantile(q float64) float64 {
 		}
 		cum = next
 	}
-	lo, _ := BucketBounds(NumBuckets - 1)
+	lo, _ := bounds(last)
 	return float64(lo)
 }
 

@@ -1,6 +1,7 @@
 package telemetry
 
-// Segment layout, format version 1. All integers are 64-bit, host byte
+// Segment layout, format version 2 (version 1 files are still read; see
+// FORMAT.md for what differs). All integers are 64-bit, host byte
 // order (little-endian on every supported machine), 8-byte aligned; every
 // block starts on a 64-byte cache line. Strings are NUL-padded UTF-8 in
 // fixed-size fields. Offsets are from the start of the file.
@@ -16,8 +17,10 @@ package telemetry
 //  |   stripe(v, r) = stripeOff + (v*MaxReaders + r)*768           |
 //  +---------------------------------------------------------------+  loaderOff
 //  |                  Loader block (704 B)                         |
+//  +---------------------------------------------------------------+  peerOff (v2)
+//  |   Peer table (v2): MaxPeers slots x 192 B, one per target rank|
 //  +---------------------------------------------------------------+  ringOff
-//  |          Ring of recent calls: RingSize slots x 128 B         |
+//  |   Ring of recent calls: RingSize slots x 192 B (v1: 128 B)    |
 //  +---------------------------------------------------------------+  fileBytes
 //
 // Header (cache line per row; hot atomics on their own lines):
@@ -42,7 +45,13 @@ package telemetry
 //  | 320 badVarCalls | 328 badReaderCalls | 336 ringClaimFails     |
 //  +---------------------------------------------------------------+ 384
 //  | 384 host [64]B | 448 job [64]B | 512 provider [32]B           |
-//  | 544 readerMode [32]B | 576 method [32]B | 608..1023 reserved  |
+//  | 544 readerMode [32]B | 576 method [32]B                       |
+//  | 608 maxPeers | 616 peerOff | 624 peerSlotBytes (v2; 0 in v1)  |
+//  +---------------------------------------------------------------+ 640
+//  | 640 proc[8]: process counters (v2): 0 quarantinedReaders,     |
+//  |     1 leakedBuffers, 2..7 reserved for other engine counters  |
+//  +---------------------------------------------------------------+ 704
+//  | 704..1023 reserved (zero)                                     |
 //  +---------------------------------------------------------------+ 1024
 //
 // Variable table entry (128 B):
@@ -57,20 +66,29 @@ package telemetry
 // marked Call.Concurrent: atomic adds. Either way calls is written last and read first.
 //
 //  | 0 calls | 8 rows | 16 bytes | 24 localRows | 32 remoteRows
-//  | 40 errors | 48..103 phaseNs[7] | 104..127 pad
+//  | 40 errors | 48..103 phaseNs[7] | 104 mrRegs (v2) | 112 failovers (v2) | 120 pad
 //  | 128 callHist[40] (ns per call)
 //  | 448 rowHist[40]  (ns per call / rows)
 //
 // Loader block (704 B):
 //
-//  | 0 batches | 8 waitNs | 16 stepNs | 24..63 pad
+//  | 0 batches | 8 waitNs | 16 stepNs | 24 workers (v2) | 32 prefetch (v2)
+//  | 40 readerKind (v2: 0 unknown, 1 shared, 2 thread readers) | 48 batchRows (v2) | 56 pad
 //  | 64 waitHist[40] | 384 stepHist[40]
 //
-// Ring slot (128 B), slot = position & (RingSize-1):
+// Peer slot (192 B, v2), one per target rank (ranks >= MaxPeers share the
+// last); atomic adds from every reader:
+//
+//  | 0 calls | 8 rows | 16 bytes | 24 errors | 32 ns | 40..63 pad
+//  | 64 hist[16]: ns per row, bucket i>0 holds [4^(i-1), 4^i) ns
+//
+// Ring slot (192 B in v2, 128 B in v1), slot = position & (RingSize-1):
 //
 //  | 0 seq | 8 timeNs | 16 var (bits 0-31) reader (32-55) status (56-63)
-//  | 24 rows | 32 bytes | 40 localRows | 48 remoteRows | 56 targets
+//  | 24 rows | 32 bytes | 40 localRows | 48 remoteRows
+//  | 56 targets: v2 bit r = rank r for ranks 0..63 only; v1 bit rank%64
 //  | 64..119 phaseNs[7] | 120 abandoned (highest position+1 given up here)
+//  | 128 nTargets (v2) | 136 mrRegs (v2) | 144..191 firstTargets [12]uint32 (v2)
 //
 // Ring protocol (seqlock): a writer claims position p with a fetch-add of
 // ringHead, then locks slot p&(RingSize-1) by CAS of its seq from an even
@@ -87,14 +105,17 @@ package telemetry
 const (
 	// Magic is the first 8 bytes of every segment: "DDSTEL\x00\x01".
 	Magic uint64 = 0x01_00_4c_45_54_53_44_44 // little-endian "DDSTEL\0\1"
-	// Version is the format version this package writes and reads.
-	Version = 1
+	// Version is the format version this package writes; it reads this
+	// one and version 1.
+	Version = 2
 
-	headerBytes   = 1024
-	varEntryBytes = 128
-	stripeBytes   = 768
-	loaderBytes   = 704
-	ringSlotBytes = 128
+	headerBytes     = 1024
+	varEntryBytes   = 128
+	stripeBytes     = 768
+	loaderBytes     = 704
+	ringSlotBytes   = 192 // v2
+	ringSlotBytesV1 = 128
+	peerSlotBytes   = 192
 
 	// header offsets
 	hMagic          = 0
@@ -128,6 +149,10 @@ const (
 	hProvider       = 512
 	hReaderMode     = 544
 	hMethod         = 576
+	hMaxPeers       = 608 // v2
+	hPeerOff        = 616 // v2
+	hPeerSlotBytes  = 624 // v2
+	hProc           = 640 // v2: NumProc counters
 	hostLen         = 64
 	jobLen          = 64
 	provLen         = 32
@@ -153,6 +178,8 @@ const (
 	sRemoteRows = 32
 	sErrors     = 40
 	sPhases     = 48
+	sMRRegs     = 104 // v2
+	sFailovers  = 112 // v2
 	sCallHist   = 128
 	sRowHist    = 448
 
@@ -160,6 +187,10 @@ const (
 	lBatches  = 0
 	lWaitNs   = 8
 	lStepNs   = 16
+	lWorkers  = 24 // v2
+	lPrefetch = 32 // v2
+	lReaders  = 40 // v2
+	lBatchRow = 48 // v2
 	lWaitHist = 64
 	lStepHist = 384
 
@@ -174,32 +205,68 @@ const (
 	rTargets    = 56
 	rPhases     = 64
 	rAbandoned  = 120
+	rNTargets   = 128 // v2
+	rMRRegs     = 136 // v2
+	rFirst      = 144 // v2: MaxCallTargets uint32
+
+	// peer slot offsets (v2)
+	pCalls  = 0
+	pRows   = 8
+	pBytes  = 16
+	pErrors = 24
+	pNs     = 32
+	pHist   = 64
 
 	// limits accepted by readers (and writers)
 	maxMaxVars    = 4096
 	maxMaxReaders = 4096
 	maxRingSize   = 1 << 20
+	maxMaxPeers   = 1 << 16
 )
 
 // geometry is the derived block layout of a segment.
 type geometry struct {
+	version                       int64
 	maxVars, maxReaders, ringSize int64
+	maxPeers                      int64 // 0 in v1
 	varTableOff, stripeOff        int64
-	loaderOff, ringOff, fileBytes int64
+	loaderOff, peerOff            int64
+	ringOff, fileBytes            int64
+	slotBytes                     int64 // ring slot size
 }
 
-func newGeometry(maxVars, maxReaders, ringSize int64) geometry {
-	g := geometry{maxVars: maxVars, maxReaders: maxReaders, ringSize: ringSize}
+// newGeometry is the layout of a version 2 segment.
+func newGeometry(maxVars, maxReaders, ringSize, maxPeers int64) geometry {
+	g := geometry{version: 2, maxVars: maxVars, maxReaders: maxReaders, ringSize: ringSize, maxPeers: maxPeers, slotBytes: ringSlotBytes}
 	g.varTableOff = headerBytes
 	g.stripeOff = g.varTableOff + maxVars*varEntryBytes
 	g.loaderOff = g.stripeOff + maxVars*maxReaders*stripeBytes
-	g.ringOff = g.loaderOff + loaderBytes
+	g.peerOff = g.loaderOff + loaderBytes
+	g.ringOff = g.peerOff + maxPeers*peerSlotBytes
 	g.fileBytes = g.ringOff + ringSize*ringSlotBytes
 	return g
+}
+
+// newGeometryV1 is the layout of a version 1 segment: no peer table,
+// 128-byte ring slots.
+func newGeometryV1(maxVars, maxReaders, ringSize int64) geometry {
+	g := newGeometry(maxVars, maxReaders, ringSize, 0)
+	g.version, g.slotBytes = 1, ringSlotBytesV1
+	g.fileBytes = g.ringOff + ringSize*ringSlotBytesV1
+	return g
+}
+
+// peer is the offset of the peer slot that counts rank (ranks at or
+// above maxPeers share the last slot); maxPeers must be > 0.
+func (g *geometry) peer(rank int64) int64 {
+	if uint64(rank) >= uint64(g.maxPeers) {
+		rank = g.maxPeers - 1
+	}
+	return g.peerOff + rank*peerSlotBytes
 }
 
 func (g *geometry) varOff(v int64) int64    { return g.varTableOff + v*varEntryBytes }
 func (g *geometry) stripe(v, r int64) int64 { return g.stripeOff + (v*g.maxReaders+r)*stripeBytes }
 func (g *geometry) slot(p uint64) int64 {
-	return g.ringOff + int64(p&uint64(g.ringSize-1))*ringSlotBytes
+	return g.ringOff + int64(p&uint64(g.ringSize-1))*g.slotBytes
 }

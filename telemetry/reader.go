@@ -107,7 +107,7 @@ func parseHeader(name string, b []byte, fileSize int64) (staticHeader, error) {
 	case v == 0:
 		return h, fmt.Errorf("%w: %s is still being created (or its writer died while creating it)", ErrNotReady, name)
 	case v > Version:
-		return h, fmt.Errorf("%w: %s has format version %d; this reader understands version %d: upgrade ddtop", ErrVersion, name, v, Version)
+		return h, fmt.Errorf("%w: %s has format version %d; this reader understands versions 1 to %d: upgrade ddtop", ErrVersion, name, v, Version)
 	default:
 		h.version = int(v)
 	}
@@ -129,6 +129,15 @@ func parseHeader(name string, b []byte, fileSize int64) (staticHeader, error) {
 		{hStripeBytes, stripeBytes, "stripe size"},
 		{hRingSlotBytes, ringSlotBytes, "ring slot size"},
 	}
+	if h.version == 1 {
+		fixed[len(fixed)-1].want = ringSlotBytesV1
+	} else {
+		fixed = append(fixed, struct {
+			off  int
+			want uint64
+			name string
+		}{hPeerSlotBytes, peerSlotBytes, "peer slot size"})
+	}
 	for _, f := range fixed {
 		if got := u(f.off); got != f.want {
 			return bad("%s is %d, want %d", f.name, got, f.want)
@@ -144,7 +153,19 @@ func parseHeader(name string, b []byte, fileSize int64) (staticHeader, error) {
 	if ringSize < 1 || ringSize > maxRingSize || ringSize&(ringSize-1) != 0 {
 		return bad("ring size %d not a power of two in [1, %d]", ringSize, maxRingSize)
 	}
-	g := newGeometry(int64(maxVars), int64(maxReaders), int64(ringSize))
+	var g geometry
+	if h.version == 1 {
+		g = newGeometryV1(int64(maxVars), int64(maxReaders), int64(ringSize))
+	} else {
+		maxPeers := u(hMaxPeers)
+		if maxPeers < 1 || maxPeers > maxMaxPeers {
+			return bad("peer slots %d not in [1, %d]", maxPeers, maxMaxPeers)
+		}
+		g = newGeometry(int64(maxVars), int64(maxReaders), int64(ringSize), int64(maxPeers))
+		if got := u(hPeerOff); got != uint64(g.peerOff) {
+			return bad("peer table offset is %d, want %d", got, g.peerOff)
+		}
+	}
 	offs := []struct {
 		off  int
 		want int64
@@ -402,6 +423,7 @@ func (s *Segment) Snapshot() (snap *Snapshot, err error) {
 			BadReaderCalls: m.loadI(hBadReaderCalls),
 			RingClaimFails: m.loadI(hRingClaimFails),
 			RingHead:       m.load(hRingHead),
+			MaxPeers:       int(g.maxPeers),
 		},
 		Taken: now,
 		Path:  s.path,
@@ -421,6 +443,28 @@ func (s *Segment) Snapshot() (snap *Snapshot, err error) {
 	for i := int64(0); i < NumBuckets; i++ {
 		snap.Loader.WaitHist[i] = m.load(l + lWaitHist + i*8)
 		snap.Loader.StepHist[i] = m.load(l + lStepHist + i*8)
+	}
+	if g.version >= 2 {
+		snap.Loader.Config = LoaderConfig{
+			Workers: m.loadI(l + lWorkers), Prefetch: m.loadI(l + lPrefetch),
+			Readers: m.loadI(l + lReaders), BatchRows: m.loadI(l + lBatchRow),
+		}
+		for i := range snap.Proc {
+			snap.Proc[i] = m.loadI(hProc + int64(i)*8)
+		}
+		for r := int64(0); r < g.maxPeers; r++ {
+			off := g.peerOff + r*peerSlotBytes
+			calls := m.loadI(off + pCalls) // first: see Counters
+			if calls == 0 && m.loadI(off+pErrors) == 0 {
+				continue
+			}
+			p := PeerCounters{Rank: int(r), Calls: calls, Rows: m.loadI(off + pRows), Bytes: m.loadI(off + pBytes),
+				Errors: m.loadI(off + pErrors), Ns: m.loadI(off + pNs)}
+			for i := int64(0); i < NumPeerBuckets; i++ {
+				p.Hist[i] = m.load(off + pHist + i*8)
+			}
+			snap.Peers = append(snap.Peers, p)
+		}
 	}
 	return snap, nil
 }
@@ -493,9 +537,29 @@ func (s *Segment) readStripe(off int64, c *Counters) {
 	for i := int64(0); i < NumPhases; i++ {
 		c.PhaseNs[i] = m.loadI(off + sPhases + i*8)
 	}
+	if s.h.g.version >= 2 {
+		c.MRRegs = m.loadI(off + sMRRegs)
+		c.Failovers = m.loadI(off + sFailovers)
+	}
 	for i := int64(0); i < NumBuckets; i++ {
 		c.CallHist[i] = m.load(off + sCallHist + i*8)
 		c.RowHist[i] = m.load(off + sRowHist + i*8)
+	}
+}
+
+// targetsFromMask fills NTargets and FirstTargets from a v1 bitmask.
+func (r *Record) targetsFromMask() {
+	r.NTargets = 0
+	for b := 0; b < 64; b++ {
+		if r.Targets&(1<<uint(b)) != 0 {
+			if r.NTargets < MaxCallTargets {
+				r.FirstTargets[r.NTargets] = int32(b)
+			}
+			r.NTargets++
+		}
+	}
+	for i := min(r.NTargets, MaxCallTargets); i < MaxCallTargets; i++ {
+		r.FirstTargets[i] = -1
 	}
 }
 
@@ -552,6 +616,16 @@ func (s *Segment) ReadRing(cursor uint64, dst []Record) (n int, next uint64, dro
 		rec.Targets = m.load(off + rTargets)
 		for i := int64(0); i < NumPhases; i++ {
 			rec.Phases[i] = m.loadI(off + rPhases + i*8)
+		}
+		if g.version >= 2 {
+			rec.NTargets = int(m.load(off + rNTargets))
+			rec.MRRegs = m.loadI(off + rMRRegs)
+			for i := int64(0); i < MaxCallTargets; i += 2 {
+				w := m.load(off + rFirst + i*4)
+				rec.FirstTargets[i], rec.FirstTargets[i+1] = int32(uint32(w)), int32(uint32(w>>32))
+			}
+		} else {
+			rec.targetsFromMask()
 		}
 		if m.load(off+rSeq) != want {
 			s.torn++

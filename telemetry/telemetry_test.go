@@ -40,7 +40,9 @@ func openTest(t testing.TB, path string) *Segment {
 func patternCall(c *Call, v, r int32, rows, rowBytes int64) {
 	*c = Call{Var: v, Reader: r, Rows: rows, Bytes: rows * rowBytes,
 		LocalRows: rows / 3, RemoteRows: rows - rows/3,
-		Targets: 1<<uint(rows%64) | 1, Err: rows%11 == 0}
+		Err: rows%11 == 0, MRRegs: rows % 5, Failovers: rows % 7}
+	c.Targets.Add(0, rows-rows/2)
+	c.Targets.Add(int(rows%64), rows/2)
 	for p := range c.Phases {
 		c.Phases[p] = rows * int64(p+1) * 100
 	}
@@ -50,9 +52,18 @@ func checkPatternRecord(rec *Record, rowBytes int64) string {
 	var want Call
 	patternCall(&want, rec.Var, rec.Reader, rec.Rows, rowBytes)
 	got := Call{Var: rec.Var, Reader: rec.Reader, Rows: rec.Rows, Bytes: rec.Bytes, LocalRows: rec.LocalRows,
-		RemoteRows: rec.RemoteRows, Targets: rec.Targets, Phases: rec.Phases, Err: rec.Err}
-	if rec.Rows < 1 || got != want {
+		RemoteRows: rec.RemoteRows, Phases: rec.Phases, Err: rec.Err, MRRegs: rec.MRRegs, Targets: want.Targets, Failovers: want.Failovers}
+	if rec.Rows < 1 || got != want || rec.Targets != want.Targets.Mask() || rec.NTargets != want.Targets.Len() {
 		return "torn or wrong record: " + fmtAny(rec)
+	}
+	for i := 0; i < MaxCallTargets; i++ {
+		w := int32(-1)
+		if i < want.Targets.Named() {
+			w = int32(want.Targets.Rank(i))
+		}
+		if rec.FirstTargets[i] != w {
+			return "wrong targets in record: " + fmtAny(rec)
+		}
 	}
 	return ""
 }
@@ -66,6 +77,8 @@ func addCall(c *Counters, call *Call) {
 	if call.Err {
 		c.Errors++
 	}
+	c.MRRegs += call.MRRegs
+	c.Failovers += call.Failovers
 	for p, v := range call.Phases {
 		c.PhaseNs[p] += v
 	}

@@ -1,6 +1,10 @@
 package telemetry
 
-import "time"
+import (
+	"math"
+	"math/bits"
+	"time"
+)
 
 // Phases of one read call, in the order of Call.Phases and Counters.PhaseNs.
 const (
@@ -35,10 +39,21 @@ type Call struct {
 	Reader                int32 // reader id: 0 = the store's shared reader, 1.. = Reader objects; one goroutine at a time per (Var, Reader) unless Concurrent, see Writer.Record
 	Rows, Bytes           int64
 	LocalRows, RemoteRows int64
-	Targets               uint64           // bitmask of target ranks (bit rank%64)
-	Phases                [NumPhases]int64 // ns spent per phase
-	Err                   bool             // the call returned an error
-	EndNano               int64            // Nanotime() at the call's end; 0 = Record reads the clock
+	// Targets is the set of ranks the call read from, with the rows read
+	// from each: the engine calls Targets.Add per row or run. Record adds
+	// each target's share to the peer table and stores the set in the ring.
+	Targets TargetSet
+	Phases  [NumPhases]int64 // ns spent per phase
+	Err     bool             // the call returned an error
+	// ErrPeer is 1 + the rank whose failure failed the call (0: none or
+	// unknown); Record counts the error in that rank's peer slot.
+	ErrPeer int32
+	// MRRegs is the number of memory registrations the call made.
+	MRRegs int64
+	// Failovers is the number of reads the call moved to another replica
+	// after a failure (0 until the engine has replicas).
+	Failovers int64
+	EndNano   int64 // Nanotime() at the call's end; 0 = Record reads the clock
 	// Concurrent: other goroutines may record the same (Var, Reader) at
 	// once: counters are updated with atomic adds (slower) instead of
 	// single-writer stores. The engine sets it on the store's shared path
@@ -58,6 +73,90 @@ func (c *Call) Total() int64 {
 	return t
 }
 
+// MaxCallTargets is how many distinct target ranks of one call TargetSet
+// (and a ring record) keep by name, with their rows.
+const MaxCallTargets = 12
+
+// targetBits is the number of ranks TargetSet tracks exactly beyond its
+// first MaxCallTargets (a bitmap).
+const targetBits = 1024
+
+// TargetSet is the set of ranks one call read from. The zero value is
+// empty; Add never allocates. It counts distinct ranks exactly for ranks
+// below 1024 (a bitmap) and keeps the first MaxCallTargets distinct ranks
+// with the rows read from each; rows of later ranks are summed in
+// OtherRows. A rank >= 1024 beyond the first MaxCallTargets is counted
+// once per Add (Len may then over-count).
+type TargetSet struct {
+	n     int32
+	last  int32 // index of the last rank hit, a cache for runs of rows
+	rank  [MaxCallTargets]int32
+	rows  [MaxCallTargets]int64
+	other int64
+	bits  [targetBits / 64]uint64
+}
+
+// Add counts rows read from rank (rank >= 0).
+func (t *TargetSet) Add(rank int, rows int64) {
+	if rank < 0 {
+		return
+	}
+	k := int(t.last)
+	if k < int(t.n) && k < MaxCallTargets && t.rank[k] == int32(rank) {
+		t.rows[k] += rows
+		return
+	}
+	if rank < targetBits {
+		w, b := rank>>6, uint64(1)<<(uint(rank)&63)
+		if t.bits[w]&b == 0 {
+			t.bits[w] |= b
+			t.addNew(rank, rows)
+			return
+		}
+	}
+	lim := min(int(t.n), MaxCallTargets)
+	for i := 0; i < lim; i++ {
+		if t.rank[i] == int32(rank) {
+			t.rows[i] += rows
+			t.last = int32(i)
+			return
+		}
+	}
+	if rank >= targetBits {
+		t.addNew(rank, rows)
+		return
+	}
+	t.other += rows // a known rank beyond the first MaxCallTargets
+}
+
+func (t *TargetSet) addNew(rank int, rows int64) {
+	if t.n < MaxCallTargets {
+		t.rank[t.n], t.rows[t.n] = int32(rank), rows
+		t.last = t.n
+	} else {
+		t.other += rows
+	}
+	t.n++
+}
+
+// Len is the number of distinct ranks (see TargetSet for its limits).
+func (t *TargetSet) Len() int { return int(t.n) }
+
+// Named is how many ranks Rank and Rows describe: min(Len, MaxCallTargets).
+func (t *TargetSet) Named() int { return min(int(t.n), MaxCallTargets) }
+
+// Rank is the i-th distinct rank added (i < Named()).
+func (t *TargetSet) Rank(i int) int { return int(t.rank[i]) }
+
+// Rows is the rows read from Rank(i).
+func (t *TargetSet) Rows(i int) int64 { return t.rows[i] }
+
+// OtherRows is the rows read from ranks beyond the first MaxCallTargets.
+func (t *TargetSet) OtherRows() int64 { return t.other }
+
+// Mask is the ranks below 64 as a bitmap (bit r = rank r), exact.
+func (t *TargetSet) Mask() uint64 { return t.bits[0] }
+
 // Counters is one stripe: the totals of every call of one (variable,
 // reader) pair, or sums of such stripes. Within a live snapshot each field
 // is exact and monotonic; the writer bumps Calls last and the reader loads
@@ -68,6 +167,8 @@ type Counters struct {
 	LocalRows, RemoteRows int64
 	Errors                int64
 	PhaseNs               [NumPhases]int64
+	MRRegs                int64     // memory registrations (v2; 0 in v1 files)
+	Failovers             int64     // reads moved to another replica (v2)
 	CallHist              Histogram // total ns per call
 	RowHist               Histogram // total ns per call / rows (calls with rows > 0)
 }
@@ -80,6 +181,8 @@ func (c Counters) Add(o Counters) Counters {
 	c.LocalRows += o.LocalRows
 	c.RemoteRows += o.RemoteRows
 	c.Errors += o.Errors
+	c.MRRegs += o.MRRegs
+	c.Failovers += o.Failovers
 	for i := range c.PhaseNs {
 		c.PhaseNs[i] += o.PhaseNs[i]
 	}
@@ -98,6 +201,8 @@ func (c Counters) Sub(prev Counters) Counters {
 	c.LocalRows -= prev.LocalRows
 	c.RemoteRows -= prev.RemoteRows
 	c.Errors -= prev.Errors
+	c.MRRegs -= prev.MRRegs
+	c.Failovers -= prev.Failovers
 	for i := range c.PhaseNs {
 		c.PhaseNs[i] -= prev.PhaseNs[i]
 	}
@@ -118,6 +223,22 @@ func (c Counters) TotalNs() int64 {
 // IsZero reports whether no call was counted.
 func (c Counters) IsZero() bool { return c.Calls == 0 }
 
+// Reader kinds of LoaderConfig.Readers.
+const (
+	LoaderReadersUnknown = 0 // not reported (v1 files, or no loader)
+	LoaderReadersShared  = 1 // workers share the store's reader (one lock per variable)
+	LoaderReadersThread  = 2 // one Reader (endpoint) per worker
+)
+
+// LoaderConfig is the loader's configuration, as the engine reports it
+// with Writer.SetLoaderConfig (v2; zero in v1 files).
+type LoaderConfig struct {
+	Workers   int64 // worker goroutines (0: the consumer reads)
+	Prefetch  int64 // batches in flight ahead of the consumer
+	Readers   int64 // LoaderReaders*
+	BatchRows int64 // rows per batch
+}
+
 // LoaderCounters is the loader block: one batch per RecordLoader call.
 type LoaderCounters struct {
 	Batches  int64
@@ -125,6 +246,7 @@ type LoaderCounters struct {
 	StepNs   int64     // total time between batches (the training step)
 	WaitHist Histogram // per-batch wait ns
 	StepHist Histogram // per-batch step ns
+	Config   LoaderConfig
 }
 
 // Sub returns l - prev.
@@ -136,6 +258,84 @@ func (l LoaderCounters) Sub(prev LoaderCounters) LoaderCounters {
 	l.StepHist = l.StepHist.Sub(prev.StepHist)
 	return l
 }
+
+// NumPeerBuckets is the number of buckets of a peer's latency histogram:
+// bucket 0 holds 0 ns, bucket i (1..14) holds [4^(i-1), 4^i) ns, the last
+// everything from 4^14 ns (about 0.27 s) up.
+const NumPeerBuckets = 16
+
+// PeerHistogram counts per-row read times (ns) of one target rank.
+type PeerHistogram [NumPeerBuckets]uint64
+
+// PeerBucketIndex returns the PeerHistogram bucket of v ns.
+func PeerBucketIndex(v int64) int {
+	if v <= 0 {
+		return 0
+	}
+	return min((bits.Len64(uint64(v))+1)/2, NumPeerBuckets-1)
+}
+
+// PeerBucketBounds is the range [lo, hi) of bucket i in ns.
+func PeerBucketBounds(i int) (lo, hi int64) {
+	switch {
+	case i < 0 || i >= NumPeerBuckets:
+		return 0, 0
+	case i == 0:
+		return 0, 1
+	case i == NumPeerBuckets-1:
+		return 1 << (2 * (i - 1)), math.MaxInt64
+	default:
+		return 1 << (2 * (i - 1)), 1 << (2 * i)
+	}
+}
+
+// Quantile estimates the q-quantile in ns (see Histogram.Quantile).
+func (h PeerHistogram) Quantile(q float64) float64 { return quantile(h[:], PeerBucketBounds, q) }
+
+// PeerCounters is one target rank's slot of the peer table (v2): the
+// reads this process made from that rank. A call that reads from several
+// ranks counts once for each, and its time (total minus lock wait and GPU
+// sync) is split among them by rows; a call from a single rank is timed
+// exactly.
+type PeerCounters struct {
+	Rank   int   // target rank; MaxPeers-1 also holds every higher rank
+	Calls  int64 // calls that read from the rank
+	Rows   int64
+	Bytes  int64
+	Errors int64 // failed calls blamed on the rank (Call.ErrPeer)
+	Ns     int64 // time attributed to the rank
+	Hist   PeerHistogram
+}
+
+// Sub returns p - prev.
+func (p PeerCounters) Sub(prev PeerCounters) PeerCounters {
+	p.Calls -= prev.Calls
+	p.Rows -= prev.Rows
+	p.Bytes -= prev.Bytes
+	p.Errors -= prev.Errors
+	p.Ns -= prev.Ns
+	for i := range p.Hist {
+		p.Hist[i] -= prev.Hist[i]
+	}
+	return p
+}
+
+// Process counters (Header.Proc indices, v2): engine-wide events that are
+// not per call. Writers bump them with Writer.AddProc.
+const (
+	ProcQuarantinedReaders = iota // Readers whose endpoint was torn down and set aside
+	ProcLeakedBuffers             // buffers not returned to their pool
+	ProcReserved2
+	ProcReserved3
+	ProcReserved4
+	ProcReserved5
+	ProcReserved6
+	ProcReserved7
+	NumProc
+)
+
+// ProcNames are the display names of the process counters.
+var ProcNames = [NumProc]string{"quarantined_readers", "leaked_buffers", "proc2", "proc3", "proc4", "proc5", "proc6", "proc7"}
 
 // Header is the identity and geometry of a segment.
 type Header struct {
@@ -165,6 +365,10 @@ type Header struct {
 	// RingHead is the number of ring slots claimed so far (the next
 	// record's position).
 	RingHead uint64
+	// MaxPeers is the number of peer slots (0 in v1 files).
+	MaxPeers int
+	// Proc holds the process counters (ProcNames; zero in v1 files).
+	Proc [NumProc]int64
 }
 
 // Start is StartNs as a time.
@@ -208,6 +412,18 @@ type Snapshot struct {
 	HeartbeatAge time.Duration
 	Vars         []VarSnapshot // in-use variables, by id
 	Loader       LoaderCounters
+	// Peers are the peer slots that saw a call, by rank (v2; nil in v1).
+	Peers []PeerCounters
+}
+
+// Peer returns the slot of rank, or nil.
+func (s *Snapshot) Peer(rank int) *PeerCounters {
+	for i := range s.Peers {
+		if s.Peers[i].Rank == rank {
+			return &s.Peers[i]
+		}
+	}
+	return nil
 }
 
 // Total sums every variable's stripes.
@@ -237,9 +453,17 @@ type Record struct {
 	Reader                int32 // stripe the call was counted in (ids >= MaxReaders show as MaxReaders-1)
 	Rows, Bytes           int64
 	LocalRows, RemoteRows int64
-	Targets               uint64
-	Phases                [NumPhases]int64
-	Err                   bool
+	// Targets: bit r set for target rank r < 64 (v1 files: bit rank%64,
+	// which aliases ranks 64 and up).
+	Targets uint64
+	// NTargets is the number of distinct target ranks; FirstTargets[:min(
+	// NTargets, MaxCallTargets)] are the first of them (in v1 files both
+	// are derived from Targets).
+	NTargets     int
+	FirstTargets [MaxCallTargets]int32
+	MRRegs       int64 // v2
+	Phases       [NumPhases]int64
+	Err          bool
 }
 
 // Time is TimeNs as a time.

@@ -41,6 +41,9 @@ type WriterOptions struct {
 	// RingSize is the number of recent-call ring slots, a power of two.
 	// Default 4096, at most 1<<20.
 	RingSize int
+	// MaxPeers is the number of peer-table slots (one per target rank;
+	// ranks >= MaxPeers share the last). Default World, at most 65536.
+	MaxPeers int
 }
 
 // Defaults of WriterOptions.
@@ -77,6 +80,9 @@ func (o WriterOptions) withDefaults() WriterOptions {
 	if o.RingSize == 0 {
 		o.RingSize = DefaultRingSize
 	}
+	if o.MaxPeers == 0 {
+		o.MaxPeers = min(max(o.World, 1), maxMaxPeers)
+	}
 	return o
 }
 
@@ -94,6 +100,8 @@ func (o WriterOptions) Validate() error {
 		return fmt.Errorf("%w: MaxReaders %d not in [1, %d]", ErrOptions, o.MaxReaders, maxMaxReaders)
 	case o.RingSize < 1 || o.RingSize > maxRingSize || o.RingSize&(o.RingSize-1) != 0:
 		return fmt.Errorf("%w: RingSize %d not a power of two in [1, %d]", ErrOptions, o.RingSize, maxRingSize)
+	case o.MaxPeers < 1 || o.MaxPeers > maxMaxPeers:
+		return fmt.Errorf("%w: MaxPeers %d not in [1, %d]", ErrOptions, o.MaxPeers, maxMaxPeers)
 	}
 	return nil
 }
@@ -162,7 +170,7 @@ func Create(o WriterOptions) (*Writer, error) {
 			ErrInUse, path, info.Pid, info.Host, info.HeartbeatAge.Round(time.Millisecond))
 	}
 
-	g := newGeometry(int64(o.MaxVars), int64(o.MaxReaders), int64(o.RingSize))
+	g := newGeometry(int64(o.MaxVars), int64(o.MaxReaders), int64(o.RingSize), int64(o.MaxPeers))
 	tmp := filepath.Join(o.Dir, fmt.Sprintf(".%s.%d.tmp", filepath.Base(path), os.Getpid()))
 	_ = os.Remove(tmp)
 	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
@@ -229,6 +237,9 @@ func (w *Writer) initHeader(o WriterOptions) {
 	m.store(hStripeOff, uint64(g.stripeOff))
 	m.store(hLoaderOff, uint64(g.loaderOff))
 	m.store(hRingOff, uint64(g.ringOff))
+	m.store(hMaxPeers, uint64(g.maxPeers))
+	m.store(hPeerOff, uint64(g.peerOff))
+	m.store(hPeerSlotBytes, peerSlotBytes)
 	if t, _, ok := procStart(o.Pid); ok {
 		m.store(hPidStart, t)
 	}
@@ -400,11 +411,14 @@ func (w *Writer) Record(c *Call) {
 	if c.Err {
 		m.bump(s+sErrors, 1, shared)
 	}
+	m.bump(s+sMRRegs, clampNs(c.MRRegs), shared)
+	m.bump(s+sFailovers, clampNs(c.Failovers), shared)
 	m.bump(s+sCallHist+int64(bucketU(total))*8, 1, shared)
 	if rows != 0 {
 		m.bump(s+sRowHist+int64(bucketU(total/rows))*8, 1, shared)
 	}
 	m.bump(s+sCalls, 1, shared) // last: readers load calls first
+	w.recordPeers(c, total)
 
 	// Ring: claim a position, lock its slot, fill it, publish.
 	p := atomic.AddUint64(m.p(hRingHead), 1) - 1
@@ -430,11 +444,101 @@ func (w *Writer) Record(c *Call) {
 	m.put(slot+rBytes, uint64(c.Bytes))
 	m.put(slot+rLocalRows, uint64(c.LocalRows))
 	m.put(slot+rRemoteRows, uint64(c.RemoteRows))
-	m.put(slot+rTargets, c.Targets)
+	t := &c.Targets
+	m.put(slot+rTargets, t.Mask())
+	m.put(slot+rNTargets, uint64(t.n))
+	m.put(slot+rMRRegs, uint64(c.MRRegs))
+	for i := int64(0); i < MaxCallTargets; i += 2 {
+		lo, hi := uint64(0xFFFFFFFF), uint64(0xFFFFFFFF)
+		if i < int64(t.n) {
+			lo = uint64(uint32(t.rank[i]))
+		}
+		if i+1 < int64(t.n) {
+			hi = uint64(uint32(t.rank[i+1]))
+		}
+		m.put(slot+rFirst+i*4, lo|hi<<32)
+	}
 	for i, ph := range c.Phases {
 		m.put(slot+rPhases+int64(i)*8, uint64(ph))
 	}
 	m.put(slot+rSeq, lock+1) // publish, after every field
+}
+
+// recordPeers adds the call's share to the peer slot of each named
+// target (atomic adds: every reader of the process may read from the same
+// rank at once). The call's time less lock wait and GPU sync is split by
+// rows; bytes likewise. Rows of targets beyond the first MaxCallTargets
+// are not attributed to a peer.
+func (w *Writer) recordPeers(c *Call, total uint64) {
+	m, g := w.m, &w.g
+	t := &c.Targets
+	if c.Err && c.ErrPeer > 0 {
+		m.add(g.peer(int64(c.ErrPeer-1))+pErrors, 1)
+	}
+	n := t.Named()
+	if n == 0 {
+		return
+	}
+	var rows uint64
+	for i := 0; i < n; i++ {
+		rows += clampNs(t.rows[i])
+	}
+	rows += clampNs(t.other)
+	ns := total - min(total, clampNs(c.Phases[PhaseLockWait])+clampNs(c.Phases[PhaseGPUSync]))
+	bytes := clampNs(c.Bytes)
+	for i := 0; i < n; i++ {
+		r := clampNs(t.rows[i])
+		pns, pb := ns, bytes
+		if n > 1 || t.other > 0 {
+			pns = mulDiv(ns, r, rows)
+			pb = mulDiv(bytes, r, rows)
+		}
+		off := g.peer(int64(t.rank[i]))
+		m.add(off+pRows, r)
+		m.add(off+pBytes, pb)
+		m.add(off+pNs, pns)
+		per := pns
+		if r > 0 {
+			per = pns / r
+		}
+		m.add(off+pHist+int64(PeerBucketIndex(int64(per)))*8, 1)
+		m.add(off+pCalls, 1) // last, as for stripes
+	}
+}
+
+// mulDiv is a*b/c without overflow for the sizes seen here (c > 0).
+func mulDiv(a, b, c uint64) uint64 {
+	if c == 0 {
+		return 0
+	}
+	hi, lo := bits.Mul64(a, b)
+	if hi >= c {
+		return a // cannot happen when b <= c; keep the whole
+	}
+	q, _ := bits.Div64(hi, lo, c)
+	return q
+}
+
+// SetLoaderConfig stores the loader's configuration in the loader block
+// (the engine calls it when a loader starts).
+func (w *Writer) SetLoaderConfig(lc LoaderConfig) {
+	if w == nil || w.closed.Load() {
+		return
+	}
+	l := w.g.loaderOff
+	w.m.store(l+lWorkers, uint64(lc.Workers))
+	w.m.store(l+lPrefetch, uint64(lc.Prefetch))
+	w.m.store(l+lReaders, uint64(lc.Readers))
+	w.m.store(l+lBatchRow, uint64(lc.BatchRows))
+}
+
+// AddProc adds d to process counter i (Proc*). Never blocks or allocates;
+// out-of-range i is ignored.
+func (w *Writer) AddProc(i int, d int64) {
+	if w == nil || w.closed.Load() || i < 0 || i >= NumProc {
+		return
+	}
+	w.m.add(hProc+int64(i)*8, uint64(d))
 }
 
 // bump adds x to the counter at off: an atomic add on a shared stripe, a

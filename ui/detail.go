@@ -107,6 +107,13 @@ func (d *detail) content(off int) string {
 		line(fmt.Sprintf("loader: fetch wait %s/batch vs step %s/batch, waiting %s of the time (%d batches)",
 			dur(l.MeanWaitNs()), dur(l.MeanStepNs()), pct(l.WaitShare()), l.Total.Batches))
 	}
+	if c := r.Loader.Total.Config; c != (telemetry.LoaderConfig{}) {
+		line(fmt.Sprintf("loader config: workers %d  prefetch %d  readers %s  batch %d rows",
+			c.Workers, c.Prefetch, loaderReaders(c.Readers), c.BatchRows))
+	}
+	if pc := procLine(r.Proc); pc != "" {
+		line(styles.Warn.Render(pc))
+	}
 	if r.BadCalls > 0 {
 		line(styles.Warn.Render(fmt.Sprintf("%d calls recorded for an unknown variable or reader", r.BadCalls)))
 	}
@@ -201,6 +208,28 @@ func (d *detail) content(off int) string {
 	line(rt.View())
 
 	line("")
+	line(styles.Section.Render("PEERS") + fmt.Sprintf(" (reads by target rank; %d ranks)", len(r.Peers)))
+	if r.Version < 2 {
+		line(styles.Faint.Render(fmt.Sprintf("  segment format v%d has no peer table", r.Version)))
+	} else {
+		pt := columns.New([]columns.Column{
+			{Title: "TARGET", Width: 6, Right: true}, {Title: "CALLS", Width: 7, Right: true}, {Title: "ROWS", Width: 7, Right: true},
+			{Title: "ROW/S", Width: 7, Right: true}, {Title: "MB", Width: 7, Right: true}, {Title: "µS/ROW", Width: 7, Right: true},
+			{Title: "P50", Width: 7, Right: true}, {Title: "P99", Width: 7, Right: true}, {Title: "ERR", Width: 4, Right: true}})
+		pt.SetStatic(true)
+		prows := make([][]string, len(r.Peers))
+		for i, p := range r.Peers {
+			win := p.Window()
+			prows[i] = []string{fmt.Sprint(p.Total.Rank), si(float64(p.Total.Calls)), si(float64(p.Total.Rows)),
+				si(p.RowsPerSec()), mbps(float64(p.Total.Bytes)), us(p.NsPerRow()),
+				dur(win.Hist.Quantile(0.5)), dur(win.Hist.Quantile(0.99)), fmt.Sprint(p.Total.Errors)}
+		}
+		pt.SetSize(w, len(prows)+1)
+		pt.SetRows(prows, nil)
+		line(pt.View())
+	}
+
+	line("")
 	drops := fmt.Sprintf("%d dropped", r.Dropped)
 	if r.Dropped > 0 {
 		drops = styles.Warn.Render(drops)
@@ -244,6 +273,31 @@ func (d *detail) content(off int) string {
 		b.WriteString(strings.Repeat("\n", n-to))
 	}
 	return b.String()
+}
+
+// loaderReaders names a telemetry.LoaderReaders* kind.
+func loaderReaders(k int64) string {
+	switch k {
+	case telemetry.LoaderReadersShared:
+		return "shared"
+	case telemetry.LoaderReadersThread:
+		return "thread"
+	}
+	return "?"
+}
+
+// procLine lists the non-zero process counters, "" if none.
+func procLine(p [telemetry.NumProc]int64) string {
+	var parts []string
+	for i, v := range p {
+		if v != 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", telemetry.ProcNames[i], v))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "process: " + strings.Join(parts, "  ")
 }
 
 func orDash(s string) string {

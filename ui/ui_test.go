@@ -570,3 +570,47 @@ func TestDetailScrollRecent(t *testing.T) {
 		t.Fatalf("scrolling shows recent calls\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// TestDetailPeers: the drill-down's peer table, loader config and process
+// counters come from the segment's v2 blocks.
+func TestDetailPeers(t *testing.T) {
+	fx := newFixture(t)
+	i := fx.rank(0, 4, "alpha", 0, "x")
+	m := fx.model()
+	refresh(t, m)
+	w := fx.ws[i]
+	// 10 calls of 2 rows from rank 1 (1000 ns a row), 5 of 1 row from rank 3 (4000 ns).
+	for k := 0; k < 10; k++ {
+		c := telemetry.Call{Var: int32(fx.ids[i]["x"]), Reader: 1, Rows: 2, Bytes: 32, RemoteRows: 2}
+		c.Targets.Add(1, 2)
+		c.Phases[telemetry.PhaseCQWait] = 2000
+		w.Record(&c)
+	}
+	for k := 0; k < 5; k++ {
+		c := telemetry.Call{Var: int32(fx.ids[i]["x"]), Reader: 1, Rows: 1, Bytes: 16, RemoteRows: 1, Err: k == 0, ErrPeer: 4}
+		c.Targets.Add(3, 1)
+		c.Phases[telemetry.PhaseCQWait] = 4000
+		w.Record(&c)
+	}
+	w.SetLoaderConfig(telemetry.LoaderConfig{Workers: 4, Prefetch: 2, Readers: telemetry.LoaderReadersShared, BatchRows: 32})
+	w.AddProc(telemetry.ProcLeakedBuffers, 3)
+	fx.clk.advance(time.Second)
+	refresh(t, m)
+	press(m, "enter")
+	m.Update(tea.WindowSizeMsg{Width: 120, Height: 200})
+	v := m.View()
+	for _, s := range []string{"PEERS (reads by target rank; 2 ranks)", "loader config: workers 4  prefetch 2  readers shared  batch 32 rows",
+		"process: leaked_buffers 3"} {
+		if !strings.Contains(v, s) {
+			t.Fatalf("detail lacks %q:\n%s", s, v)
+		}
+	}
+	after := v[strings.Index(v, "PEERS"):]
+	// TARGET CALLS ROWS ROW/S MB µS/ROW P50 P99 ERR
+	if f := rowFields(t, after, "1"); f[1] != "10" || f[2] != "20" || f[3] != "20" || f[5] != "1.00" || f[8] != "0" {
+		t.Fatalf("peer 1 row %q", f)
+	}
+	if f := rowFields(t, after, "3"); f[1] != "5" || f[2] != "5" || f[5] != "4.00" || f[8] != "1" {
+		t.Fatalf("peer 3 row %q", f)
+	}
+}

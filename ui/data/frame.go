@@ -38,6 +38,10 @@ type Rank struct {
 	Recent  []telemetry.Record // most recent calls, oldest first
 	Dropped uint64             // ring records overwritten before ddtop read them
 
+	Version int                      // segment format version
+	Peers   []PeerStat               // per target rank (format v2), by rank
+	Proc    [telemetry.NumProc]int64 // process counters (format v2)
+
 	varNames map[int32]string
 }
 
@@ -56,6 +60,37 @@ type ReaderStat struct {
 	Var    string
 	Reader int
 	Stat
+}
+
+// PeerStat is one target rank's slot of a rank's peer table, seen twice.
+type PeerStat struct {
+	Total, Delta telemetry.PeerCounters
+	Interval     time.Duration
+}
+
+// Window is the interval's counters when it saw calls, else the totals.
+func (p PeerStat) Window() telemetry.PeerCounters {
+	if p.Delta.Calls > 0 {
+		return p.Delta
+	}
+	return p.Total
+}
+
+// NsPerRow is the mean time per row read from the peer over Window.
+func (p PeerStat) NsPerRow() float64 {
+	w := p.Window()
+	if w.Rows <= 0 {
+		return 0
+	}
+	return float64(w.Ns) / float64(w.Rows)
+}
+
+// RowsPerSec is the rows read from the peer per second over the interval.
+func (p PeerStat) RowsPerSec() float64 {
+	if p.Interval <= 0 {
+		return 0
+	}
+	return float64(p.Delta.Rows) / p.Interval.Seconds()
 }
 
 // Var is one variable summed over every rank.

@@ -198,6 +198,20 @@ func (p *Poller) sample(t *tracked, in telemetry.SegmentInfo, now time.Time) (*R
 		Provider: s.Provider, ReaderMode: s.ReaderMode, Method: s.Method,
 		Loader:   LoaderStat{Total: s.Loader, Interval: iv},
 		BadCalls: s.BadVarCalls + s.BadReaderCalls,
+		Version:  s.Version, Proc: s.Proc,
+	}
+	for _, pc := range s.Peers {
+		ps := PeerStat{Total: pc, Interval: iv}
+		if prev != nil {
+			var pp telemetry.PeerCounters
+			if q := prev.Peer(pc.Rank); q != nil {
+				pp = *q
+			}
+			if d := pc.Sub(pp); d.Calls >= 0 && d.Rows >= 0 && d.Ns >= 0 && d.Errors >= 0 {
+				ps.Delta = d
+			}
+		}
+		r.Peers = append(r.Peers, ps)
 	}
 	r.Stat.Interval = iv
 	if prev != nil {
