@@ -4,19 +4,16 @@ import (
 	"errors"
 
 	"github.com/ddstore/ddstore/fabric"
+	"github.com/ddstore/ddstore/fabric/fault"
 )
 
 // fabricErrRank is the peer rank a fabric error names, or -1.
-func fabricErrRank(err error) int {
-	var fe *fabric.Error
-	if errors.As(err, &fe) {
-		return fe.Peer
-	}
-	return -1
-}
+func fabricErrRank(err error) int { return fault.RankOf(err) }
 
-// isPeerFailure reports whether a fabric error means the peer is gone
-// (the connection or its memory registration vanished).
+// isPeerFailure reports whether a fabric error means the peer is gone: only
+// a Remote error (the peer or the path to it failed) of class ErrPeerDead.
+// A Local failure (this rank's registration, memory, endpoint or CQ) never
+// marks a healthy peer dead, whichever peer the failed op was for.
 func isPeerFailure(err error) bool {
-	return errors.Is(err, fabric.ErrPeer)
+	return fault.IsRemote(err) && errors.Is(err, fabric.ErrPeerDead)
 }

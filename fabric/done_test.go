@@ -5,6 +5,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ddstore/ddstore/fabric/fault"
 )
 
 // A batch over two targets, one of them stopped (SIGSTOP), fails at the
@@ -50,8 +52,7 @@ func TestDoneAfterStoppedPeer(t *testing.T) {
 		start := time.Now()
 		_, err := m.read(ops)
 		el := time.Since(start)
-		var fe *Error
-		if !errors.Is(err, ErrTimeout) || !errors.As(err, &fe) || fe.Peer != 2 {
+		if !errors.Is(err, ErrTimeout) || fault.RankOf(err) != 2 || !fault.IsRemote(err) {
 			t.Fatalf("%s: want a timeout naming peer 2, got %v", m.name, err)
 		}
 		if el > 10*time.Second {

@@ -1,77 +1,105 @@
 package fabric
 
 import (
-	"errors"
 	"fmt"
+	"syscall"
+
+	"github.com/ddstore/ddstore/fabric/fault"
 )
 
-// Sentinel errors; every *Error matches one or more of them with errors.Is.
+// Every error this package returns is a *fault.Error: Op names the
+// libfabric call or package step ("fi_read", "fi_mr_reg(local)", "select
+// provider"), Ranks the peer involved, Side says whose failure it is (Local:
+// this process's registration, memory, endpoint or CQ; Remote: the peer or
+// the path to it), Kind the sentinel class, Detail what happened, and Err,
+// where libfabric returned a code, an Errno with fi_strerror's text.
+//
+// The sentinels below are package fault's, re-exported for callers of this
+// package; errors.Is matches them.
 var (
-	ErrTimeout    = errors.New("fabric: deadline exceeded")
-	ErrPeer       = errors.New("fabric: read from peer failed")
-	ErrNoProvider = errors.New("fabric: provider not available")
-	ErrNoDomain   = errors.New("fabric: domain not available")
-	ErrInvalid    = errors.New("fabric: invalid argument")
-	ErrClosed     = errors.New("fabric: closed")
+	ErrTimeout    = fault.ErrTimeout
+	ErrPeerDead   = fault.ErrPeerDead
+	ErrNoProvider = fault.ErrNoProvider
+	ErrNoDomain   = fault.ErrNoDomain
+	ErrNoLibrary  = fault.ErrNoLibrary
+	ErrInvalid    = fault.ErrInvalid
+	ErrClosed     = fault.ErrClosed
 	// ErrRejected: a ReadGather target refused an entry (unknown key,
 	// range outside the exported region, reply too large). The peer is
 	// alive; the error names it and the entry.
-	ErrRejected = errors.New("fabric: gather request rejected by the target")
+	ErrRejected = fault.ErrRejected
 )
 
-// Error is a libfabric (or fabric package) failure.
-type Error struct {
-	Op     string // libfabric call or package step, e.g. "fi_read", "fi_cq_readerr", "select provider"
-	Code   int    // positive libfabric/errno code (FI_ETIMEDOUT for deadlines)
-	Text   string // fi_strerror(Code), or a description for package-level errors
-	Peer   int    // rank of the peer involved, -1 when none
-	Index  int    // index of the failing op in the batch (read errors only)
-	Detail string // op and provider detail (fi_cq_strerror text, address, key)
+// Errno is a positive libfabric (or errno) code. It is the Err of a
+// *fault.Error whenever libfabric returned one; its text is fi_strerror's.
+type Errno int
 
-	kind error // explicit sentinel, if any
+func (e Errno) Error() string { return fmt.Sprintf("%s (fi errno %d)", strerror(int(e)), int(e)) }
+
+// errno makes a libfabric return code (negative or positive) an Errno.
+func errno(rc int) Errno {
+	if rc < 0 {
+		rc = -rc
+	}
+	return Errno(rc)
 }
 
-func (e *Error) Error() string {
-	s := "fabric: " + e.Op
-	if e.Peer >= 0 {
-		s += fmt.Sprintf(" (peer rank %d)", e.Peer)
+// localErr is a failure of this process's own resources.
+func localErr(op string, rc int, format string, args ...any) *fault.Error {
+	e := &fault.Error{Op: op, Side: fault.Local, Detail: fmt.Sprintf(format, args...)}
+	if rc != 0 {
+		e.Err = errno(rc)
 	}
-	s += ": " + e.Text
-	if e.Detail != "" {
-		s += " [" + e.Detail + "]"
-	}
-	return s
+	return e
 }
 
-// Is maps the error onto the package sentinels. Any read error that names
-// a peer matches ErrPeer; deadline failures also match ErrTimeout.
-func (e *Error) Is(target error) bool {
-	if e.kind != nil && target == e.kind {
+// invalid is an argument error (Side unknown: nobody's resources failed).
+func invalid(op string, ranks []int, format string, args ...any) *fault.Error {
+	return &fault.Error{Op: op, Ranks: ranks, Kind: ErrInvalid, Detail: fmt.Sprintf(format, args...)}
+}
+
+func rankList(rank int) []int {
+	if rank < 0 {
+		return nil
+	}
+	return []int{rank}
+}
+
+// pathLost reports whether a code says the connection to the peer is gone
+// (the peer died, or the path to it did). shm reports a vanished peer as
+// EIO (and an access outside its memory too: CMA cannot tell them apart).
+func pathLost(code int) bool {
+	if code < 0 {
+		code = -code
+	}
+	switch syscall.Errno(code) {
+	case syscall.ECONNREFUSED, syscall.ECONNRESET, syscall.ECONNABORTED, syscall.EHOSTUNREACH,
+		syscall.ENETUNREACH, syscall.ENOTCONN, syscall.EPIPE, syscall.ENETDOWN, syscall.EHOSTDOWN,
+		syscall.EIO, syscall.ESHUTDOWN, syscall.EREMOTEIO:
 		return true
-	}
-	switch target {
-	case ErrTimeout:
-		return e.Code == codeTimedOut
-	case ErrPeer:
-		return e.Peer >= 0 && e.kind != ErrInvalid && e.kind != ErrClosed && e.kind != ErrRejected
 	}
 	return false
 }
 
-const codeTimedOut = 110 // FI_ETIMEDOUT == ETIMEDOUT
+// localCode reports whether a code returned while posting says this
+// process's own resources failed (memory, queue, descriptor).
+func localCode(code int) bool {
+	switch syscall.Errno(code) {
+	case syscall.ENOMEM, syscall.EINVAL, syscall.EBADF, syscall.ENOSPC, syscall.EOVERFLOW, syscall.ENOSYS, syscall.EOPNOTSUPP:
+		return true
+	}
+	return false
+}
 
-var errClosedReader = &Error{Op: "read", Code: 22, Text: "reader is closed", Peer: -1, kind: ErrClosed}
+var errClosedReader = &fault.Error{Op: "read", Kind: ErrClosed, Detail: "reader is closed"}
 
 func badPeer(i int) error {
-	return &Error{Op: "read", Code: 22, Peer: -1, Index: i, kind: ErrInvalid,
-		Text: fmt.Sprintf("op %d: peer handle not from this reader's AddPeer", i)}
+	return invalid("read", nil, "op %d: peer handle not from this reader's AddPeer", i)
 }
 
 func badDst(i, rank, n int, max uint64) error {
 	if n == 0 {
-		return &Error{Op: "read", Code: 22, Peer: rank, Index: i, kind: ErrInvalid,
-			Text: fmt.Sprintf("op %d: zero-length Dst", i)}
+		return invalid("read", rankList(rank), "op %d: zero-length Dst", i)
 	}
-	return &Error{Op: "read", Code: 22, Peer: rank, Index: i, kind: ErrInvalid,
-		Text: fmt.Sprintf("op %d: Dst of %d bytes exceeds the provider's max_msg_size %d", i, n, max)}
+	return invalid("read", rankList(rank), "op %d: Dst of %d bytes exceeds the provider's max_msg_size %d", i, n, max)
 }

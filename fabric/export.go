@@ -6,10 +6,11 @@ package fabric
 import "C"
 
 import (
-	"fmt"
 	"runtime"
 	"sync"
 	"unsafe"
+
+	"github.com/ddstore/ddstore/fabric/fault"
 )
 
 // Export is a registered region that peers can read.
@@ -28,12 +29,12 @@ type Export struct {
 // for the Export's lifetime, since the provider keeps its address.
 func (f *Fabric) Export(b []byte) (*Export, error) {
 	if len(b) == 0 {
-		return nil, &Error{Op: "export", Code: int(C.FI_EINVAL), Text: "zero-length region", Peer: -1, kind: ErrInvalid}
+		return nil, invalid("export", nil, "zero-length region")
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
-		return nil, &Error{Op: "export", Code: int(C.FI_EINVAL), Text: "fabric is closed", Peer: -1, kind: ErrClosed}
+		return nil, &fault.Error{Op: "export", Kind: ErrClosed, Detail: "fabric is closed"}
 	}
 	req := uint64(0)
 	if !f.inf.MRProvKey {
@@ -62,9 +63,7 @@ func (f *Fabric) Export(b []byte) (*Export, error) {
 	C.dd_server_unlock(f.srv)
 	if rc != 0 {
 		e.pin.Unpin()
-		fe := fiErr("fi_mr_reg(export)", rc).(*Error)
-		fe.Text += fmt.Sprintf(" (%d bytes, provider %s)", len(b), f.inf.Provider)
-		return nil, fe
+		return nil, localErr("fi_mr_reg(export)", int(rc), "%d bytes, provider %s", len(b), f.inf.Provider)
 	}
 	e.mr, e.key = mr, uint64(key)
 	if f.inf.MRVirtAddr {

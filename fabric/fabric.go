@@ -20,6 +20,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/ddstore/ddstore/fabric/fault"
 )
 
 // Provider preference when Options.Provider is empty.
@@ -28,13 +30,11 @@ var defaultOrder = []string{"cxi", "verbs;ofi_rxm", "tcp;ofi_rxm", "shm"}
 // chunkOps is how many ops one cgo call handles; longer batches are split.
 const chunkOps = 4096
 
-func fiErr(op string, rc C.int) error {
-	code := int(rc)
-	if code < 0 {
-		code = -code
-	}
-	return &Error{Op: op, Code: code, Text: C.GoString(C.dd_strerror(C.int(code))), Peer: -1}
-}
+// strerror is fi_strerror's text for a positive code.
+func strerror(code int) string { return C.GoString(C.dd_strerror(C.int(code))) }
+
+// fiErr is a failure of a libfabric call on this process's own resources.
+func fiErr(op string, rc C.int) *fault.Error { return localErr(op, int(rc), "") }
 
 type candidate struct {
 	info *C.struct_fi_info
@@ -89,7 +89,7 @@ func selectInfo(o Options) (*C.struct_fi_info, error) {
 	var list *C.struct_fi_info
 	if rc := C.dd_getinfo(&list); rc != 0 {
 		if -rc == C.FI_ENODATA {
-			return nil, &Error{Op: "fi_getinfo", Code: int(-rc), Text: "no provider offers FI_EP_RDM with FI_RMA reads", Peer: -1, kind: ErrNoProvider}
+			return nil, &fault.Error{Op: "fi_getinfo", Side: fault.Local, Kind: ErrNoProvider, Detail: "no provider offers FI_EP_RDM with FI_RMA reads", Err: errno(int(rc))}
 		}
 		return nil, fiErr("fi_getinfo", rc)
 	}
@@ -135,7 +135,7 @@ func selectInfo(o Options) (*C.struct_fi_info, error) {
 			if o.Domain == "" || C.GoString(c.desc.domain) == o.Domain || C.GoString(c.desc.fabric) == o.Domain {
 				dup := C.dd_dupinfo(c.info)
 				if dup == nil {
-					return nil, &Error{Op: "fi_dupinfo", Code: int(C.FI_ENOMEM), Text: "out of memory", Peer: -1}
+					return nil, localErr("fi_dupinfo", int(C.FI_ENOMEM), "out of memory")
 				}
 				return dup, nil
 			}
@@ -147,15 +147,15 @@ func selectInfo(o Options) (*C.struct_fi_info, error) {
 				doms = append(doms, d)
 			}
 		}
-		return nil, &Error{Op: "select domain", Code: int(C.FI_ENODATA), Peer: -1, kind: ErrNoDomain,
-			Text: fmt.Sprintf("provider %q has no domain %q; available: %s", C.GoString(ofProv[0].desc.prov), o.Domain, strings.Join(doms, ", "))}
+		return nil, &fault.Error{Op: "select domain", Side: fault.Local, Kind: ErrNoDomain,
+			Detail: fmt.Sprintf("provider %q has no domain %q; available: %s", C.GoString(ofProv[0].desc.prov), o.Domain, strings.Join(doms, ", "))}
 	}
 	what := fmt.Sprintf("provider %q", o.Provider)
 	if o.Provider == "" {
 		what = "none of the default providers " + strings.Join(defaultOrder, ", ")
 	}
-	return nil, &Error{Op: "select provider", Code: int(C.FI_ENODATA), Peer: -1, kind: ErrNoProvider,
-		Text: fmt.Sprintf("%s is not available for FI_EP_RDM with FI_RMA reads; available: %s", what, strings.Join(provs, ", "))}
+	return nil, &fault.Error{Op: "select provider", Side: fault.Local, Kind: ErrNoProvider,
+		Detail: fmt.Sprintf("%s is not available for FI_EP_RDM with FI_RMA reads; available: %s", what, strings.Join(provs, ", "))}
 }
 
 func contains(s []string, x string) bool {
@@ -192,6 +192,9 @@ type Fabric struct {
 	// forceLocalMR makes readers register destinations as if the provider
 	// required FI_MR_LOCAL (tests exercise the registration cache with it).
 	forceLocalMR bool
+	// failLocalMR makes every local registration fail as if fi_mr_reg
+	// returned -FI_ENOMEM (tests: a local failure must not blame the peer).
+	failLocalMR bool
 }
 
 // Open selects a provider and domain, opens them and starts the server
@@ -243,7 +246,7 @@ func Open(o Options) (*Fabric, error) {
 	f.srv = C.dd_server_new()
 	if f.srv == nil {
 		f.closeBase()
-		return nil, &Error{Op: "server alloc", Code: int(C.FI_ENOMEM), Text: "out of memory", Peer: -1}
+		return nil, localErr("server alloc", int(C.FI_ENOMEM), "out of memory")
 	}
 	f.srv.fabric = f.fab
 	f.srv.domain = f.dom
@@ -268,9 +271,7 @@ func Open(o Options) (*Fabric, error) {
 }
 
 func (f *Fabric) wrapOpenErr(op string, rc C.int) error {
-	e := fiErr(op, rc).(*Error)
-	e.Text += fmt.Sprintf(" (provider %s, domain %s)", f.inf.Provider, f.inf.Domain)
-	return e
+	return localErr(op, int(rc), "provider %s, domain %s", f.inf.Provider, f.inf.Domain)
 }
 
 func (f *Fabric) closeBase() {

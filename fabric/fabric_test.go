@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ddstore/ddstore/fabric/fault"
 )
 
 func isNoProvider(err error) bool {
@@ -153,8 +155,7 @@ func (k *killRig) readKilled(t *testing.T, what string, read func([]ReadOp) (Tim
 	if err == nil {
 		t.Fatalf("%s from a killed target succeeded in %v", what, el)
 	}
-	var fe *Error
-	if !errors.As(err, &fe) || fe.Peer != 7 || !strings.Contains(err.Error(), "peer rank 7") {
+	if fault.RankOf(err) != 7 || !fault.IsRemote(err) || !strings.Contains(err.Error(), "rank 7, remote") {
 		t.Fatalf("error does not name peer 7: %v", err)
 	}
 	if el > k.o.Timeout+time.Second {
@@ -234,8 +235,8 @@ func TestKilledTarget(t *testing.T) {
 			r := k.r
 			readChecked(t, "before kill", r.ReadBatch, k.ops(k.pv, k.victim, 1), []*target{k.victim}, []Peer{k.pv})
 			big := k.ops(k.pv, k.victim, 40) // 2560 MiB: far longer than the kill delay
-			if err := k.readKilled(t, "batch", r.ReadBatch, big); !errors.Is(err, ErrPeer) {
-				t.Fatalf("error does not name peer 7: %v", err)
+			if err := k.readKilled(t, "batch", r.ReadBatch, big); !fault.IsRemote(err) || !(errors.Is(err, ErrPeerDead) || errors.Is(err, ErrTimeout)) {
+				t.Fatalf("killed peer: want a remote dead-peer or timeout error, got %v", err)
 			}
 			// Again: must fail within the deadline, not hang.
 			start := time.Now()
@@ -309,7 +310,7 @@ func TestBadOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.Read(ReadOp{Peer: p}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "peer rank 3") {
+	if _, err := r.Read(ReadOp{Peer: p}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "rank 3") {
 		t.Fatalf("empty Dst: %v", err)
 	}
 	if _, err := r.AddPeer(4, nil); !errors.Is(err, ErrInvalid) {
@@ -334,7 +335,7 @@ func TestRefusedRead(t *testing.T) {
 			if err == nil {
 				t.Fatalf("refused read %+v succeeded", bad)
 			}
-			if !errors.Is(err, ErrPeer) || !strings.Contains(err.Error(), "peer rank 5") {
+			if !fault.IsRemote(err) || fault.RankOf(err) != 5 || !strings.Contains(err.Error(), "rank 5") {
 				t.Fatalf("refused read: %v", err)
 			}
 			if errors.Is(err, ErrTimeout) {
@@ -596,8 +597,7 @@ func TestStoppedTarget(t *testing.T) {
 			if err == nil {
 				t.Fatalf("batch from a stopped target succeeded in %v", el)
 			}
-			var fe *Error
-			if !errors.Is(err, ErrTimeout) || !errors.As(err, &fe) || fe.Peer != 9 || !strings.Contains(err.Error(), "peer rank 9") {
+			if !errors.Is(err, ErrTimeout) || !fault.IsRemote(err) || fault.RankOf(err) != 9 || !strings.Contains(err.Error(), "rank 9") {
 				t.Fatalf("want a timeout naming peer 9, got %v", err)
 			}
 			if el < o.Timeout || el > o.Timeout+time.Second {
@@ -626,4 +626,30 @@ func TestStoppedTarget(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestLocalFailureIsLocal injects a registration failure (FI_MR_LOCAL
+// forced, fi_mr_reg failing): the error names the peer the op was for, but
+// says the failure is local, so that nobody marks the healthy peer dead;
+// the same reader then reads from that peer once registration works again.
+func TestLocalFailureIsLocal(t *testing.T) {
+	o := Options{Provider: "tcp;ofi_rxm", Domain: "lo", Timeout: 5 * time.Second}
+	f := openOrSkip(t, o)
+	f.forceLocalMR = true
+	r, tgs, peers := readerWith(t, f, o, 1<<20, false, 4)
+	dst := make([]byte, 4096)
+	op := ReadOp{Dst: dst, Peer: peers[0], Addr: tgs[0].base + 8192, Key: tgs[0].key}
+	f.failLocalMR = true
+	_, err := r.Read(op)
+	f.failLocalMR = false
+	if err == nil {
+		t.Fatal("read with a failing registration succeeded")
+	}
+	var fe *fault.Error
+	if !errors.As(err, &fe) || !fault.IsLocal(err) || fault.IsRemote(err) || errors.Is(err, ErrPeerDead) ||
+		fault.RankOf(err) != 4 || fe.Op != "fi_mr_reg(local)" || !strings.Contains(err.Error(), "Cannot allocate memory") {
+		t.Fatalf("want a local fi_mr_reg error naming rank 4, got %v (side %v)", err, fault.SideOf(err))
+	}
+	t.Logf("%v", err)
+	readChecked(t, "after the local failure", r.ReadBatch, []ReadOp{op}, tgs, peers)
 }

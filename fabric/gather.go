@@ -6,7 +6,6 @@ package fabric
 import "C"
 
 import (
-	"fmt"
 	"time"
 	"unsafe"
 )
@@ -156,15 +155,13 @@ func (r *Reader) gatherChunk(ops []ReadOp, base int, timeout time.Duration, tm *
 		}
 		return err
 	}
+	r.remap = r.bigIdx
 	err := r.readChunk(r.big, 0, max(timeout, 1), tm)
+	r.remap = nil
 	if err != nil {
 		for k, j := range r.bigIdx {
 			ops[int(j)-base].Done = r.big[k].Done
 		}
-	}
-	if fe, ok := err.(*Error); ok && fe.Index >= 0 && fe.Index < len(r.bigIdx) {
-		fe.Index = int(r.bigIdx[fe.Index])
-		fe.Detail = fmt.Sprintf("op %d (read with fi_read: larger than GatherMaxBytes %d); ", fe.Index, limit) + fe.Detail
 	}
 	return err
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ddstore/ddstore/fabric/fault"
 )
 
 // gatherOps builds n ops of row bytes at random rows of the targets'
@@ -139,10 +141,9 @@ func TestGatherRejected(t *testing.T) {
 		if err == nil {
 			t.Fatalf("%s: gather succeeded", c.name)
 		}
-		var fe *Error
-		if !errors.As(err, &fe) || fe.Peer != 5 || fe.Index != 11 || !errors.Is(err, ErrRejected) ||
-			errors.Is(err, ErrPeer) || errors.Is(err, ErrTimeout) ||
-			!strings.Contains(err.Error(), "peer rank 5") || !strings.Contains(err.Error(), c.want) ||
+		if fault.RankOf(err) != 5 || !strings.Contains(err.Error(), "op 11:") || !errors.Is(err, ErrRejected) ||
+			fault.IsRemote(err) || errors.Is(err, ErrPeerDead) || errors.Is(err, ErrTimeout) ||
+			!strings.Contains(err.Error(), "rank 5") || !strings.Contains(err.Error(), c.want) ||
 			!strings.Contains(err.Error(), "Invalid argument") {
 			t.Fatalf("%s: unexpected error %v", c.name, err)
 		}

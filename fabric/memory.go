@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/ddstore/ddstore/fabric/fault"
 	"golang.org/x/sys/unix"
 )
 
@@ -25,7 +26,7 @@ const hugePage = 2 << 20
 // Alloc maps size bytes of zeroed memory outside the Go heap.
 func Alloc(size int) (*Memory, error) {
 	if size <= 0 {
-		return nil, &Error{Op: "alloc", Code: 22, Peer: -1, kind: ErrInvalid, Text: fmt.Sprintf("size %d must be positive", size)}
+		return nil, invalid("alloc", nil, "size %d must be positive", size)
 	}
 	m := &Memory{}
 	var err error
@@ -41,7 +42,7 @@ func Alloc(size int) (*Memory, error) {
 		m.mapped, err = unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE,
 			unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE)
 		if err != nil {
-			return nil, &Error{Op: "mmap", Code: int(err.(unix.Errno)), Peer: -1, Text: fmt.Sprintf("%d bytes: %v", n, err)}
+			return nil, &fault.Error{Op: "mmap", Side: fault.Local, Detail: fmt.Sprintf("%d bytes", n), Err: err}
 		}
 		if n >= hugePage {
 			_ = unix.Madvise(m.mapped, unix.MADV_HUGEPAGE)
@@ -65,7 +66,7 @@ func (m *Memory) Free() error {
 	}
 	unregisterMemory(m)
 	if err := unix.Munmap(m.mapped); err != nil {
-		return &Error{Op: "munmap", Code: int(err.(unix.Errno)), Peer: -1, Text: err.Error()}
+		return &fault.Error{Op: "munmap", Side: fault.Local, Err: err}
 	}
 	m.b, m.mapped = nil, nil
 	return nil

@@ -1,7 +1,6 @@
 package fabric
 
 import (
-	"fmt"
 	"strings"
 	"time"
 )
@@ -50,22 +49,22 @@ const (
 // Validate reports options that cannot work. Zero values mean defaults.
 func (o Options) Validate() error {
 	if o.Window < 0 {
-		return &Error{Op: "options", Code: 22, Peer: -1, kind: ErrInvalid, Text: fmt.Sprintf("Window %d is negative", o.Window)}
+		return invalid("options", nil, "Window %d is negative", o.Window)
 	}
 	if o.Window > chunkOps {
-		return &Error{Op: "options", Code: 22, Peer: -1, kind: ErrInvalid, Text: fmt.Sprintf("Window %d exceeds %d", o.Window, chunkOps)}
+		return invalid("options", nil, "Window %d exceeds %d", o.Window, chunkOps)
 	}
 	if o.Timeout < 0 {
-		return &Error{Op: "options", Code: 22, Peer: -1, kind: ErrInvalid, Text: fmt.Sprintf("Timeout %v is negative", o.Timeout)}
+		return invalid("options", nil, "Timeout %v is negative", o.Timeout)
 	}
 	if o.GatherMaxBytes != 0 && (o.GatherMaxBytes < 4096 || o.GatherMaxBytes > maxGatherBytes) {
-		return &Error{Op: "options", Code: 22, Peer: -1, kind: ErrInvalid, Text: fmt.Sprintf("GatherMaxBytes %d outside [4096, %d]", o.GatherMaxBytes, maxGatherBytes)}
+		return invalid("options", nil, "GatherMaxBytes %d outside [4096, %d]", o.GatherMaxBytes, maxGatherBytes)
 	}
 	if o.GatherRounds < 0 || o.GatherRounds > maxGatherRounds {
-		return &Error{Op: "options", Code: 22, Peer: -1, kind: ErrInvalid, Text: fmt.Sprintf("GatherRounds %d outside [0, %d]", o.GatherRounds, maxGatherRounds)}
+		return invalid("options", nil, "GatherRounds %d outside [0, %d]", o.GatherRounds, maxGatherRounds)
 	}
 	if o.MaxPeers < 0 {
-		return &Error{Op: "options", Code: 22, Peer: -1, kind: ErrInvalid, Text: fmt.Sprintf("MaxPeers %d is negative", o.MaxPeers)}
+		return invalid("options", nil, "MaxPeers %d is negative", o.MaxPeers)
 	}
 	return nil
 }

@@ -10,8 +10,11 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"syscall"
 	"time"
 	"unsafe"
+
+	"github.com/ddstore/ddstore/fabric/fault"
 )
 
 // Reader reads remote memory. It owns an endpoint, CQ and AV (and its own
@@ -39,8 +42,9 @@ type Reader struct {
 	// the gather (allocated on first use), and counters for tests.
 	big      []ReadOp
 	bigIdx   []int32
-	gathered uint64 // ops served by gather replies
-	regs     int64  // local registrations made (Timing.Regs)
+	remap    []int32 // caller's op indices while the large rows are read (nil otherwise)
+	gathered uint64  // ops served by gather replies
+	regs     int64   // local registrations made (Timing.Regs)
 }
 
 type peerEntry struct {
@@ -53,7 +57,7 @@ func (f *Fabric) NewReader() (*Reader, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
-		return nil, &Error{Op: "new reader", Code: int(C.FI_EINVAL), Text: "fabric is closed", Peer: -1, kind: ErrClosed}
+		return nil, &fault.Error{Op: "new reader", Kind: ErrClosed, Detail: "fabric is closed"}
 	}
 	r := &Reader{f: f, dom: f.dom, window: f.opts.Window, timeout: f.opts.Timeout}
 	if f.ownDom {
@@ -65,7 +69,7 @@ func (f *Fabric) NewReader() (*Reader, error) {
 	r.c = C.dd_reader_new(f.fab, r.dom, f.info, C.int(r.window), chunkOps, C.int(f.avCount), C.size_t(f.avCount))
 	if r.c == nil {
 		r.closeDomain()
-		return nil, &Error{Op: "new reader", Code: int(C.FI_ENOMEM), Text: "out of memory", Peer: -1}
+		return nil, localErr("new reader", int(C.FI_ENOMEM), "out of memory")
 	}
 	var stage *C.char
 	if rc := C.dd_reader_setup(r.c, &stage); rc != 0 {
@@ -117,14 +121,13 @@ func (r *Reader) AddPeer(rank int, addr []byte) (Peer, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
-		return Peer{}, &Error{Op: "av insert", Code: int(C.FI_EINVAL), Text: "reader is closed", Peer: rank, kind: ErrClosed}
+		return Peer{}, &fault.Error{Op: "av insert", Ranks: rankList(rank), Kind: ErrClosed, Detail: "reader is closed"}
 	}
 	if len(addr) == 0 {
-		return Peer{}, &Error{Op: "av insert", Code: int(C.FI_EINVAL), Text: "empty address", Peer: rank, kind: ErrInvalid}
+		return Peer{}, invalid("av insert", rankList(rank), "empty address")
 	}
 	if len(r.peers) >= r.f.avCount {
-		return Peer{}, &Error{Op: "av insert", Code: int(C.FI_ENOSPC), Peer: rank, kind: ErrInvalid,
-			Text: fmt.Sprintf("address vector full: %d peers (provider %s allows %d)", len(r.peers), r.f.inf.Provider, r.f.avCount)}
+		return Peer{}, invalid("av insert", rankList(rank), "address vector full: %d peers (provider %s allows %d)", len(r.peers), r.f.inf.Provider, r.f.avCount)
 	}
 	if err := r.ensureEndpoint(); err != nil {
 		return Peer{}, err
@@ -132,8 +135,8 @@ func (r *Reader) AddPeer(rank int, addr []byte) (Peer, error) {
 	a := append([]byte(nil), addr...)
 	idx := len(r.peers)
 	if rc := C.dd_av_insert(r.c, C.int(idx), unsafe.Pointer(&a[0])); rc != 0 {
-		e := fiErr("fi_av_insert", rc).(*Error)
-		e.Peer = rank
+		e := fiErr("fi_av_insert", rc)
+		e.Ranks = rankList(rank)
 		return Peer{}, e
 	}
 	r.peers = append(r.peers, peerEntry{rank: rank, addr: a})
@@ -152,8 +155,8 @@ func (r *Reader) ensureEndpoint() error {
 	}
 	for i, p := range r.peers {
 		if rc := C.dd_av_insert(r.c, C.int(i), unsafe.Pointer(&p.addr[0])); rc != 0 {
-			e := fiErr("fi_av_insert", rc).(*Error)
-			e.Peer = p.rank
+			e := fiErr("fi_av_insert", rc)
+			e.Ranks = rankList(p.rank)
 			C.dd_reader_teardown(r.c)
 			return e
 		}
@@ -271,10 +274,10 @@ func (r *Reader) readChunk(ops []ReadOp, base int, timeout time.Duration, tm *Ti
 	for i := range ops {
 		op := &ops[i]
 		if op.Peer.id == 0 || op.Peer.id > npeers {
-			return badPeer(base + i)
+			return badPeer(r.opIndex(base, i))
 		}
 		if len(op.Dst) == 0 || uint64(len(op.Dst)) > maxMsg {
-			return badDst(base+i, r.peers[op.Peer.id-1].rank, len(op.Dst), maxMsg)
+			return badDst(r.opIndex(base, i), r.peers[op.Peer.id-1].rank, len(op.Dst), maxMsg)
 		}
 		p := unsafe.Pointer(unsafe.SliceData(op.Dst))
 		r.pin.pin(p, cap(op.Dst))
@@ -294,10 +297,11 @@ func (r *Reader) readChunk(ops []ReadOp, base int, timeout time.Duration, tm *Ti
 			desc, err := r.mrc.lookup(r, ops, i)
 			if err != nil {
 				r.mrc.releaseTemp(r)
-				fe := err.(*Error)
-				fe.Peer = r.peers[ops[i].Peer.id-1].rank
-				fe.Index = base + i
-				return fe
+				if fe, ok := err.(*fault.Error); ok {
+					fe.Ranks = rankList(r.peers[ops[i].Peer.id-1].rank)
+					fe.Detail = fmt.Sprintf("op %d: registering %d bytes of Dst", r.opIndex(base, i), len(ops[i].Dst))
+				}
+				return err
 			}
 			r.ops[i].desc = desc
 		}
@@ -325,6 +329,20 @@ func (r *Reader) readChunk(ops []ReadOp, base int, timeout time.Duration, tm *Ti
 	return r.batchError(res, base, "reads")
 }
 
+// opIndex is the caller's index of op i of a chunk that starts at base
+// (remapped for the large rows a gather reads with fi_read).
+func (r *Reader) opIndex(base, i int) int {
+	if r.remap != nil && i >= 0 && i < len(r.remap) {
+		return int(r.remap[i])
+	}
+	return base + i
+}
+
+// batchError turns a failed dd_read_batch or dd_gather into a *fault.Error
+// that names the peer, the op and whose failure it is: a deadline the peer
+// did not meet, a lost connection or an error completion is Remote; a
+// failure of this process's CQ, endpoint or memory is Local; an entry the
+// target rejected is neither (the peer is alive; the request was wrong).
 func (r *Reader) batchError(res *C.dd_result, base int, inflight string) error {
 	idx := int(res.failed_op)
 	rank := -1
@@ -335,11 +353,17 @@ func (r *Reader) batchError(res *C.dd_result, base int, inflight string) error {
 		}
 	}
 	code := int(res.err)
-	e := &Error{Code: code, Peer: rank, Index: base + idx, Text: C.GoString(C.dd_strerror(C.int(code)))}
+	e := &fault.Error{Ranks: rankList(rank), Side: fault.Remote}
+	if code != 0 {
+		e.Err = errno(code)
+	}
 	detail := ""
 	if idx >= 0 && idx < chunkOps {
 		c := &r.ops[idx]
-		detail = fmt.Sprintf("op %d: %d bytes at remote address %#x, key %#x", base+idx, uint64(c.len), uint64(c.addr), uint64(c.key))
+		detail = fmt.Sprintf("op %d: %d bytes at remote address %#x, key %#x", r.opIndex(base, idx), uint64(c.len), uint64(c.addr), uint64(c.key))
+		if r.remap != nil {
+			detail += fmt.Sprintf(" (read with fi_read: larger than GatherMaxBytes %d)", r.f.opts.GatherMaxBytes)
+		}
 	}
 	switch res.stage {
 	case C.DD_POST:
@@ -347,18 +371,34 @@ func (r *Reader) batchError(res *C.dd_result, base int, inflight string) error {
 		if t := C.GoString(&res.text[0]); t != "" {
 			e.Op = t // gather: fi_tsend or fi_trecv
 		}
+		switch {
+		case pathLost(code):
+			e.Kind = ErrPeerDead
+		case localCode(code):
+			e.Side = fault.Local
+		}
 	case C.DD_REJECT:
 		e.Op = "gather"
-		e.kind = ErrRejected
+		e.Side = fault.Unknown
+		e.Kind = ErrRejected
 		detail += "; target: " + C.GoString(&res.text[0])
 	case C.DD_BADREPLY:
 		e.Op = "gather"
 		detail += "; " + C.GoString(&res.text[0]) + "; endpoint torn down"
 	case C.DD_NOMEM:
 		e.Op = "gather"
+		e.Side = fault.Local
 		detail += "; out of memory for the reader's gather buffers"
 	case C.DD_CQERR:
+		// An error completion: the provider failed the op on the way to or
+		// at the peer. A lost path marks the peer dead; an access error
+		// (bad key or range) leaves it alive.
 		e.Op = "fi_cq_readerr"
+		if pathLost(code) || pathLost(int(res.prov_errno)) { // tcp: ECANCELED, provider ENOTCONN
+			e.Kind = ErrPeerDead
+		} else if syscall.Errno(code) == syscall.ENOMEM {
+			e.Side = fault.Local
+		}
 		if t := C.GoString(&res.text[0]); t != "" {
 			detail += "; provider: " + t
 		}
@@ -367,11 +407,12 @@ func (r *Reader) batchError(res *C.dd_result, base int, inflight string) error {
 		}
 	case C.DD_CQREAD:
 		e.Op = "fi_cq_read"
+		e.Side = fault.Local
 		detail += "; endpoint torn down"
 	case C.DD_TIMEOUT:
 		e.Op = "read"
-		e.kind = ErrTimeout
-		e.Text = "deadline exceeded"
+		e.Kind = ErrTimeout
+		e.Err = nil
 		detail += fmt.Sprintf("; deadline %v passed with %d %s in flight", r.timeout, int(res.inflight_at_fail), inflight)
 		if res.inflight_at_fail == 0 {
 			detail += " (fi_read kept returning -FI_EAGAIN: peer unreachable or not progressing)"
@@ -381,11 +422,12 @@ func (r *Reader) batchError(res *C.dd_result, base int, inflight string) error {
 		}
 	case C.DD_NOEP:
 		e.Op = "read"
+		e.Side = fault.Local
 		detail = "reader has no endpoint"
 	}
 	if res.torn_down != 0 && res.teardown_rc != 0 {
 		// The cancel-by-close guarantee is void: say so loudly.
-		detail += "; fi_close(endpoint) failed: " + C.GoString(C.dd_strerror(-res.teardown_rc))
+		detail += "; fi_close(endpoint) failed: " + strerror(int(-res.teardown_rc))
 	}
 	e.Detail = detail
 	return e
@@ -416,6 +458,10 @@ func (r *Reader) localMR(p unsafe.Pointer, n int) (mrHandle, error) {
 		bind = 1
 	}
 	rc := C.dd_mr_reg(r.dom, r.c.ep, p, C.size_t(n), C.FI_READ, C.uint64_t(req), bind, &mr, &key, &desc)
+	if r.f.failLocalMR && rc == 0 {
+		C.dd_close_mr(mr)
+		rc = -C.FI_ENOMEM
+	}
 	if rc != 0 {
 		return mrHandle{}, fiErr("fi_mr_reg(local)", rc)
 	}
