@@ -39,8 +39,13 @@ type Options struct {
 	// not share a hardware queue with the default stream.
 	NoStreamProbe bool
 
-	// libraries replaces the sonames (tests point it at the stand-ins).
-	libraries []string
+	// Libraries, when set, replaces the sonames tried (tests point it at
+	// the stand-in drivers of package gputest; nothing else should).
+	Libraries []string
+	// WrapIndex takes Index modulo the number of devices, so that a local
+	// rank finds its device whether the job shows every GPU of the node to
+	// each rank or one (CUDA_VISIBLE_DEVICES per rank).
+	WrapIndex bool
 	// scratchBytes is the size of the buffer that memsets keep the
 	// default stream busy with (default 64 MiB).
 	scratchBytes int
@@ -151,7 +156,7 @@ func Open(o Options) (*Device, error) {
 }
 
 func open(rt Runtime, o Options) (*Device, error) {
-	paths := o.libraries
+	paths := o.Libraries
 	if paths == nil {
 		paths = sonames[rt]
 	}
@@ -188,6 +193,9 @@ func open(rt Runtime, o Options) (*Device, error) {
 				o.Index, lib.path, visibleVar(rt))
 		}
 		return nil, e
+	}
+	if o.WrapIndex && count > 0 {
+		o.Index %= count
 	}
 	if o.Index >= count {
 		return nil, &Error{Runtime: rt, Device: o.Index, Op: "open", kind: ErrNoDevice,
@@ -346,7 +354,10 @@ func (b *Buffer) Rebind(p DevicePtr, n int) error {
 }
 
 func (b *Buffer) Ptr() DevicePtr { return b.ptr }
-func (b *Buffer) Len() int       { return b.n }
+
+// Device is the device the buffer belongs to.
+func (b *Buffer) Device() *Device { return b.dev }
+func (b *Buffer) Len() int        { return b.n }
 
 // Free releases memory from Alloc; it does nothing for wrapped memory.
 func (b *Buffer) Free() error {

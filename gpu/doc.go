@@ -47,7 +47,7 @@
 // deadline of their own; Event.WaitUntil polls with one.
 //
 // The package imports nothing of ddstore's. Its tests run against small
-// stand-in libraries built from testdata/ (host memory as device memory,
+// stand-in libraries that package gputest builds (host memory as device memory,
 // one worker thread per hardware queue); with DDSTORE_GPU_REAL=1 the same
 // tests run against the real driver (examples/gpu/check.sh).
 package gpu

@@ -25,10 +25,10 @@ func wantErr(t *testing.T, what string, err, class error, fragments ...string) *
 
 func TestNoDriver(t *testing.T) {
 	missing := []string{filepath.Join(t.TempDir(), "libcuda.so.1"), "/nonexistent/libcuda.so"}
-	_, err := Open(Options{Runtime: CUDA, libraries: missing})
+	_, err := Open(Options{Runtime: CUDA, Libraries: missing})
 	wantErr(t, "no CUDA library", err, ErrNoDriver, missing[0], missing[1], "install the NVIDIA driver")
 
-	_, err = Open(Options{Runtime: HIP, libraries: []string{"/nonexistent/libamdhip64.so"}})
+	_, err = Open(Options{Runtime: HIP, Libraries: []string{"/nonexistent/libamdhip64.so"}})
 	wantErr(t, "no HIP library", err, ErrNoDriver, "/nonexistent/libamdhip64.so", "ROCm")
 
 	// Without the test option, the real sonames are tried; on a machine
@@ -46,11 +46,11 @@ func TestNoDriver(t *testing.T) {
 }
 
 func TestMissingSymbol(t *testing.T) {
-	if standinDir == "" {
+	if built.Dir == "" {
 		t.Skip("stand-ins not built")
 	}
-	lib := filepath.Join(standinDir, "cuda-nosym", "libcuda.so.1")
-	_, err := Open(Options{Runtime: CUDA, libraries: []string{lib}})
+	lib := built.CUDANoSym
+	_, err := Open(Options{Runtime: CUDA, Libraries: []string{lib}})
 	wantErr(t, "driver without cuMemcpyHtoDAsync_v2", err, ErrNoDriver, lib, "missing symbol cuMemcpyHtoDAsync_v2", "too old")
 }
 
@@ -60,7 +60,7 @@ func TestInitFailures(t *testing.T) {
 		t.Run("init error", func(t *testing.T) {
 			t.Setenv("DDSTORE_STANDIN_INIT_ERROR", "35")
 			_, err := Open(b.opts)
-			e := wantErr(t, "init", err, ErrNoDriver, initOp, "error 35", "insufficient", b.opts.libraries[0])
+			e := wantErr(t, "init", err, ErrNoDriver, initOp, "error 35", "insufficient", b.opts.Libraries[0])
 			if !errors.Is(err, ErrDriver) || e.Code != 35 || e.Op != initOp {
 				t.Fatalf("init error: %+v", e)
 			}

@@ -291,6 +291,43 @@ func TestStager(t *testing.T) {
 	})
 }
 
+// TestStagerOn: a stager over the caller's off-heap memory (the engine's
+// fabric.Alloc staging) registers it once, moves odd sizes through it,
+// and leaves the memory mapped at Close.
+func TestStagerOn(t *testing.T) {
+	each(t, func(t *testing.T, b backend) {
+		d := b.open(t)
+		s := closing(t, must[*Stream](t)(d.NewStream()))
+		const chunk = 40_000
+		mem, err := unix.Mmap(-1, 0, 2*chunk, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Munmap(mem)
+		if _, err := s.NewStagerOn([2][]byte{mem[:chunk], mem[chunk : 2*chunk-1]}); !errors.Is(err, ErrInvalid) {
+			t.Fatalf("unequal halves: %v, want ErrInvalid", err)
+		}
+		st := must[*Stager](t)(s.NewStagerOn([2][]byte{mem[:chunk:chunk], mem[chunk:]}))
+		const n = 123_457
+		dst := must[*Buffer](t)(d.Alloc(n))
+		defer dst.Free()
+		src := make([]byte, n)
+		fillRow(src, 31)
+		if err := st.Write(dst, 0, src); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, n)
+		if err := s.ReadBack(got, dst, 0); err != nil {
+			t.Fatal(err)
+		}
+		checkRows(t, "through caller's halves", got, 31, n)
+		if err := st.Close(); err != nil {
+			t.Fatal(err)
+		}
+		mem[0], mem[2*chunk-1] = 1, 2 // still mapped, and ours
+	})
+}
+
 // busyFor is how long the isolation tests hold the default stream busy: a
 // reader's copy and sync take micro- to milliseconds, so even on a loaded
 // machine they finish well inside it.

@@ -2,17 +2,16 @@ package gpu
 
 import (
 	"fmt"
+	"github.com/ddstore/ddstore/gpu/gputest"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"testing"
 )
 
 // A backend is what a behaviour test runs against: the stand-in CUDA and
-// HIP libraries built from testdata/ (always), and the real driver when
+// HIP libraries built by package gputest (always), and the real driver when
 // DDSTORE_GPU_REAL=1 (examples/gpu/check.sh). The stand-ins are only ever
-// named here: Open without the unexported libraries option loads the real
+// named here: Open without Options.Libraries loads the real
 // sonames.
 type backend struct {
 	name    string
@@ -21,8 +20,8 @@ type backend struct {
 }
 
 var (
-	standinDir string // the built stand-ins, by variant: cuda/, hip/, cuda-nosym/
-	backends   []backend
+	built    gputest.Standins // the stand-in libraries
+	backends []backend
 )
 
 // realGPU: run the behaviour tests against the real driver as well.
@@ -31,14 +30,13 @@ func realGPU() bool { return os.Getenv("DDSTORE_GPU_REAL") == "1" }
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "ddstore-gpu-standin-")
 	if err == nil {
-		err = buildStandins(dir)
+		built, err = gputest.Build(dir)
 	}
 	switch {
 	case err == nil:
-		standinDir = dir
 		backends = append(backends,
-			backend{name: "standin-cuda", opts: standinOptions(CUDA, "cuda"), standin: true},
-			backend{name: "standin-hip", opts: standinOptions(HIP, "hip"), standin: true})
+			backend{name: "standin-cuda", opts: standinOptions(CUDA, built.CUDA), standin: true},
+			backend{name: "standin-hip", opts: standinOptions(HIP, built.HIP), standin: true})
 	case realGPU():
 		fmt.Fprintf(os.Stderr, "gpu: stand-in drivers not built (%v); running against the real driver only\n", err)
 	default:
@@ -56,39 +54,8 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// buildStandins compiles testdata/standin_{cuda,hip}.c with gcc (or $CC).
-func buildStandins(dir string) error {
-	cc := os.Getenv("CC")
-	if cc == "" {
-		cc = "gcc"
-	}
-	builds := []struct{ out, src, def string }{
-		{"cuda/libcuda.so.1", "standin_cuda.c", ""},
-		{"cuda-nosym/libcuda.so.1", "standin_cuda.c", "-DSTANDIN_OMIT_HTOD"},
-		{"hip/libamdhip64.so", "standin_hip.c", ""},
-	}
-	for _, b := range builds {
-		out := filepath.Join(dir, b.out)
-		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
-			return err
-		}
-		args := []string{"-shared", "-fPIC", "-O1", "-pthread", "-Wall", "-Werror", "-o", out, filepath.Join("testdata", b.src)}
-		if b.def != "" {
-			args = append(args, b.def)
-		}
-		if msg, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
-			return fmt.Errorf("%s %v: %v\n%s", cc, args, err, msg)
-		}
-	}
-	return nil
-}
-
-func standinOptions(rt Runtime, variant string) Options {
-	lib := "libcuda.so.1"
-	if rt == HIP {
-		lib = "libamdhip64.so"
-	}
-	return Options{Runtime: rt, libraries: []string{filepath.Join(standinDir, variant, lib)}, scratchBytes: 1 << 20}
+func standinOptions(rt Runtime, lib string) Options {
+	return Options{Runtime: rt, Libraries: []string{lib}, scratchBytes: 1 << 20}
 }
 
 // each runs f once per backend, as subtests named after them.

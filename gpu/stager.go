@@ -24,12 +24,32 @@ type Stager struct {
 
 // NewStager allocates two pinned halves of chunk bytes each for s.
 func (s *Stream) NewStager(chunk int) (*Stager, error) {
+	return s.newStager(chunk, func(int) (*Pinned, error) { return s.dev.AllocPinned(chunk) })
+}
+
+// NewStagerOn makes a stager whose halves are the caller's memory, which
+// must lie outside the Go heap (mmap'd, such as a fabric.Alloc region that
+// the fabric also reads into) and stay mapped until Close; the halves are
+// registered with the driver here, once, and unregistered by Close. Both
+// halves must have the same length.
+func (s *Stream) NewStagerOn(halves [2][]byte) (*Stager, error) {
+	if err := s.usable("new stager"); err != nil {
+		return nil, err
+	}
+	if len(halves[0]) == 0 || len(halves[0]) != len(halves[1]) {
+		return nil, invalid(s.dev.Runtime, s.dev.Index, "new stager", "halves of %d and %d bytes: want two equal, non-empty halves", len(halves[0]), len(halves[1]))
+	}
+	return s.newStager(len(halves[0]), func(i int) (*Pinned, error) { return s.dev.Register(halves[i]) })
+}
+
+// newStager makes a stager of chunk-byte halves that pin(i) provides.
+func (s *Stream) newStager(chunk int, pin func(i int) (*Pinned, error)) (*Stager, error) {
 	if err := s.usable("new stager"); err != nil {
 		return nil, err
 	}
 	st := &Stager{s: s, last: -1, size: chunk}
 	for i := range st.half {
-		p, err := s.dev.AllocPinned(chunk)
+		p, err := pin(i)
 		if err != nil {
 			return nil, errors.Join(err, st.Close())
 		}
