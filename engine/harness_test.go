@@ -32,7 +32,9 @@ func TestMain(m *testing.M) {
 	if name := os.Getenv(workerEnv); name != "" {
 		os.Exit(runWorker(name))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	removeStandins()
+	os.Exit(code)
 }
 
 // worker is one rank's view of its scenario parameters.

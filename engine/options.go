@@ -83,6 +83,10 @@ type Options struct {
 	// DDSTORE_READ_MODE set it through LoadConfig. Rounds of a gather are
 	// capped by Fabric.GatherMaxBytes (default 2 MiB).
 	ReadMode string
+	// GPU: the device read path (GetBatchDevice, GetDevice and their
+	// Reader and async forms); see GPUOptions. Config keys machine.gpu,
+	// gpu.device, gpu.sync, gpu.direct, gpu.stage_bytes.
+	GPU GPUOptions
 }
 
 // DefaultOptions returns the documented defaults.
@@ -114,6 +118,9 @@ func (o *Options) Validate() error {
 	case ReadModeAuto, ReadModeRMA, ReadModeGather:
 	default:
 		return fmt.Errorf("ddstore: options: ReadMode %q: want %q, %q or %q", o.ReadMode, ReadModeAuto, ReadModeRMA, ReadModeGather)
+	}
+	if err := o.GPU.validate(); err != nil {
+		return err
 	}
 	if o.Width < 0 {
 		return fmt.Errorf("ddstore: options: Width %d is negative", o.Width)

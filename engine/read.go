@@ -143,6 +143,7 @@ type callStats struct {
 	start, end            int64 // telemetry.Nanotime
 	lockWait              int64
 	copyTime              int64
+	gpuSync               int64 // device reads: waiting for the GPU
 	fabTime               int64 // wall time inside fabric calls
 	fab                   fabric.Timing
 	localRows, remoteRows int64
@@ -182,12 +183,13 @@ func (v *Var) record(tel int32, st *callStats, rows int64, err error) {
 		MRRegs: st.fab.Regs,
 		// The shared path (0) and the overflow stripe have several writers.
 		Concurrent: tel == 0 || tel >= maxTelReaders-1}
+	c.Phases[telemetry.PhaseGPUSync] = st.gpuSync
 	c.Phases[telemetry.PhaseLockWait] = st.lockWait
 	c.Phases[telemetry.PhaseMR] = int64(st.fab.MR)
 	c.Phases[telemetry.PhasePost] = int64(st.fab.Post)
 	c.Phases[telemetry.PhaseCQWait] = int64(st.fab.CQWait)
 	c.Phases[telemetry.PhaseCopy] = st.copyTime
-	other := total - st.lockWait - int64(st.fab.MR) - int64(st.fab.Post) - int64(st.fab.CQWait) - st.copyTime
+	other := total - st.gpuSync - st.lockWait - int64(st.fab.MR) - int64(st.fab.Post) - int64(st.fab.CQWait) - st.copyTime
 	if other < 0 {
 		other = 0
 	}
@@ -587,6 +589,7 @@ func (v *Var) GetRanges(starts, counts []int64, dst []byte) error {
 type Reader struct {
 	s      *Store
 	c      *readCtx
+	dc     *devCtx     // device path, made at the first device read
 	closed atomic.Bool // set by Close or Store.Close (another goroutine)
 }
 
@@ -707,4 +710,6 @@ func (r *Reader) Close() error {
 func (r *Reader) release() {
 	r.closed.Store(true)
 	r.c.close()
+	_ = r.dc.close() // nothing to report it to; the stream is drained either way
+	r.dc = nil
 }

@@ -62,6 +62,8 @@ type Store struct {
 	hbStop chan struct{}
 	hbDone chan struct{}
 
+	gpu storeGPU // the device read path (device.go)
+
 	lingerMu sync.Mutex
 	linger   map[*Var]struct{} // freed variables whose release waits for calls in flight (Free timed out)
 }
@@ -442,6 +444,9 @@ func (s *Store) release() error {
 		}
 		empty := varMap{}
 		s.vars.Store(&empty)
+	}
+	if err := s.gpu.close(); err != nil {
+		errs = append(errs, err)
 	}
 	if s.tel != nil {
 		if err := s.tel.Close(); err != nil {

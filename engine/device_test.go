@@ -1,0 +1,644 @@
+package engine
+
+// The device read path against the stand-in GPU drivers (gpu/gputest):
+// real ranks, real fabric, every row copied back from "device" memory and
+// checked against its pattern. With DDSTORE_GPU_REAL=1 the same scenarios
+// run against the real driver (examples/gpu/check.sh).
+
+import (
+	"errors"
+	"fmt"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ddstore/ddstore/engine/bootstrap"
+	"github.com/ddstore/ddstore/fabric/fault"
+	"github.com/ddstore/ddstore/gpu"
+	"github.com/ddstore/ddstore/gpu/gputest"
+	"github.com/ddstore/ddstore/telemetry"
+)
+
+func init() {
+	scenarios["gpu"] = scenarioGPU
+	scenarios["gpubusy"] = scenarioGPUBusy
+}
+
+// realGPU: run the device scenarios against the real driver.
+func realGPU() bool { return os.Getenv("DDSTORE_GPU_REAL") == "1" }
+
+var standins struct {
+	once sync.Once
+	dir  string
+	libs gputest.Standins
+	err  error
+}
+
+// standinLibs builds the stand-in drivers once per test process (removed
+// by TestMain).
+func standinLibs(t testing.TB) gputest.Standins {
+	t.Helper()
+	standins.once.Do(func() {
+		standins.dir, standins.err = os.MkdirTemp("", "ddstore-engine-standin-")
+		if standins.err == nil {
+			standins.libs, standins.err = gputest.Build(standins.dir)
+		}
+	})
+	if standins.err != nil {
+		t.Fatalf("building the stand-in GPU drivers: %v", standins.err)
+	}
+	return standins.libs
+}
+
+func removeStandins() {
+	if standins.dir != "" {
+		os.RemoveAll(standins.dir)
+	}
+}
+
+// gpuParams are the scenario parameters that select the GPU: a stand-in
+// library (runtime cuda or hip), or with DDSTORE_GPU_REAL=1 the real
+// driver and DDSTORE_GPU_DEVICE (e.g. cuda:0; default auto).
+func gpuParams(t testing.TB, runtime string, params map[string]string) map[string]string {
+	if realGPU() {
+		params["GPUDEV"] = os.Getenv("DDSTORE_GPU_DEVICE") // "" = auto: CUDA, else HIP
+		return params
+	}
+	libs := standinLibs(t)
+	params["GPUDEV"] = runtime
+	params["GPULIB"] = map[string]string{"cuda": libs.CUDA, "hip": libs.HIP}[runtime]
+	return params
+}
+
+// gpuOptions are the GPU options a rank's scenario parameters ask for.
+func (w *worker) gpuOptions() GPUOptions {
+	g := GPUOptions{Device: w.param("GPUDEV", "auto"), Sync: w.param("GPUSYNC", ""),
+		StageBytes: w.intParam("STAGE", 16<<10)}
+	if lib := w.param("GPULIB", ""); lib != "" {
+		g.Libraries = []string{lib}
+	}
+	return g
+}
+
+func (w *worker) openGPU() (*Store, error) {
+	o := storeOptions(w.mode, w.params)
+	o.GPU = w.gpuOptions()
+	s, err := Open(o)
+	if err != nil {
+		return nil, err
+	}
+	w.rank, w.world = s.Rank(), s.World()
+	return s, nil
+}
+
+// deviceGetter is the device read API shared by Store and Reader.
+type deviceGetter interface {
+	GetBatchDevice(name string, idx []int64, dst *gpu.Buffer, off int) error
+	GetDevice(name string, start, count int64, dst *gpu.Buffer, off int) error
+}
+
+// gpuRows are the row sizes of the device scenario: odd ones, one far
+// smaller than a staging half and some larger (STAGE is 16 KiB).
+var gpuRows = []int64{1, 1001, 3072, 12800, 70001}
+
+func gpuSpec(rb int64) varSpec {
+	return varSpec{name: fmt.Sprintf("dev-%d", rb), dt: Uint8, rowBytes: rb, base: 40 + 5000/rb, emptyMember: 1}
+}
+
+// scenarioGPU: every row size through the Store's and a Reader's device
+// path (GetBatchDevice of random rows with duplicates, GetDevice across
+// every shard boundary, the async form waited on by another stream),
+// batches many times the staging half; every row read back and checked;
+// no allocation per call; bad input; gpu_sync in telemetry.
+func scenarioGPU(w *worker) error {
+	s, err := w.openGPU()
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	dev, err := s.Device()
+	if err != nil {
+		return err
+	}
+	if w.rank == 0 {
+		w.logf("device: %s", dev)
+	}
+	check, err := dev.NewStream() // reads back for the checks
+	if err != nil {
+		return err
+	}
+	defer check.Close()
+	r, err := s.NewReader()
+	if err != nil {
+		return err
+	}
+	rng := rand.New(rand.NewSource(int64(w.rank) + 7))
+	const off = 13 // rows land at an odd offset into the buffer
+	buf, err := dev.Alloc(off + 2<<20 + 1)
+	if err != nil {
+		return err
+	}
+	defer buf.Free()
+	host := make([]byte, buf.Len())
+	readBack := func(n int64) ([]byte, error) {
+		b := host[:off+int(n)]
+		err := check.ReadBack(b, buf, 0)
+		return b[off:], err
+	}
+	for _, rb := range gpuRows {
+		spec := gpuSpec(rb)
+		if err := addPattern(s, spec); err != nil {
+			return fmt.Errorf("Add %s: %w", spec.name, err)
+		}
+		info, err := s.Query(spec.name)
+		if err != nil {
+			return err
+		}
+		salt := spec.salt(s.Group())
+		maxRows := min(int64(buf.Len()-off)/rb, 400)
+		for _, g := range []struct {
+			what string
+			get  deviceGetter
+		}{{"store", s}, {"reader", r}} {
+			// Random rows with duplicates, batches from 1 row to maxRows.
+			for _, n := range []int64{1, 7, maxRows} {
+				idx := make([]int64, n)
+				for i := range idx {
+					idx[i] = rng.Int63n(info.GlobalRows)
+				}
+				if n > 2 {
+					idx[n-1] = idx[0]
+				}
+				if err := g.get.GetBatchDevice(spec.name, idx, buf, off); err != nil {
+					return fmt.Errorf("%s GetBatchDevice(%s, %d rows): %w", g.what, spec.name, n, err)
+				}
+				got, err := readBack(n * rb)
+				if err == nil {
+					err = checkRows(got, rb, salt, idx)
+				}
+				if err != nil {
+					return fmt.Errorf("%s GetBatchDevice(%s, %d rows): %w", g.what, spec.name, n, err)
+				}
+			}
+			// Ranges across every shard boundary (and the whole variable
+			// when it fits).
+			for _, b := range info.Shards[1 : len(info.Shards)-1] {
+				start := max(b-3, 0)
+				n := min(info.GlobalRows-start, 6, maxRows)
+				if err := checkDeviceRange(g.get, spec, start, n, buf, off, readBack, salt); err != nil {
+					return fmt.Errorf("%s: %w", g.what, err)
+				}
+			}
+			if err := checkDeviceRange(g.get, spec, 0, min(info.GlobalRows, maxRows), buf, off, readBack, salt); err != nil {
+				return fmt.Errorf("%s: %w", g.what, err)
+			}
+		}
+		// Async: a consumer stream waits on the reader's event, then reads.
+		idx := make([]int64, maxRows)
+		for i := range idx {
+			idx[i] = info.GlobalRows - 1 - int64(i)%info.GlobalRows
+		}
+		ev, err := r.GetBatchDeviceAsync(spec.name, idx, buf, off)
+		if err != nil {
+			return fmt.Errorf("GetBatchDeviceAsync(%s): %w", spec.name, err)
+		}
+		if err := check.WaitEvent(ev); err != nil {
+			return err
+		}
+		got, err := readBack(maxRows * rb) // queued behind the wait
+		if err == nil {
+			err = checkRows(got, rb, salt, idx)
+		}
+		if err != nil {
+			return fmt.Errorf("GetBatchDeviceAsync(%s): %w", spec.name, err)
+		}
+		if err := checkDeviceAllocs(s, r, spec, buf, off); err != nil {
+			return err
+		}
+		if err := checkDeviceErrors(s, r, spec, buf); err != nil {
+			return err
+		}
+		// gpu_sync is a phase of the device calls.
+		if err := checkGPUSyncPhase(s, spec.name, r.ID()); err != nil {
+			return err
+		}
+	}
+	if err := r.Close(); err != nil {
+		return err
+	}
+	if err := s.Barrier(); err != nil { // nobody reads our rows any more
+		return err
+	}
+	return s.Close()
+}
+
+func checkDeviceRange(g deviceGetter, spec varSpec, start, n int64, buf *gpu.Buffer, off int,
+	readBack func(int64) ([]byte, error), salt uint64) error {
+	if err := g.GetDevice(spec.name, start, n, buf, off); err != nil {
+		return fmt.Errorf("GetDevice(%s, %d, %d): %w", spec.name, start, n, err)
+	}
+	got, err := readBack(n * spec.rowBytes)
+	if err == nil {
+		err = checkRows(got, spec.rowBytes, salt, seqIdx(start, n))
+	}
+	if err != nil {
+		return fmt.Errorf("GetDevice(%s, %d, %d): %w", spec.name, start, n, err)
+	}
+	return nil
+}
+
+// checkDeviceAllocs: after the first call, device reads allocate nothing
+// (and so register nothing: a registration would allocate its record).
+func checkDeviceAllocs(s *Store, r *Reader, spec varSpec, buf *gpu.Buffer, off int) error {
+	info, err := s.Query(spec.name)
+	if err != nil {
+		return err
+	}
+	n := min(info.GlobalRows, 130, int64(buf.Len()-off)/spec.rowBytes)
+	idx := make([]int64, n)
+	for i := range idx {
+		idx[i] = (int64(i) * 7919) % info.GlobalRows
+	}
+	var callErr error
+	for _, g := range []struct {
+		what string
+		get  deviceGetter
+	}{{"store", s}, {"reader", r}} {
+		if a := testing.AllocsPerRun(10, func() {
+			if err := g.get.GetBatchDevice(spec.name, idx, buf, off); err != nil {
+				callErr = err
+			}
+		}); a != 0 || callErr != nil {
+			return fmt.Errorf("%s GetBatchDevice(%s, %d rows): %v allocs per call (want 0), err %v", g.what, spec.name, n, a, callErr)
+		}
+		if a := testing.AllocsPerRun(10, func() {
+			if err := g.get.GetDevice(spec.name, info.GlobalRows-n, n, buf, off); err != nil {
+				callErr = err
+			}
+		}); a != 0 || callErr != nil {
+			return fmt.Errorf("%s GetDevice(%s, %d rows): %v allocs per call (want 0), err %v", g.what, spec.name, n, a, callErr)
+		}
+	}
+	if a := testing.AllocsPerRun(10, func() {
+		if _, err := r.GetBatchDeviceAsync(spec.name, idx, buf, off); err != nil {
+			callErr = err
+		}
+	}); a != 0 || callErr != nil {
+		return fmt.Errorf("reader GetBatchDeviceAsync(%s, %d rows): %v allocs per call (want 0), err %v", spec.name, n, a, callErr)
+	}
+	return nil
+}
+
+// checkDeviceErrors: bad input is a clear error, and the path still works.
+func checkDeviceErrors(s *Store, r *Reader, spec varSpec, buf *gpu.Buffer) error {
+	info, err := s.Query(spec.name)
+	if err != nil {
+		return err
+	}
+	want := func(what string, err, class error, frag string) error {
+		if err == nil || !errors.Is(err, class) || !strings.Contains(err.Error(), frag) {
+			return fmt.Errorf("%s: %v, want %v naming %q", what, err, class, frag)
+		}
+		return nil
+	}
+	dev, err := s.Device()
+	if err != nil {
+		return err
+	}
+	small, err := dev.Alloc(int(2 * spec.rowBytes))
+	if err != nil {
+		return err
+	}
+	defer small.Free()
+	checks := []error{
+		want("bad index", r.GetBatchDevice(spec.name, []int64{0, info.GlobalRows}, buf, 0), ErrIndex, strconv.FormatInt(info.GlobalRows, 10)),
+		want("bad range", s.GetDevice(spec.name, info.GlobalRows-1, 2, buf, 0), ErrIndex, spec.name),
+		want("short buffer", r.GetDevice(spec.name, 0, 2, small, 1), ErrShortBuffer, spec.name),
+		want("short buffer", s.GetBatchDevice(spec.name, []int64{1, 2, 0}, small, 0), ErrShortBuffer, spec.name),
+		want("nil buffer", r.GetBatchDevice(spec.name, []int64{0}, nil, 0), fault.ErrInvalid, "nil device buffer"),
+		want("negative offset", s.GetBatchDevice(spec.name, []int64{0}, buf, -1), fault.ErrInvalid, "offset -1"),
+		want("unknown variable", r.GetBatchDevice("nope", []int64{0}, buf, 0), ErrUnknownVar, "nope"),
+	}
+	return errors.Join(checks...)
+}
+
+// telemetrySnapshot is variable name in s's telemetry segment.
+func telemetrySnapshot(s *Store, name string) (*telemetry.VarSnapshot, error) {
+	w := s.Telemetry()
+	if w == nil {
+		return nil, errors.New("telemetry is off")
+	}
+	seg, err := telemetry.Open(w.Path())
+	if err != nil {
+		return nil, err
+	}
+	defer seg.Close()
+	snap, err := seg.Snapshot()
+	if err != nil {
+		return nil, err
+	}
+	v := snap.Var(name)
+	if v == nil {
+		return nil, fmt.Errorf("telemetry: no variable %q", name)
+	}
+	return v, nil
+}
+
+// stripe is reader id's counters in v (zero when it has none yet).
+func stripe(v *telemetry.VarSnapshot, id int) telemetry.Counters {
+	if id < len(v.Readers) {
+		return v.Readers[id]
+	}
+	return telemetry.Counters{}
+}
+
+func checkGPUSyncPhase(s *Store, name string, reader int) error {
+	v, err := telemetrySnapshot(s, name)
+	if err != nil {
+		return err
+	}
+	for _, id := range []int{0, reader} {
+		c := stripe(v, id)
+		if c.Calls == 0 || c.PhaseNs[telemetry.PhaseGPUSync] <= 0 {
+			return fmt.Errorf("telemetry %s stripe %d: %d calls, gpu_sync %d ns: want device calls with gpu_sync > 0",
+				name, id, c.Calls, c.PhaseNs[telemetry.PhaseGPUSync])
+		}
+	}
+	return nil
+}
+
+func TestDeviceRead(t *testing.T) {
+	cases := []struct{ mode, runtime string }{{"local", "cuda"}, {"tcp", "cuda"}, {"tcp-rma", "hip"}, {"shm", "cuda"}}
+	if realGPU() {
+		cases = cases[:2]
+	}
+	for _, c := range cases {
+		t.Run("path="+c.mode+"/gpu="+c.runtime, func(t *testing.T) {
+			params := gpuParams(t, c.runtime, map[string]string{"MODE": c.mode})
+			spawnRanks(t, 3, "gpu", params, 120*time.Second, nil)
+		})
+	}
+}
+
+// busyFor is how long each busy period of the default stream lasts in the
+// busy scenario: far longer than a device read takes on a loaded machine,
+// so "not delayed" (< busyFor/4) and "delayed" (> busyFor/2) cannot be
+// confused.
+const busyFor = 400 * time.Millisecond
+
+// scenarioGPUBusy: rank 0 reads rows of rank 1 (over the fabric) into
+// device memory, idle and with the default stream held busy (training
+// kernels), under GPUSYNC. It prints the gpu_sync per call from telemetry
+// and checks: with sync=stream the busy default stream does not delay the
+// reader; with sync=device every call waits for it.
+func scenarioGPUBusy(w *worker) error {
+	s, err := w.openGPU()
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	spec := gpuSpec(3072)
+	if err := addPattern(s, spec); err != nil {
+		return err
+	}
+	if w.rank == 0 {
+		if err := gpuBusyReads(w, s, spec); err != nil {
+			return err
+		}
+	}
+	if err := s.Barrier(); err != nil {
+		return err
+	}
+	return s.Close()
+}
+
+func gpuBusyReads(w *worker, s *Store, spec varSpec) error {
+	dev, err := s.Device()
+	if err != nil {
+		return err
+	}
+	r, err := s.NewReader()
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	info, err := s.Query(spec.name)
+	if err != nil {
+		return err
+	}
+	n := min(info.GlobalRows, 128)
+	idx := make([]int64, n)
+	for i := range idx {
+		idx[i] = info.GlobalRows - 1 - int64(i) // rank 1's rows first
+	}
+	buf, err := dev.Alloc(int(n * spec.rowBytes))
+	if err != nil {
+		return err
+	}
+	defer buf.Free()
+	host := make([]byte, buf.Len())
+	check, err := dev.NewStream()
+	if err != nil {
+		return err
+	}
+	defer check.Close()
+	const calls = 5
+	// perCall runs calls reads (each behind a fresh busy period when busy)
+	// and returns the median gpu_sync per call from telemetry.
+	perCall := func(busy bool) (time.Duration, error) {
+		var syncs []time.Duration
+		for k := 0; k < calls; k++ {
+			var b *gpu.Busy
+			if busy {
+				if b, err = dev.BusyDefaultStream(busyFor); err != nil {
+					return 0, err
+				}
+			}
+			before, err := telemetrySnapshot(s, spec.name)
+			if err != nil {
+				return 0, err
+			}
+			callErr := r.GetBatchDevice(spec.name, idx, buf, 0)
+			after, err := telemetrySnapshot(s, spec.name)
+			if err != nil {
+				return 0, err
+			}
+			if b != nil {
+				if err := b.Wait(); err != nil {
+					return 0, err
+				}
+			}
+			if callErr != nil {
+				return 0, callErr
+			}
+			if err := check.ReadBack(host, buf, 0); err != nil {
+				return 0, err
+			}
+			if err := checkRows(host, spec.rowBytes, spec.salt(s.Group()), idx); err != nil {
+				return 0, err
+			}
+			c0, c1 := stripe(before, r.ID()), stripe(after, r.ID())
+			if c1.Calls != c0.Calls+1 {
+				return 0, fmt.Errorf("telemetry: %d calls recorded for one", c1.Calls-c0.Calls)
+			}
+			syncs = append(syncs, time.Duration(c1.PhaseNs[telemetry.PhaseGPUSync]-c0.PhaseNs[telemetry.PhaseGPUSync]))
+		}
+		slices.Sort(syncs)
+		return syncs[len(syncs)/2], nil
+	}
+	if _, err := perCall(false); err != nil { // warm-up: stream, staging, connections
+		return err
+	}
+	idle, err := perCall(false)
+	if err != nil {
+		return err
+	}
+	busy, err := perCall(true)
+	if err != nil {
+		return err
+	}
+	mode := s.opts.GPU.Sync
+	fmt.Printf("GPU BUSY: sync=%s gpu_sync per call idle %v busy %v busy/idle %.2f (default stream busy %v per call)\n",
+		mode, idle, busy, float64(busy)/float64(max(idle, 1)), busyFor)
+	switch mode {
+	case GPUSyncStream:
+		if busy > busyFor/4 {
+			return fmt.Errorf("sync=stream: gpu_sync %v per call with the default stream busy for %v: the reader waited for it", busy, busyFor)
+		}
+	case GPUSyncDevice:
+		if busy < busyFor/2 {
+			return fmt.Errorf("sync=device: gpu_sync %v per call with the default stream busy for %v: the context sync did not wait for it", busy, busyFor)
+		}
+	}
+	return nil
+}
+
+func TestDeviceSyncBusy(t *testing.T) {
+	for _, mode := range []string{GPUSyncStream, GPUSyncDevice} {
+		t.Run("sync="+mode, func(t *testing.T) {
+			params := gpuParams(t, "cuda", map[string]string{"MODE": "tcp", "GPUSYNC": mode})
+			spawnRanks(t, 2, "gpubusy", params, 120*time.Second, nil) // -v shows rank 0's GPU BUSY line
+		})
+	}
+}
+
+// openSingleGPU opens a one-rank store with GPU options g.
+func openSingleGPU(t *testing.T, tag string, g GPUOptions) *Store {
+	t.Helper()
+	o := DefaultOptions()
+	o.TelemetryDir = t.TempDir()
+	o.Bootstrap.Method = "single"
+	job := testJob(tag)
+	o.Bootstrap.Env = bootstrap.Env{Rank: 0, World: 1, LocalWorld: 1, Launcher: "none", Job: job}
+	o.GPU = g
+	s, err := Open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		s.Close()
+		checkNoShardFiles(t, job)
+	})
+	return s
+}
+
+// TestDeviceOpenErrors: what goes wrong opening the GPU is a clear error at
+// the first device read (and every later one), naming what was tried;
+// host reads are unaffected.
+func TestDeviceOpenErrors(t *testing.T) {
+	libs := standinLibs(t)
+	missing := filepath.Join(t.TempDir(), "libcuda.so.1")
+	cases := []struct {
+		name  string
+		g     GPUOptions
+		env   map[string]string
+		kinds []error
+		frags []string
+	}{
+		{"no library", GPUOptions{Device: "cuda", Libraries: []string{missing}},
+			nil, []error{fault.ErrNoLibrary, gpu.ErrNoDriver}, []string{missing, "install the NVIDIA driver", `GPU.Device "cuda"`}},
+		{"missing symbol", GPUOptions{Device: "cuda", Libraries: []string{libs.CUDANoSym}},
+			nil, []error{fault.ErrNoLibrary, gpu.ErrNoDriver}, []string{"missing symbol cuMemcpyHtoDAsync_v2", "too old"}},
+		{"init failure", GPUOptions{Device: "hip", Libraries: []string{libs.HIP}},
+			map[string]string{"DDSTORE_STANDIN_INIT_ERROR": "35"}, []error{fault.ErrNoLibrary, gpu.ErrNoDriver}, []string{"hipInit", "error 35"}},
+		{"no such device", GPUOptions{Device: "cuda:3", Libraries: []string{libs.CUDA}},
+			nil, []error{fault.ErrNoLibrary, gpu.ErrNoDevice}, []string{"device 3 requested, 1 present"}},
+		{"none", GPUOptions{Device: "none"},
+			nil, []error{fault.ErrInvalid}, []string{"machine.gpu", "none"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			for k, v := range c.env {
+				t.Setenv(k, v)
+			}
+			s := openSingleGPU(t, "gpuerr", c.g)
+			spec := gpuSpec(100)
+			if err := addPattern(s, spec); err != nil {
+				t.Fatal(err)
+			}
+			host := make([]byte, 2*spec.rowBytes)
+			if err := s.GetBatch(spec.name, []int64{1, 0}, host); err != nil {
+				t.Fatalf("host read: %v", err)
+			}
+			r, err := s.NewReader()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			for i, err := range []error{s.GetBatchDevice(spec.name, []int64{0}, nil, 0), r.GetDevice(spec.name, 0, 1, nil, 0)} {
+				t.Logf("call %d: %v", i, err)
+				for _, k := range c.kinds {
+					if !errors.Is(err, k) {
+						t.Fatalf("call %d: %v, want %v", i, err, k)
+					}
+				}
+				for _, f := range c.frags {
+					if !strings.Contains(err.Error(), f) {
+						t.Fatalf("call %d: %q does not name %q", i, err, f)
+					}
+				}
+			}
+			if _, err := s.Device(); !errors.Is(err, c.kinds[0]) {
+				t.Fatalf("Device(): %v, want %v", err, c.kinds[0])
+			}
+		})
+	}
+	// Options are checked at Open.
+	for _, g := range []GPUOptions{{Device: "tpu"}, {Device: "cuda:x"}, {Sync: "always"}, {Direct: "maybe"}, {StageBytes: 100}} {
+		o := DefaultOptions()
+		o.GPU = g
+		if err := o.Validate(); err == nil {
+			t.Errorf("Validate(%+v): no error", g)
+		}
+	}
+}
+
+// TestDeviceWrongDevice: a destination of another gpu.Device than the
+// store's is refused.
+func TestDeviceWrongDevice(t *testing.T) {
+	libs := standinLibs(t)
+	s := openSingleGPU(t, "gpudev", GPUOptions{Device: "cuda", Libraries: []string{libs.CUDA}})
+	spec := gpuSpec(64)
+	if err := addPattern(s, spec); err != nil {
+		t.Fatal(err)
+	}
+	other, err := gpu.Open(gpu.Options{Runtime: gpu.HIP, Libraries: []string{libs.HIP}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	buf, err := other.Alloc(1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer buf.Free()
+	if err := s.GetBatchDevice(spec.name, []int64{0}, buf, 0); !errors.Is(err, fault.ErrInvalid) || !strings.Contains(err.Error(), "another gpu.Device") {
+		t.Fatalf("destination on another device: %v", err)
+	}
+}
