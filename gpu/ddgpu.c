@@ -28,7 +28,7 @@ typedef struct CUfunc_st *CUfunction;
 
 // X(return type, name, parameter list): the table and the loader are both
 // generated from this list, so a symbol's name is written exactly once.
-#define DD_CUDA_FUNCS(X)                                                              \
+#define DDG_CUDA_FUNCS(X)                                                              \
 	X(CUresult, cuInit, (unsigned int flags))                                     \
 	X(CUresult, cuDriverGetVersion, (int *version))                               \
 	X(CUresult, cuDeviceGetCount, (int *count))                                   \
@@ -82,7 +82,7 @@ typedef struct ihipEvent_t *hipEvent_t;
 #define hipEventDisableTiming 0x2
 #define hipHostRegisterPortable 0x1
 
-#define DD_HIP_FUNCS(X)                                                                  \
+#define DDG_HIP_FUNCS(X)                                                                  \
 	X(hipError_t, hipInit, (unsigned int flags))                                     \
 	X(hipError_t, hipDriverGetVersion, (int *version))                               \
 	X(hipError_t, hipGetDeviceCount, (int *count))                                   \
@@ -114,62 +114,62 @@ typedef struct ihipEvent_t *hipEvent_t;
 	X(hipError_t, hipEventDestroy, (hipEvent_t e))                                   \
 	X(const char *, hipGetErrorString, (hipError_t code))
 
-#define DD_FIELD(ret, name, args) ret(*name) args;
-typedef struct dd_cuda_table {
-	DD_CUDA_FUNCS(DD_FIELD)
-} dd_cuda_table;
-typedef struct dd_hip_table {
-	DD_HIP_FUNCS(DD_FIELD)
-} dd_hip_table;
-#undef DD_FIELD
+#define DDG_FIELD(ret, name, args) ret(*name) args;
+typedef struct ddg_cuda_table {
+	DDG_CUDA_FUNCS(DDG_FIELD)
+} ddg_cuda_table;
+typedef struct ddg_hip_table {
+	DDG_HIP_FUNCS(DDG_FIELD)
+} ddg_hip_table;
+#undef DDG_FIELD
 
-struct dd_api {
+struct ddg_api {
 	int kind;
 	void *handle;
-	dd_cuda_table cu;
-	dd_hip_table hip;
+	ddg_cuda_table cu;
+	ddg_hip_table hip;
 };
 
-struct dd_dev {
-	dd_api *api;
+struct ddg_dev {
+	ddg_api *api;
 	int ordinal;
 	int dev;       // CUdevice / hipDevice_t
 	CUcontext ctx; // CUDA: the retained primary context
 };
 
-static const char *dd_resolve(dd_api *a) {
+static const char *ddg_resolve(ddg_api *a) {
 	const char *missing = NULL;
-#define DD_RESOLVE(ret, name, args)                                 \
+#define DDG_RESOLVE(ret, name, args)                                 \
 	if (!missing) {                                             \
 		*(void **)(&t->name) = dlsym(a->handle, #name);     \
 		if (!t->name) missing = #name;                      \
 	}
-	if (a->kind == DD_CUDA) {
-		dd_cuda_table *t = &a->cu;
-		DD_CUDA_FUNCS(DD_RESOLVE)
+	if (a->kind == DDG_CUDA) {
+		ddg_cuda_table *t = &a->cu;
+		DDG_CUDA_FUNCS(DDG_RESOLVE)
 	} else {
-		dd_hip_table *t = &a->hip;
-		DD_HIP_FUNCS(DD_RESOLVE)
+		ddg_hip_table *t = &a->hip;
+		DDG_HIP_FUNCS(DDG_RESOLVE)
 	}
-#undef DD_RESOLVE
+#undef DDG_RESOLVE
 	return missing;
 }
 
-dd_api *dd_load(int kind, const char *path, char *err, size_t errlen) {
+ddg_api *ddg_load(int kind, const char *path, char *err, size_t errlen) {
 	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
 	if (!h) {
 		const char *e = dlerror();
 		snprintf(err, errlen, "%s", e ? e : "dlopen failed");
 		return NULL;
 	}
-	dd_api *a = calloc(1, sizeof *a);
+	ddg_api *a = calloc(1, sizeof *a);
 	if (!a) {
 		snprintf(err, errlen, "out of memory");
 		return NULL; // the handle stays open: drivers are never unloaded
 	}
 	a->kind = kind;
 	a->handle = h;
-	const char *missing = dd_resolve(a);
+	const char *missing = ddg_resolve(a);
 	if (missing) {
 		snprintf(err, errlen, "missing symbol %s", missing);
 		free(a);
@@ -178,9 +178,9 @@ dd_api *dd_load(int kind, const char *path, char *err, size_t errlen) {
 	return a;
 }
 
-const char *dd_error_string(dd_api *a, int code) {
+const char *ddg_error_string(ddg_api *a, int code) {
 	const char *s = NULL;
-	if (a->kind == DD_CUDA) {
+	if (a->kind == DDG_CUDA) {
 		if (a->cu.cuGetErrorString(code, &s) != 0) s = NULL;
 	} else {
 		s = a->hip.hipGetErrorString(code);
@@ -188,89 +188,89 @@ const char *dd_error_string(dd_api *a, int code) {
 	return s ? s : "unknown error";
 }
 
-#define DD_OK ((dd_rc){0, NULL})
-#define DD_TRY(call, name)                                 \
+#define DDG_OK ((ddg_rc){0, NULL})
+#define DDG_TRY(call, name)                                 \
 	do {                                               \
-		int dd_code_ = (call);                     \
-		if (dd_code_ != 0) return (dd_rc){dd_code_, name}; \
+		int ddg_code_ = (call);                     \
+		if (ddg_code_ != 0) return (ddg_rc){ddg_code_, name}; \
 	} while (0)
 
-dd_rc dd_init(dd_api *a, int *driver_version, int *count) {
+ddg_rc ddg_init(ddg_api *a, int *driver_version, int *count) {
 	*count = 0;
-	if (a->kind == DD_CUDA) {
-		DD_TRY(a->cu.cuInit(0), "cuInit");
-		DD_TRY(a->cu.cuDriverGetVersion(driver_version), "cuDriverGetVersion");
-		DD_TRY(a->cu.cuDeviceGetCount(count), "cuDeviceGetCount");
+	if (a->kind == DDG_CUDA) {
+		DDG_TRY(a->cu.cuInit(0), "cuInit");
+		DDG_TRY(a->cu.cuDriverGetVersion(driver_version), "cuDriverGetVersion");
+		DDG_TRY(a->cu.cuDeviceGetCount(count), "cuDeviceGetCount");
 	} else {
-		DD_TRY(a->hip.hipInit(0), "hipInit");
-		DD_TRY(a->hip.hipDriverGetVersion(driver_version), "hipDriverGetVersion");
-		DD_TRY(a->hip.hipGetDeviceCount(count), "hipGetDeviceCount");
+		DDG_TRY(a->hip.hipInit(0), "hipInit");
+		DDG_TRY(a->hip.hipDriverGetVersion(driver_version), "hipDriverGetVersion");
+		DDG_TRY(a->hip.hipGetDeviceCount(count), "hipGetDeviceCount");
 	}
-	return DD_OK;
+	return DDG_OK;
 }
 
-dd_rc dd_open(dd_api *a, int ordinal, dd_dev **out, char *name, int namelen,
+ddg_rc ddg_open(ddg_api *a, int ordinal, ddg_dev **out, char *name, int namelen,
               char *pci, int pcilen, int *major, int *minor) {
-	dd_dev *d = calloc(1, sizeof *d);
-	if (!d) return (dd_rc){DD_OUT_OF_MEMORY, "calloc"};
+	ddg_dev *d = calloc(1, sizeof *d);
+	if (!d) return (ddg_rc){DDG_OUT_OF_MEMORY, "calloc"};
 	d->api = a;
 	d->ordinal = ordinal;
-	dd_rc rc = DD_OK;
-#define DD_STEP(call, op)                                             \
+	ddg_rc rc = DDG_OK;
+#define DDG_STEP(call, op)                                             \
 	if (rc.code == 0) {                                           \
 		int c_ = (call);                                      \
-		if (c_ != 0) rc = (dd_rc){c_, op};                    \
+		if (c_ != 0) rc = (ddg_rc){c_, op};                    \
 	}
-	if (a->kind == DD_CUDA) {
-		DD_STEP(a->cu.cuDeviceGet(&d->dev, ordinal), "cuDeviceGet");
-		DD_STEP(a->cu.cuDeviceGetName(name, namelen, d->dev), "cuDeviceGetName");
-		DD_STEP(a->cu.cuDeviceGetPCIBusId(pci, pcilen, d->dev), "cuDeviceGetPCIBusId");
-		DD_STEP(a->cu.cuDeviceGetAttribute(major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d->dev),
+	if (a->kind == DDG_CUDA) {
+		DDG_STEP(a->cu.cuDeviceGet(&d->dev, ordinal), "cuDeviceGet");
+		DDG_STEP(a->cu.cuDeviceGetName(name, namelen, d->dev), "cuDeviceGetName");
+		DDG_STEP(a->cu.cuDeviceGetPCIBusId(pci, pcilen, d->dev), "cuDeviceGetPCIBusId");
+		DDG_STEP(a->cu.cuDeviceGetAttribute(major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d->dev),
 		        "cuDeviceGetAttribute");
-		DD_STEP(a->cu.cuDeviceGetAttribute(minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d->dev),
+		DDG_STEP(a->cu.cuDeviceGetAttribute(minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d->dev),
 		        "cuDeviceGetAttribute");
-		DD_STEP(a->cu.cuDevicePrimaryCtxRetain(&d->ctx, d->dev), "cuDevicePrimaryCtxRetain");
+		DDG_STEP(a->cu.cuDevicePrimaryCtxRetain(&d->ctx, d->dev), "cuDevicePrimaryCtxRetain");
 	} else {
-		DD_STEP(a->hip.hipDeviceGet(&d->dev, ordinal), "hipDeviceGet");
-		DD_STEP(a->hip.hipDeviceGetName(name, namelen, d->dev), "hipDeviceGetName");
-		DD_STEP(a->hip.hipDeviceGetPCIBusId(pci, pcilen, ordinal), "hipDeviceGetPCIBusId");
-		DD_STEP(a->hip.hipDeviceComputeCapability(major, minor, d->dev), "hipDeviceComputeCapability");
+		DDG_STEP(a->hip.hipDeviceGet(&d->dev, ordinal), "hipDeviceGet");
+		DDG_STEP(a->hip.hipDeviceGetName(name, namelen, d->dev), "hipDeviceGetName");
+		DDG_STEP(a->hip.hipDeviceGetPCIBusId(pci, pcilen, ordinal), "hipDeviceGetPCIBusId");
+		DDG_STEP(a->hip.hipDeviceComputeCapability(major, minor, d->dev), "hipDeviceComputeCapability");
 	}
-#undef DD_STEP
+#undef DDG_STEP
 	if (rc.code != 0) {
 		free(d);
 		return rc;
 	}
 	*out = d;
-	return DD_OK;
+	return DDG_OK;
 }
 
-void dd_close(dd_dev *d) {
-	if (d->api->kind == DD_CUDA) d->api->cu.cuDevicePrimaryCtxRelease_v2(d->dev);
+void ddg_close(ddg_dev *d) {
+	if (d->api->kind == DDG_CUDA) d->api->cu.cuDevicePrimaryCtxRelease_v2(d->dev);
 	free(d);
 }
 
 // ---- the current device, per OS thread ----------------------------------
 
-typedef struct dd_scope {
+typedef struct ddg_scope {
 	int prev; // HIP: the caller's device, restored on leave
-} dd_scope;
+} ddg_scope;
 
-static dd_rc dd_enter(dd_dev *d, dd_scope *sc) {
+static ddg_rc ddg_enter(ddg_dev *d, ddg_scope *sc) {
 	sc->prev = -1;
-	if (d->api->kind == DD_CUDA) {
-		DD_TRY(d->api->cu.cuCtxPushCurrent_v2(d->ctx), "cuCtxPushCurrent_v2");
+	if (d->api->kind == DDG_CUDA) {
+		DDG_TRY(d->api->cu.cuCtxPushCurrent_v2(d->ctx), "cuCtxPushCurrent_v2");
 	} else {
 		// Set even when hipGetDevice already says ordinal: a thread that
 		// never chose a device reports 0 without having one set.
 		if (d->api->hip.hipGetDevice(&sc->prev) != 0) sc->prev = -1;
-		DD_TRY(d->api->hip.hipSetDevice(d->ordinal), "hipSetDevice");
+		DDG_TRY(d->api->hip.hipSetDevice(d->ordinal), "hipSetDevice");
 	}
-	return DD_OK;
+	return DDG_OK;
 }
 
-static dd_rc dd_leave(dd_dev *d, dd_scope *sc, dd_rc rc) {
-	if (d->api->kind == DD_CUDA) {
+static ddg_rc ddg_leave(ddg_dev *d, ddg_scope *sc, ddg_rc rc) {
+	if (d->api->kind == DDG_CUDA) {
 		CUcontext popped;
 		d->api->cu.cuCtxPopCurrent_v2(&popped);
 	} else if (sc->prev >= 0 && sc->prev != d->ordinal) {
@@ -279,212 +279,212 @@ static dd_rc dd_leave(dd_dev *d, dd_scope *sc, dd_rc rc) {
 	return rc;
 }
 
-// DD_CALL runs one driver call of each runtime inside the device's scope.
-#define DD_CALL(d, cucall, cuname, hipcall, hipname)                          \
+// DDG_CALL runs one driver call of each runtime inside the device's scope.
+#define DDG_CALL(d, cucall, cuname, hipcall, hipname)                          \
 	do {                                                                  \
-		dd_scope sc_;                                                 \
-		dd_rc rc_ = dd_enter(d, &sc_);                                \
+		ddg_scope sc_;                                                 \
+		ddg_rc rc_ = ddg_enter(d, &sc_);                                \
 		if (rc_.code != 0) return rc_;                                \
-		int c_ = (d)->api->kind == DD_CUDA ? (cucall) : (hipcall);    \
-		if (c_ != 0) rc_ = (dd_rc){c_, (d)->api->kind == DD_CUDA ? cuname : hipname}; \
-		return dd_leave(d, &sc_, rc_);                                \
+		int c_ = (d)->api->kind == DDG_CUDA ? (cucall) : (hipcall);    \
+		if (c_ != 0) rc_ = (ddg_rc){c_, (d)->api->kind == DDG_CUDA ? cuname : hipname}; \
+		return ddg_leave(d, &sc_, rc_);                                \
 	} while (0)
 
 #define CU (&d->api->cu)
 #define HIP (&d->api->hip)
 
-dd_rc dd_alloc(dd_dev *d, size_t n, uint64_t *ptr) {
+ddg_rc ddg_alloc(ddg_dev *d, size_t n, uint64_t *ptr) {
 	CUdeviceptr cp = 0;
 	void *hp = NULL;
-	dd_scope sc;
-	dd_rc rc = dd_enter(d, &sc);
+	ddg_scope sc;
+	ddg_rc rc = ddg_enter(d, &sc);
 	if (rc.code != 0) return rc;
-	if (d->api->kind == DD_CUDA) {
+	if (d->api->kind == DDG_CUDA) {
 		int c = CU->cuMemAlloc_v2(&cp, n);
-		if (c != 0) rc = (dd_rc){c, "cuMemAlloc_v2"};
+		if (c != 0) rc = (ddg_rc){c, "cuMemAlloc_v2"};
 		*ptr = cp;
 	} else {
 		int c = HIP->hipMalloc(&hp, n);
-		if (c != 0) rc = (dd_rc){c, "hipMalloc"};
+		if (c != 0) rc = (ddg_rc){c, "hipMalloc"};
 		*ptr = (uint64_t)(uintptr_t)hp;
 	}
-	return dd_leave(d, &sc, rc);
+	return ddg_leave(d, &sc, rc);
 }
 
-dd_rc dd_free(dd_dev *d, uint64_t ptr) {
-	DD_CALL(d, CU->cuMemFree_v2(ptr), "cuMemFree_v2",
+ddg_rc ddg_free(ddg_dev *d, uint64_t ptr) {
+	DDG_CALL(d, CU->cuMemFree_v2(ptr), "cuMemFree_v2",
 	        HIP->hipFree((void *)(uintptr_t)ptr), "hipFree");
 }
 
-dd_rc dd_register(dd_dev *d, void *p, size_t n) {
-	DD_CALL(d, CU->cuMemHostRegister_v2(p, n, CU_MEMHOSTREGISTER_PORTABLE), "cuMemHostRegister_v2",
+ddg_rc ddg_register(ddg_dev *d, void *p, size_t n) {
+	DDG_CALL(d, CU->cuMemHostRegister_v2(p, n, CU_MEMHOSTREGISTER_PORTABLE), "cuMemHostRegister_v2",
 	        HIP->hipHostRegister(p, n, hipHostRegisterPortable), "hipHostRegister");
 }
 
-dd_rc dd_unregister(dd_dev *d, void *p) {
-	DD_CALL(d, CU->cuMemHostUnregister(p), "cuMemHostUnregister",
+ddg_rc ddg_unregister(ddg_dev *d, void *p) {
+	DDG_CALL(d, CU->cuMemHostUnregister(p), "cuMemHostUnregister",
 	        HIP->hipHostUnregister(p), "hipHostUnregister");
 }
 
-dd_rc dd_stream_create(dd_dev *d, dd_handle *s, int blocking) {
-	DD_CALL(d, CU->cuStreamCreate((CUstream *)s, blocking ? 0 : CU_STREAM_NON_BLOCKING), "cuStreamCreate",
+ddg_rc ddg_stream_create(ddg_dev *d, ddg_handle *s, int blocking) {
+	DDG_CALL(d, CU->cuStreamCreate((CUstream *)s, blocking ? 0 : CU_STREAM_NON_BLOCKING), "cuStreamCreate",
 	        HIP->hipStreamCreateWithFlags((hipStream_t *)s, blocking ? 0 : hipStreamNonBlocking),
 	        "hipStreamCreateWithFlags");
 }
 
-// dd_stream_destroy waits for the stream's work first, so that no copy
+// ddg_stream_destroy waits for the stream's work first, so that no copy
 // lands in memory its owner is about to free.
-dd_rc dd_stream_destroy(dd_dev *d, dd_handle s) {
-	dd_scope sc;
-	dd_rc rc = dd_enter(d, &sc);
+ddg_rc ddg_stream_destroy(ddg_dev *d, ddg_handle s) {
+	ddg_scope sc;
+	ddg_rc rc = ddg_enter(d, &sc);
 	if (rc.code != 0) return rc;
 	int c;
-	if (d->api->kind == DD_CUDA) {
-		if ((c = CU->cuStreamSynchronize((CUstream)s)) != 0) rc = (dd_rc){c, "cuStreamSynchronize"};
-		if ((c = CU->cuStreamDestroy_v2((CUstream)s)) != 0 && rc.code == 0) rc = (dd_rc){c, "cuStreamDestroy_v2"};
+	if (d->api->kind == DDG_CUDA) {
+		if ((c = CU->cuStreamSynchronize((CUstream)s)) != 0) rc = (ddg_rc){c, "cuStreamSynchronize"};
+		if ((c = CU->cuStreamDestroy_v2((CUstream)s)) != 0 && rc.code == 0) rc = (ddg_rc){c, "cuStreamDestroy_v2"};
 	} else {
-		if ((c = HIP->hipStreamSynchronize((hipStream_t)s)) != 0) rc = (dd_rc){c, "hipStreamSynchronize"};
-		if ((c = HIP->hipStreamDestroy((hipStream_t)s)) != 0 && rc.code == 0) rc = (dd_rc){c, "hipStreamDestroy"};
+		if ((c = HIP->hipStreamSynchronize((hipStream_t)s)) != 0) rc = (ddg_rc){c, "hipStreamSynchronize"};
+		if ((c = HIP->hipStreamDestroy((hipStream_t)s)) != 0 && rc.code == 0) rc = (ddg_rc){c, "hipStreamDestroy"};
 	}
-	return dd_leave(d, &sc, rc);
+	return ddg_leave(d, &sc, rc);
 }
 
-dd_rc dd_event_create(dd_dev *d, dd_handle *e) {
-	DD_CALL(d, CU->cuEventCreate((CUevent *)e, CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING), "cuEventCreate",
+ddg_rc ddg_event_create(ddg_dev *d, ddg_handle *e) {
+	DDG_CALL(d, CU->cuEventCreate((CUevent *)e, CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING), "cuEventCreate",
 	        HIP->hipEventCreateWithFlags((hipEvent_t *)e, hipEventBlockingSync | hipEventDisableTiming),
 	        "hipEventCreateWithFlags");
 }
 
-dd_rc dd_event_destroy(dd_dev *d, dd_handle e) {
-	DD_CALL(d, CU->cuEventDestroy_v2((CUevent)e), "cuEventDestroy_v2", HIP->hipEventDestroy((hipEvent_t)e), "hipEventDestroy");
+ddg_rc ddg_event_destroy(ddg_dev *d, ddg_handle e) {
+	DDG_CALL(d, CU->cuEventDestroy_v2((CUevent)e), "cuEventDestroy_v2", HIP->hipEventDestroy((hipEvent_t)e), "hipEventDestroy");
 }
 
-dd_rc dd_event_record(dd_dev *d, dd_handle e, dd_handle s) {
-	DD_CALL(d, CU->cuEventRecord((CUevent)e, (CUstream)s), "cuEventRecord", HIP->hipEventRecord((hipEvent_t)e, (hipStream_t)s), "hipEventRecord");
+ddg_rc ddg_event_record(ddg_dev *d, ddg_handle e, ddg_handle s) {
+	DDG_CALL(d, CU->cuEventRecord((CUevent)e, (CUstream)s), "cuEventRecord", HIP->hipEventRecord((hipEvent_t)e, (hipStream_t)s), "hipEventRecord");
 }
 
-dd_rc dd_event_sync(dd_dev *d, dd_handle e) {
-	DD_CALL(d, CU->cuEventSynchronize((CUevent)e), "cuEventSynchronize",
+ddg_rc ddg_event_sync(ddg_dev *d, ddg_handle e) {
+	DDG_CALL(d, CU->cuEventSynchronize((CUevent)e), "cuEventSynchronize",
 	        HIP->hipEventSynchronize((hipEvent_t)e), "hipEventSynchronize");
 }
 
-dd_rc dd_event_query(dd_dev *d, dd_handle e) {
-	DD_CALL(d, CU->cuEventQuery((CUevent)e), "cuEventQuery", HIP->hipEventQuery((hipEvent_t)e), "hipEventQuery");
+ddg_rc ddg_event_query(ddg_dev *d, ddg_handle e) {
+	DDG_CALL(d, CU->cuEventQuery((CUevent)e), "cuEventQuery", HIP->hipEventQuery((hipEvent_t)e), "hipEventQuery");
 }
 
-dd_rc dd_stream_wait(dd_dev *d, dd_handle s, dd_handle e) {
-	DD_CALL(d, CU->cuStreamWaitEvent((CUstream)s, (CUevent)e, 0), "cuStreamWaitEvent",
+ddg_rc ddg_stream_wait(ddg_dev *d, ddg_handle s, ddg_handle e) {
+	DDG_CALL(d, CU->cuStreamWaitEvent((CUstream)s, (CUevent)e, 0), "cuStreamWaitEvent",
 	        HIP->hipStreamWaitEvent((hipStream_t)s, (hipEvent_t)e, 0), "hipStreamWaitEvent");
 }
 
-dd_rc dd_ctx_sync(dd_dev *d) {
-	DD_CALL(d, CU->cuCtxSynchronize(), "cuCtxSynchronize",
+ddg_rc ddg_ctx_sync(ddg_dev *d) {
+	DDG_CALL(d, CU->cuCtxSynchronize(), "cuCtxSynchronize",
 	        HIP->hipDeviceSynchronize(), "hipDeviceSynchronize");
 }
 
 // record e on s (if e), then, if wait, block on e.
-static dd_rc dd_record_wait(dd_dev *d, dd_handle s, dd_handle e, int wait) {
+static ddg_rc ddg_record_wait(ddg_dev *d, ddg_handle s, ddg_handle e, int wait) {
 	int c;
-	if (!e) return DD_OK;
-	if (d->api->kind == DD_CUDA) {
-		if ((c = CU->cuEventRecord((CUevent)e, (CUstream)s)) != 0) return (dd_rc){c, "cuEventRecord"};
-		if (wait && (c = CU->cuEventSynchronize((CUevent)e)) != 0) return (dd_rc){c, "cuEventSynchronize"};
+	if (!e) return DDG_OK;
+	if (d->api->kind == DDG_CUDA) {
+		if ((c = CU->cuEventRecord((CUevent)e, (CUstream)s)) != 0) return (ddg_rc){c, "cuEventRecord"};
+		if (wait && (c = CU->cuEventSynchronize((CUevent)e)) != 0) return (ddg_rc){c, "cuEventSynchronize"};
 	} else {
-		if ((c = HIP->hipEventRecord((hipEvent_t)e, (hipStream_t)s)) != 0) return (dd_rc){c, "hipEventRecord"};
-		if (wait && (c = HIP->hipEventSynchronize((hipEvent_t)e)) != 0) return (dd_rc){c, "hipEventSynchronize"};
+		if ((c = HIP->hipEventRecord((hipEvent_t)e, (hipStream_t)s)) != 0) return (ddg_rc){c, "hipEventRecord"};
+		if (wait && (c = HIP->hipEventSynchronize((hipEvent_t)e)) != 0) return (ddg_rc){c, "hipEventSynchronize"};
 	}
-	return DD_OK;
+	return DDG_OK;
 }
 
-dd_rc dd_stream_sync(dd_dev *d, dd_handle s, dd_handle e) {
-	dd_scope sc;
-	dd_rc rc = dd_enter(d, &sc);
+ddg_rc ddg_stream_sync(ddg_dev *d, ddg_handle s, ddg_handle e) {
+	ddg_scope sc;
+	ddg_rc rc = ddg_enter(d, &sc);
 	if (rc.code != 0) return rc;
-	return dd_leave(d, &sc, dd_record_wait(d, s, e, 1));
+	return ddg_leave(d, &sc, ddg_record_wait(d, s, e, 1));
 }
 
-dd_rc dd_htod(dd_dev *d, uint64_t dst, const void *src, size_t n, dd_handle s, dd_handle e) {
-	dd_scope sc;
-	dd_rc rc = dd_enter(d, &sc);
+ddg_rc ddg_htod(ddg_dev *d, uint64_t dst, const void *src, size_t n, ddg_handle s, ddg_handle e) {
+	ddg_scope sc;
+	ddg_rc rc = ddg_enter(d, &sc);
 	if (rc.code != 0) return rc;
 	int c;
-	if (d->api->kind == DD_CUDA) {
-		if ((c = CU->cuMemcpyHtoDAsync_v2(dst, src, n, (CUstream)s)) != 0) rc = (dd_rc){c, "cuMemcpyHtoDAsync_v2"};
+	if (d->api->kind == DDG_CUDA) {
+		if ((c = CU->cuMemcpyHtoDAsync_v2(dst, src, n, (CUstream)s)) != 0) rc = (ddg_rc){c, "cuMemcpyHtoDAsync_v2"};
 	} else {
 		if ((c = HIP->hipMemcpyHtoDAsync((hipDeviceptr_t)(uintptr_t)dst, (void *)src, n, (hipStream_t)s)) != 0)
-			rc = (dd_rc){c, "hipMemcpyHtoDAsync"};
+			rc = (ddg_rc){c, "hipMemcpyHtoDAsync"};
 	}
-	if (rc.code == 0) rc = dd_record_wait(d, s, e, 0);
-	return dd_leave(d, &sc, rc);
+	if (rc.code == 0) rc = ddg_record_wait(d, s, e, 0);
+	return ddg_leave(d, &sc, rc);
 }
 
-dd_rc dd_dtoh(dd_dev *d, void *dst, uint64_t src, size_t n, dd_handle s, dd_handle e) {
-	dd_scope sc;
-	dd_rc rc = dd_enter(d, &sc);
+ddg_rc ddg_dtoh(ddg_dev *d, void *dst, uint64_t src, size_t n, ddg_handle s, ddg_handle e) {
+	ddg_scope sc;
+	ddg_rc rc = ddg_enter(d, &sc);
 	if (rc.code != 0) return rc;
 	int c;
-	if (d->api->kind == DD_CUDA) {
-		if ((c = CU->cuMemcpyDtoHAsync_v2(dst, src, n, (CUstream)s)) != 0) rc = (dd_rc){c, "cuMemcpyDtoHAsync_v2"};
+	if (d->api->kind == DDG_CUDA) {
+		if ((c = CU->cuMemcpyDtoHAsync_v2(dst, src, n, (CUstream)s)) != 0) rc = (ddg_rc){c, "cuMemcpyDtoHAsync_v2"};
 	} else {
 		if ((c = HIP->hipMemcpyDtoHAsync(dst, (hipDeviceptr_t)(uintptr_t)src, n, (hipStream_t)s)) != 0)
-			rc = (dd_rc){c, "hipMemcpyDtoHAsync"};
+			rc = (ddg_rc){c, "hipMemcpyDtoHAsync"};
 	}
-	if (rc.code == 0) rc = dd_record_wait(d, s, e, 1);
-	return dd_leave(d, &sc, rc);
+	if (rc.code == 0) rc = ddg_record_wait(d, s, e, 1);
+	return ddg_leave(d, &sc, rc);
 }
 
-dd_rc dd_memsets(dd_dev *d, uint64_t p, size_t n, int count, dd_handle s, dd_handle e) {
-	dd_scope sc;
-	dd_rc rc = dd_enter(d, &sc);
+ddg_rc ddg_memsets(ddg_dev *d, uint64_t p, size_t n, int count, ddg_handle s, ddg_handle e) {
+	ddg_scope sc;
+	ddg_rc rc = ddg_enter(d, &sc);
 	if (rc.code != 0) return rc;
 	for (int i = 0; i < count && rc.code == 0; i++) {
 		int c;
-		if (d->api->kind == DD_CUDA) {
-			if ((c = CU->cuMemsetD8Async(p, (unsigned char)i, n, (CUstream)s)) != 0) rc = (dd_rc){c, "cuMemsetD8Async"};
+		if (d->api->kind == DDG_CUDA) {
+			if ((c = CU->cuMemsetD8Async(p, (unsigned char)i, n, (CUstream)s)) != 0) rc = (ddg_rc){c, "cuMemsetD8Async"};
 		} else {
 			if ((c = HIP->hipMemsetD8Async((hipDeviceptr_t)(uintptr_t)p, (unsigned char)i, n, (hipStream_t)s)) != 0)
-				rc = (dd_rc){c, "hipMemsetD8Async"};
+				rc = (ddg_rc){c, "hipMemsetD8Async"};
 		}
 	}
-	if (rc.code == 0) rc = dd_record_wait(d, s, e, 0);
-	return dd_leave(d, &sc, rc);
+	if (rc.code == 0) rc = ddg_record_wait(d, s, e, 0);
+	return ddg_leave(d, &sc, rc);
 }
 
 // HIP has no module entry points here: there is no portable code object
 // to load, so HIP keeps its default stream busy with memsets.
-#define DD_CUDA_ONLY(d, op) \
-	if ((d)->api->kind != DD_CUDA) return (dd_rc){801, op " (CUDA only)"}
+#define DDG_CUDA_ONLY(d, op) \
+	if ((d)->api->kind != DDG_CUDA) return (ddg_rc){801, op " (CUDA only)"}
 
-dd_rc dd_module_load(dd_dev *d, const char *image, const char *fname, dd_handle *mod, dd_handle *fn) {
-	DD_CUDA_ONLY(d, "cuModuleLoadData");
-	dd_scope sc;
-	dd_rc rc = dd_enter(d, &sc);
+ddg_rc ddg_module_load(ddg_dev *d, const char *image, const char *fname, ddg_handle *mod, ddg_handle *fn) {
+	DDG_CUDA_ONLY(d, "cuModuleLoadData");
+	ddg_scope sc;
+	ddg_rc rc = ddg_enter(d, &sc);
 	if (rc.code != 0) return rc;
 	int c;
 	*mod = 0;
 	if ((c = CU->cuModuleLoadData((CUmodule *)mod, image)) != 0) {
-		rc = (dd_rc){c, "cuModuleLoadData"};
+		rc = (ddg_rc){c, "cuModuleLoadData"};
 	} else if ((c = CU->cuModuleGetFunction((CUfunction *)fn, (CUmodule)*mod, fname)) != 0) {
-		rc = (dd_rc){c, "cuModuleGetFunction"};
+		rc = (ddg_rc){c, "cuModuleGetFunction"};
 		CU->cuModuleUnload((CUmodule)*mod);
 		*mod = 0;
 	}
-	return dd_leave(d, &sc, rc);
+	return ddg_leave(d, &sc, rc);
 }
 
-dd_rc dd_module_unload(dd_dev *d, dd_handle mod) {
-	DD_CUDA_ONLY(d, "cuModuleUnload");
-	DD_CALL(d, CU->cuModuleUnload((CUmodule)mod), "cuModuleUnload", 0, "");
+ddg_rc ddg_module_unload(ddg_dev *d, ddg_handle mod) {
+	DDG_CUDA_ONLY(d, "cuModuleUnload");
+	DDG_CALL(d, CU->cuModuleUnload((CUmodule)mod), "cuModuleUnload", 0, "");
 }
 
-dd_rc dd_spin(dd_dev *d, dd_handle fn, uint64_t ns, dd_handle e) {
-	DD_CUDA_ONLY(d, "cuLaunchKernel");
-	dd_scope sc;
-	dd_rc rc = dd_enter(d, &sc);
+ddg_rc ddg_spin(ddg_dev *d, ddg_handle fn, uint64_t ns, ddg_handle e) {
+	DDG_CUDA_ONLY(d, "cuLaunchKernel");
+	ddg_scope sc;
+	ddg_rc rc = ddg_enter(d, &sc);
 	if (rc.code != 0) return rc;
 	void *params[] = {&ns};
 	int c = CU->cuLaunchKernel((CUfunction)fn, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL);
-	if (c != 0) rc = (dd_rc){c, "cuLaunchKernel"};
-	else rc = dd_record_wait(d, 0, e, 0);
-	return dd_leave(d, &sc, rc);
+	if (c != 0) rc = (ddg_rc){c, "cuLaunchKernel"};
+	else rc = ddg_record_wait(d, 0, e, 0);
+	return ddg_leave(d, &sc, rc);
 }
