@@ -424,7 +424,6 @@ func (v *Var) readDevice(c *readCtx, dc *devCtx, rd *devRead) (ev *gpu.Event, er
 			}
 			o := v.owner(g)
 			rank := s.groupLo + o
-			st.targets |= 1 << (uint(rank) & 63)
 			soff := (g-v.offsets[o])*rb + inrow
 			rowsStarted := int64(0)
 			if inrow == 0 {
@@ -452,6 +451,7 @@ func (v *Var) readDevice(c *readCtx, dc *devCtx, rd *devRead) (ev *gpu.Event, er
 					inrow = take
 				}
 			}
+			st.targets.Add(rank, rowsStarted)
 			d := buf[p : p+l]
 			p += l
 			if rank != s.rank && s.dead.has(rank) {
