@@ -1,0 +1,25 @@
+# python/: the C ABI (libddstore.so, go build -buildmode=c-shared) and the
+# ddstore Python package over it (ctypes). Tests run with Debian's
+# /usr/bin/python3 and python3-numpy, python3-torch, python3-pytest, which
+# python-deps installs with apt when /usr/bin/python3 cannot import them.
+
+.PHONY: python-lib python-ctest python-deps python-test
+
+PYLIB := $(BIN)/libddstore.so
+
+python-lib: deps
+	$(GO) build -buildmode=c-shared -o $(PYLIB) ./python/libddstore
+
+# The C ABI from C: one rank, every function, every value checked.
+python-ctest: python-lib
+	gcc -O1 -Wall -Wextra -Werror -o $(BIN)/ctest -Ipython/libddstore python/libddstore/ctest/ctest.c \
+	  -L$(BIN) -lddstore -Wl,-rpath,'$$ORIGIN'
+	cd /tmp && env -u RANK -u WORLD_SIZE -u PMI_FD -u PMI_RANK -u PMI_SIZE $(CURDIR)/$(BIN)/ctest
+
+python-deps:
+	@/usr/bin/python3 -c 'import numpy, torch, pytest' 2>/dev/null || { \
+	  echo "installing: python3-numpy python3-torch python3-pytest"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq \
+	    python3-numpy python3-torch python3-pytest; }
+
+TEST_EXTRA += python-ctest

@@ -1,0 +1,730 @@
+// Command libddstore is the C ABI of the ddstore engine: built with
+// go build -buildmode=c-shared it is libddstore.so, the one library (one Go
+// runtime per process) that the Python package ddstore loads with ctypes
+// and that C or C++ programs link against ddstore.h. It owns the handles
+// (runtime/cgo.Handle) that stand for stores, loaders, epochs, batch
+// leases and pending calls, the mapping of engine errors onto the
+// DDS_ERR_* codes, and the slicing of every wait for other ranks so that
+// a caller can handle signals between slices. It never keeps a pointer
+// that C passed in past the call (or the started operation) and never
+// hands C a pointer into the Go heap.
+package main
+
+/*
+#cgo CFLAGS: -I${SRCDIR}
+#define DDS_NO_PROTOTYPES
+#include "ddstore.h"
+#include <string.h>
+*/
+import "C"
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"runtime/cgo"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/ddstore/ddstore/engine"
+	"github.com/ddstore/ddstore/engine/bootstrap"
+	"github.com/ddstore/ddstore/fabric/fault"
+)
+
+func main() {}
+
+// ---- errors ----
+
+var errInvalid = errors.New("ddstore: invalid argument")
+
+// classes maps sentinels onto codes, most specific first.
+var classes = []struct {
+	code int
+	errs []error
+}{
+	{C.DDS_ERR_CLOSED, []error{engine.ErrClosed, fault.ErrClosed}},
+	{C.DDS_ERR_PEER_DEAD, []error{engine.ErrPeerDead, fault.ErrPeerDead}},
+	{C.DDS_ERR_TIMEOUT, []error{engine.ErrTimeout, fault.ErrTimeout}},
+	{C.DDS_ERR_INDEX, []error{engine.ErrIndex, fault.ErrIndex}},
+	{C.DDS_ERR_UNKNOWN_VAR, []error{engine.ErrUnknownVar, fault.ErrUnknownVar}},
+	{C.DDS_ERR_SHORT, []error{engine.ErrShortBuffer, fault.ErrShortBuffer}},
+	{C.DDS_ERR_DTYPE, []error{engine.ErrDType, fault.ErrDType}},
+	{C.DDS_ERR_MISMATCH, []error{engine.ErrMismatch, fault.ErrMismatch}},
+	{C.DDS_ERR_EXISTS, []error{engine.ErrExists, fault.ErrExists}},
+	{C.DDS_ERR_INVALID, []error{errInvalid, fault.ErrInvalid, engine.ErrLoader}},
+}
+
+func codeOf(err error) int {
+	for _, c := range classes {
+		for _, e := range c.errs {
+			if errors.Is(err, e) {
+				return c.code
+			}
+		}
+	}
+	return C.DDS_ERR_OTHER
+}
+
+var rankRe = regexp.MustCompile(`\brank (\d+)`)
+
+// rankOf is the rank an error names: the typed error's, else the first
+// "rank N" of its text (the engine's dead-peer errors), else -1.
+func rankOf(err error) int {
+	var fe *fault.Error
+	if errors.As(err, &fe) && fe.Rank() >= 0 {
+		return fe.Rank()
+	}
+	if m := rankRe.FindStringSubmatch(err.Error()); m != nil {
+		if r, e := strconv.Atoi(m[1]); e == nil {
+			return r
+		}
+	}
+	return -1
+}
+
+// fail writes err into e (when not NULL) and returns its code.
+func fail(e *C.dds_error, err error) C.int {
+	code := codeOf(err)
+	if e != nil {
+		e.code = C.int32_t(code)
+		e.rank = C.int32_t(-1)
+		if code == C.DDS_ERR_PEER_DEAD || code == C.DDS_ERR_TIMEOUT {
+			e.rank = C.int32_t(rankOf(err))
+		}
+		msg := err.Error()
+		n := min(len(msg), C.DDS_ERRMSG-1)
+		buf := unsafe.Slice((*byte)(unsafe.Pointer(&e.msg[0])), C.DDS_ERRMSG)
+		copy(buf, msg[:n])
+		buf[n] = 0
+	}
+	return C.int(code)
+}
+
+// result turns a Go error into a return code.
+func result(e *C.dds_error, err error) C.int {
+	if err != nil {
+		return fail(e, err)
+	}
+	return C.DDS_OK
+}
+
+// guard turns a panic (an invalid handle, a Go bug) into DDS_ERR_INVALID
+// instead of killing the host process.
+func guard(e *C.dds_error, rc *C.int) {
+	if p := recover(); p != nil {
+		*rc = fail(e, fmt.Errorf("%w: %v", errInvalid, p))
+	}
+}
+
+// ---- handles ----
+
+type storeObj struct{ s *engine.Store }
+type loaderObj struct {
+	l     *engine.Loader
+	nvars int
+}
+type epochObj struct{ e *engine.Epoch }
+
+// batchObj is one lease of a batch: its references (Retain/Release
+// through this handle); the handle ends with the last.
+type batchObj struct {
+	b    *engine.Batch
+	refs atomic.Int32
+}
+
+// call is an operation started by a *_start function.
+type call struct {
+	done   chan struct{}
+	err    error
+	result uint64
+}
+
+func value[T any](h C.uint64_t, what string) (T, error) {
+	var zero T
+	if h == 0 {
+		return zero, fmt.Errorf("%w: %s handle 0", errInvalid, what)
+	}
+	v, ok := cgo.Handle(h).Value().(T)
+	if !ok {
+		return zero, fmt.Errorf("%w: handle %d is not a %s", errInvalid, uint64(h), what)
+	}
+	return v, nil
+}
+
+func start(out *C.uint64_t, e *C.dds_error, f func() (uint64, error)) C.int {
+	if out == nil {
+		return fail(e, fmt.Errorf("%w: NULL call pointer", errInvalid))
+	}
+	c := &call{done: make(chan struct{})}
+	go func() {
+		defer close(c.done)
+		defer func() {
+			if p := recover(); p != nil {
+				c.err = fmt.Errorf("%w: %v", errInvalid, p)
+			}
+		}()
+		c.result, c.err = f()
+	}()
+	*out = C.uint64_t(cgo.NewHandle(c))
+	return C.DDS_OK
+}
+
+//export dds_wait
+func dds_wait(h C.uint64_t, sliceMs C.int32_t, res *C.uint64_t, e *C.dds_error) (rc C.int) {
+	defer guard(e, &rc)
+	c, err := value[*call](h, "call")
+	if err != nil {
+		return fail(e, err)
+	}
+	if sliceMs < 0 {
+		<-c.done
+	} else {
+		t := time.NewTimer(time.Duration(sliceMs) * time.Millisecond)
+		select {
+		case <-c.done:
+			t.Stop()
+		case <-t.C:
+			return C.DDS_AGAIN
+		}
+	}
+	cgo.Handle(h).Delete()
+	if res != nil {
+		*res = C.uint64_t(c.result)
+	}
+	return result(e, c.err)
+}
+
+//export dds_handle_free
+func dds_handle_free(h C.uint64_t) (rc C.int) {
+	defer guard(nil, &rc)
+	if h != 0 {
+		cgo.Handle(h).Delete()
+	}
+	return C.DDS_OK
+}
+
+// ---- store ----
+
+type bootOpts struct {
+	Method     string `json:"method"`
+	Addr       string `json:"addr"`
+	Dir        string `json:"dir"`
+	Token      string `json:"token"`
+	Rank       *int   `json:"rank"`
+	World      int    `json:"world"`
+	LocalRank  int    `json:"local_rank"`
+	LocalWorld int    `json:"local_world"`
+	Job        string `json:"job"`
+}
+
+type openOpts struct {
+	Config          string    `json:"config"`
+	NodeMode        string    `json:"node_mode"`
+	Provider        string    `json:"provider"`
+	Iface           string    `json:"iface"`
+	ReadMode        string    `json:"read_mode"`
+	Width           int       `json:"width"`
+	TimeoutMs       int64     `json:"timeout_ms"`
+	FabricTimeoutMs int64     `json:"fabric_timeout_ms"`
+	Telemetry       *bool     `json:"telemetry"`
+	TelemetryDir    string    `json:"telemetry_dir"`
+	ShardDir        string    `json:"shard_dir"`
+	Bootstrap       *bootOpts `json:"bootstrap"`
+}
+
+func storeOptions(js string) (engine.Options, error) {
+	var o openOpts
+	if js != "" {
+		dec := json.NewDecoder(strings.NewReader(js))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&o); err != nil {
+			return engine.Options{}, fmt.Errorf("%w: open options: %v", errInvalid, err)
+		}
+	}
+	c, err := engine.LoadConfig(o.Config)
+	if err != nil {
+		return engine.Options{}, err
+	}
+	so := c.StoreOptions()
+	if o.NodeMode != "" {
+		so.NodeMode = o.NodeMode
+	}
+	if o.Provider != "" {
+		so.Fabric.Provider = o.Provider
+	}
+	if o.Iface != "" {
+		so.Fabric.Domain = o.Iface
+	}
+	if o.ReadMode != "" {
+		so.ReadMode = o.ReadMode
+	}
+	if o.Width != 0 {
+		so.Width = o.Width
+	}
+	if o.TimeoutMs > 0 {
+		so.Timeout = time.Duration(o.TimeoutMs) * time.Millisecond
+		so.Bootstrap.Timeout = so.Timeout
+	}
+	if o.FabricTimeoutMs > 0 {
+		so.Fabric.Timeout = time.Duration(o.FabricTimeoutMs) * time.Millisecond
+	}
+	if o.Telemetry != nil {
+		so.Telemetry = *o.Telemetry
+	}
+	if o.TelemetryDir != "" {
+		so.TelemetryDir = o.TelemetryDir
+	}
+	if o.ShardDir != "" {
+		so.ShardDir = o.ShardDir
+	}
+	if b := o.Bootstrap; b != nil {
+		if b.Method != "" {
+			so.Bootstrap.Method = b.Method
+		}
+		if b.Addr != "" {
+			so.Bootstrap.Addr = b.Addr
+		}
+		if b.Dir != "" {
+			so.Bootstrap.Dir = b.Dir
+		}
+		if b.Token != "" {
+			so.Bootstrap.Token = b.Token
+		}
+		if b.World > 0 {
+			r := 0
+			if b.Rank != nil {
+				r = *b.Rank
+			}
+			so.Bootstrap.Env = bootstrap.Env{Rank: r, World: b.World, LocalRank: b.LocalRank,
+				LocalWorld: b.LocalWorld, Launcher: "python", Job: b.Job}
+		}
+	}
+	return so, nil
+}
+
+//export dds_open_start
+func dds_open_start(opts *C.char, out *C.uint64_t, e *C.dds_error) (rc C.int) {
+	defer guard(e, &rc)
+	js := ""
+	if opts != nil {
+		js = C.GoString(opts)
+	}
+	so, err := storeOptions(js)
+	if err != nil {
+		return fail(e, err)
+	}
+	return start(out, e, func() (uint64, error) {
+		s, err := engine.Open(so)
+		if err != nil {
+			return 0, err
+		}
+		return uint64(cgo.NewHandle(&storeObj{s: s})), nil
+	})
+}
+
+func store(h C.uint64_t) (*engine.Store, error) {
+	o, err := value[*storeObj](h, "store")
+	if err != nil {
+		return nil, err
+	}
+	return o.s, nil
+}
+
+// cstr views a C string without copying; valid during the call only.
+func cstr(p *C.char) string {
+	if p == nil {
+		return ""
+	}
+	return unsafe.String((*byte)(unsafe.Pointer(p)), int(C.strlen(p)))
+}
+
+// cbytes views C memory as a slice; valid during the call (or started op).
+func cbytes(p unsafe.Pointer, n C.int64_t) ([]byte, error) {
+	switch {
+	case n < 0:
+		return nil, fmt.Errorf("%w: negative length %d", errInvalid, int64(n))
+	case n == 0:
+		return nil, nil
+	case p == nil:
+		return nil, fmt.Errorf("%w: NULL buffer of %d bytes", errInvalid, int64(n))
+	}
+	return unsafe.Slice((*byte)(p), int(n)), nil
+}
+
+func cints(p *C.int64_t, n C.int64_t) ([]int64, error) {
+	switch {
+	case n < 0:
+		return nil, fmt.Errorf("%w: negative count %d", errInvalid, int64(n))
+	case n == 0:
+		return nil, nil
+	case p == nil:
+		return nil, fmt.Errorf("%w: NULL array of %d entries", errInvalid, int64(n))
+	}
+	return unsafe.Slice((*int64)(unsafe.Pointer(p)), int(n)), nil
+}
+
+//export dds_close_start
+func dds_close_start(h C.uint64_t, out *C.uint64_t, e *C.dds_error) (rc C.int) {
+	defer guard(e, &rc)
+	s, err := store(h)
+	if err != nil {
+		return fail(e, err)
+	}
+	return start(out, e, func() (uint64, error) { return 0, s.Close() })
+}
+
+//export dds_add_start
+func dds_add_start(h C.uint64_t, name *C.char, dt C.int32_t, rowElems C.int64_t, data unsafe.Pointer, n C.int64_t,
+	out *C.uint64_t, e *C.dds_error) (rc C.int) {
+	defer guard(e, &rc)
+	s, err := store(h)
+	if err != nil {
+		return fail(e, err)
+	}
+	b, err := cbytes(data, n)
+	if err != nil {
+		return fail(e, err)
+	}
+	nm := C.GoString(name)
+	return start(out, e, func() (uint64, error) { return 0, s.Add(nm, engine.DType(dt), int(rowElems), b) })
+}
+
+//export dds_init_start
+func dds_init_start(h C.uint64_t, name *C.char, dt C.int32_t, rowElems, nLocal C.int64_t,
+	out *C.uint64_t, e *C.dds_error) (rc C.int) {
+	defer guard(e, &rc)
+	s, err := store(h)
+	if err != nil {
+		return fail(e, err)
+	}
+	nm := C.GoString(name)
+	return start(out, e, func() (uint64, error) { return 0, s.Init(nm, engine.DType(dt), int(rowElems), int64(nLocal)) })
+}
+
+//export dds_free_start
+func dds_free_start(h C.uint64_t, name *C.char, out *C.uint64_t, e *C.dds_error) (rc C.int) {
+	defer guard(e, &rc)
+	s, err := store(h)
+	if err != nil {
+		return fail(e, err)
+	}
+	nm := C.GoString(name)
+	return start(out, e, func() (uint64, error) { return 0, s.Free(nm) })
+}
+
+//export dds_barrier_start
+func dds_barrier_start(h C.uint64_t, out *C.uint64_t, e *C.dds_error) (rc C.int) {
+	defer guard(e, &rc)
+	s, err := store(h)
+	if err != nil {
+		return fail(e, err)
+	}
+	return start(out, e, func() (uint64, error) { return 0, s.Barrier() })
+}
+
+//export dds_info
+func dds_info(h C.uint64_t, out *C.int32_t, e *C.dds_error) (rc C.int) {
+	defer guard(e, &rc)
+	s, err := store(h)
+	if err != nil {
+		return fail(e, err)
+	}
+	o := unsafe.Slice(out, 4)
+	o[0], o[1], o[2], o[3] = C.int32_t(s.Rank()), C.int32_t(s.World()), C.int32_t(s.Width()), C.int32_t(s.LocalRank())
+	return C.DDS_OK
+}
+
+//export dds_query
+func dds_query(h C.uint64_t, name *C.char, out *C.char, capacity C.int64_t, e *C.dds_error) (rc C.int) {
+	defer guard(e, &rc)
+	s, err := store(h)
+	if err != nil {
+		return fail(e, err)
+	}
+	info, err := s.Query(C.GoString(name))
+	if err != nil {
+		return fail(e, err)
+	}
+	js, _ := json.Marshal(map[string]any{"name": info.Name, "dtype": info.DType.String(), "dtype_code": int(info.DType),
+		"row_elems": info.RowElems, "row_bytes": info.RowBytes, "global_rows": info.GlobalRows,
+		"local_rows": info.LocalRows, "local_start": info.LocalStart, "shards": info.Shards,
+		"group": info.Group, "group_ranks": info.GroupRanks})
+	if int64(len(js)) >= int64(capacity) {
+		return fail(e, fmt.Errorf("%w: query of %q needs %d bytes, buffer has %d", errInvalid, info.Name, len(js)+1, int64(capacity)))
+	}
+	buf := unsafe.Slice((*byte)(unsafe.Pointer(out)), int(capacity))
+	copy(buf, js)
+	buf[len(js)] = 0
+	return C.DDS_OK
+}
+
+//export dds_update
+func dds_update(h C.uint64_t, name *C.char, rows unsafe.Pointer, n, off C.int64_t, e *C.dds_error) (rc C.int) {
+	defer guard(e, &rc)
+	s, err := store(h)
+	if err != nil {
+		return fail(e, err)
+	}
+	b, err := cbytes(rows, n)
+	if err != nil {
+		return fail(e, err)
+	}
+	return result(e, s.Update(cstr(name), b, int64(off)))
+}
+
+//export dds_get
+func dds_get(h C.uint64_t, name *C.char, startRow, count C.int64_t, dst unsafe.Pointer, n C.int64_t, e *C.dds_error) (rc C.int) {
+	defer guard(e, &rc)
+	s, err := store(h)
+	if err != nil {
+		return fail(e, err)
+	}
+	d, err := cbytes(dst, n)
+	if err != nil {
+		return fail(e, err)
+	}
+	return result(e, s.Get(cstr(name), int64(startRow), int64(count), d))
+}
+
+//export dds_get_batch
+func dds_get_batch(h C.uint64_t, name *C.char, idx *C.int64_t, ni C.int64_t, dst unsafe.Pointer, n C.int64_t, e *C.dds_error) (rc C.int) {
+	defer guard(e, &rc)
+	s, err := store(h)
+	if err != nil {
+		return fail(e, err)
+	}
+	ix, err := cints(idx, ni)
+	if err != nil {
+		return fail(e, err)
+	}
+	d, err := cbytes(dst, n)
+	if err != nil {
+		return fail(e, err)
+	}
+	return result(e, s.GetBatch(cstr(name), ix, d))
+}
+
+//export dds_get_ranges
+func dds_get_ranges(h C.uint64_t, name *C.char, starts, counts *C.int64_t, nr C.int64_t, dst unsafe.Pointer, n C.int64_t, e *C.dds_error) (rc C.int) {
+	defer guard(e, &rc)
+	s, err := store(h)
+	if err != nil {
+		return fail(e, err)
+	}
+	st, err := cints(starts, nr)
+	if err != nil {
+		return fail(e, err)
+	}
+	ct, err := cints(counts, nr)
+	if err != nil {
+		return fail(e, err)
+	}
+	d, err := cbytes(dst, n)
+	if err != nil {
+		return fail(e, err)
+	}
+	return result(e, s.GetRanges(cstr(name), st, ct, d))
+}
+
+// ---- loader ----
+
+type loaderOpts struct {
+	Vars          []string `json:"vars"`
+	BatchSize     int      `json:"batch_size"`
+	Seed          int64    `json:"seed"`
+	Shuffle       bool     `json:"shuffle"`
+	DropLast      bool     `json:"drop_last"`
+	Workers       int      `json:"workers"`
+	Prefetch      int      `json:"prefetch"`
+	BatchGet      *bool    `json:"batch_get"`
+	FastCollate   *bool    `json:"fast_collate"`
+	ThreadReaders *bool    `json:"thread_readers"`
+	Replicas      int      `json:"replicas"`
+	Rank          int      `json:"rank"`
+	TimeoutMs     int64    `json:"timeout_ms"`
+}
+
+func orTrue(b *bool) bool { return b == nil || *b }
+
+//export dds_loader_new
+func dds_loader_new(h C.uint64_t, opts *C.char, out *C.uint64_t, e *C.dds_error) (rc C.int) {
+	defer guard(e, &rc)
+	s, err := store(h)
+	if err != nil {
+		return fail(e, err)
+	}
+	var o loaderOpts
+	dec := json.NewDecoder(strings.NewReader(C.GoString(opts)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&o); err != nil {
+		return fail(e, fmt.Errorf("%w: loader options: %v", errInvalid, err))
+	}
+	if len(o.Vars) > C.DDS_MAX_VARS {
+		return fail(e, fmt.Errorf("%w: %d variables, at most %d per loader", errInvalid, len(o.Vars), C.DDS_MAX_VARS))
+	}
+	l, err := s.NewLoader(engine.LoaderOptions{Vars: o.Vars, BatchSize: o.BatchSize, Seed: o.Seed, Shuffle: o.Shuffle,
+		DropLast: o.DropLast, Workers: o.Workers, Prefetch: o.Prefetch, BatchGet: orTrue(o.BatchGet),
+		FastCollate: orTrue(o.FastCollate), ThreadReaders: orTrue(o.ThreadReaders), Replicas: o.Replicas,
+		Rank: o.Rank, Timeout: time.Duration(o.TimeoutMs) * time.Millisecond})
+	if err != nil {
+		return fail(e, err)
+	}
+	*out = C.uint64_t(cgo.NewHandle(&loaderObj{l: l, nvars: len(o.Vars)}))
+	return C.DDS_OK
+}
+
+//export dds_loader_len
+func dds_loader_len(h C.uint64_t, out *C.int64_t, e *C.dds_error) (rc C.int) {
+	defer guard(e, &rc)
+	lo, err := value[*loaderObj](h, "loader")
+	if err != nil {
+		return fail(e, err)
+	}
+	o := unsafe.Slice(out, 3)
+	o[0], o[1], o[2] = C.int64_t(lo.l.Len()), C.int64_t(lo.l.Batches()), C.int64_t(lo.l.PoolSize())
+	return C.DDS_OK
+}
+
+//export dds_loader_close
+func dds_loader_close(h C.uint64_t, e *C.dds_error) (rc C.int) {
+	defer guard(e, &rc)
+	lo, err := value[*loaderObj](h, "loader")
+	if err != nil {
+		return fail(e, err)
+	}
+	return result(e, lo.l.Close())
+}
+
+//export dds_loader_epoch
+func dds_loader_epoch(h C.uint64_t, epoch C.int64_t, idx *C.int64_t, n C.int64_t, out *C.uint64_t, e *C.dds_error) (rc C.int) {
+	defer guard(e, &rc)
+	lo, err := value[*loaderObj](h, "loader")
+	if err != nil {
+		return fail(e, err)
+	}
+	var ep *engine.Epoch
+	if n < 0 {
+		ep, err = lo.l.Epoch(int(epoch))
+	} else {
+		var ix []int64
+		if ix, err = cints(idx, n); err == nil {
+			ep, err = lo.l.EpochIndices(int(epoch), ix) // copies ix
+		}
+	}
+	if err != nil {
+		return fail(e, err)
+	}
+	*out = C.uint64_t(cgo.NewHandle(&epochObj{e: ep}))
+	return C.DDS_OK
+}
+
+//export dds_epoch_next
+func dds_epoch_next(h C.uint64_t, sliceMs C.int32_t, out *C.dds_batch, e *C.dds_error) (rc C.int) {
+	defer guard(e, &rc)
+	eo, err := value[*epochObj](h, "epoch")
+	if err != nil {
+		return fail(e, err)
+	}
+	if out == nil {
+		return fail(e, fmt.Errorf("%w: NULL batch", errInvalid))
+	}
+	slice := time.Duration(sliceMs) * time.Millisecond
+	if sliceMs <= 0 {
+		slice = time.Millisecond
+	}
+	b, err := eo.e.NextWithin(slice)
+	switch {
+	case errors.Is(err, engine.ErrNotReady):
+		return C.DDS_AGAIN
+	case err == io.EOF:
+		return C.DDS_EOF
+	case err != nil:
+		return fail(e, err)
+	}
+	rows := len(b.Indices)
+	if int64(out.indices_cap) < int64(rows) || (rows > 0 && out.indices == nil) {
+		b.Release()
+		return fail(e, fmt.Errorf("%w: indices buffer of %d entries for a batch of %d rows", errInvalid, int64(out.indices_cap), rows))
+	}
+	copy(unsafe.Slice((*int64)(unsafe.Pointer(out.indices)), rows), b.Indices)
+	bo := &batchObj{b: b}
+	bo.refs.Store(1)
+	out.batch = C.uint64_t(cgo.NewHandle(bo))
+	out.epoch, out.number, out.rows = C.int64_t(b.Epoch), C.int64_t(b.Number), C.int64_t(rows)
+	out.nvars = C.int32_t(len(b.Data))
+	for v, d := range b.Data {
+		out.data[v] = unsafe.Pointer(unsafe.SliceData(d)) // off-heap (fabric.Alloc)
+		out.nbytes[v] = C.int64_t(len(d))
+	}
+	return C.DDS_OK
+}
+
+//export dds_epoch_stats
+func dds_epoch_stats(h C.uint64_t, out *C.int64_t, e *C.dds_error) (rc C.int) {
+	defer guard(e, &rc)
+	eo, err := value[*epochObj](h, "epoch")
+	if err != nil {
+		return fail(e, err)
+	}
+	st := eo.e.Stats()
+	o := unsafe.Slice(out, 4)
+	o[0], o[1], o[2], o[3] = C.int64_t(st.Wait), C.int64_t(st.Step), C.int64_t(st.Batches), C.int64_t(st.Rows)
+	return C.DDS_OK
+}
+
+//export dds_epoch_close
+func dds_epoch_close(h C.uint64_t, e *C.dds_error) (rc C.int) {
+	defer guard(e, &rc)
+	eo, err := value[*epochObj](h, "epoch")
+	if err != nil {
+		return fail(e, err)
+	}
+	eo.e.Close()
+	return C.DDS_OK
+}
+
+//export dds_batch_retain
+func dds_batch_retain(h C.uint64_t, e *C.dds_error) (rc C.int) {
+	defer guard(e, &rc)
+	bo, err := value[*batchObj](h, "batch")
+	if err != nil {
+		return fail(e, err)
+	}
+	for {
+		n := bo.refs.Load()
+		if n <= 0 {
+			return fail(e, fmt.Errorf("%w: batch lease already released", errInvalid))
+		}
+		if bo.refs.CompareAndSwap(n, n+1) {
+			bo.b.Retain()
+			return C.DDS_OK
+		}
+	}
+}
+
+//export dds_batch_release
+func dds_batch_release(h C.uint64_t, e *C.dds_error) (rc C.int) {
+	defer guard(e, &rc)
+	bo, err := value[*batchObj](h, "batch")
+	if err != nil {
+		return fail(e, err)
+	}
+	for {
+		n := bo.refs.Load()
+		if n <= 0 {
+			return fail(e, fmt.Errorf("%w: batch lease already released", errInvalid))
+		}
+		if bo.refs.CompareAndSwap(n, n-1) {
+			if n == 1 {
+				cgo.Handle(h).Delete()
+			}
+			bo.b.Release()
+			return C.DDS_OK
+		}
+	}
+}
