@@ -11,6 +11,7 @@ import (
 	"github.com/ddstore/ddstore/ui/components/bar"
 	"github.com/ddstore/ddstore/ui/components/columns"
 	"github.com/ddstore/ddstore/ui/data"
+	"github.com/ddstore/ddstore/ui/diagnose"
 	"github.com/ddstore/ddstore/ui/styles"
 )
 
@@ -18,10 +19,11 @@ import (
 // throughput sparkline, per-reader stripes and recent calls, in a
 // scrolling viewport.
 type detail struct {
-	path  string // the rank's segment; "" = none chosen yet
-	rank  *data.Rank
-	vp    viewport.Model
-	width int
+	findings []diagnose.Finding // of the whole frame; the page shows the rank's
+	path     string             // the rank's segment; "" = none chosen yet
+	rank     *data.Rank
+	vp       viewport.Model
+	width    int
 }
 
 func newDetail() detail { return detail{vp: viewport.New(80, 10)} }
@@ -116,6 +118,13 @@ func (d *detail) content(off int) string {
 	}
 	if r.BadCalls > 0 {
 		line(styles.Warn.Render(fmt.Sprintf("%d calls recorded for an unknown variable or reader", r.BadCalls)))
+	}
+	if fs := rankFindings(d.findings, r); len(fs) > 0 {
+		line("")
+		line(styles.Section.Render("FINDINGS") + fmt.Sprintf(" (%d, worst first)", len(fs)))
+		for _, f := range fs {
+			line(findingLine(f, w))
+		}
 	}
 
 	line("")

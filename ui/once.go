@@ -12,6 +12,7 @@ import (
 	"github.com/ddstore/ddstore/telemetry"
 	"github.com/ddstore/ddstore/ui/components/bar"
 	"github.com/ddstore/ddstore/ui/data"
+	"github.com/ddstore/ddstore/ui/diagnose"
 	"github.com/ddstore/ddstore/ui/styles"
 )
 
@@ -76,6 +77,11 @@ func Tables(f *data.Frame, width int) string {
 	for _, p := range f.Problems {
 		b.WriteString(cut(styles.Warn.Render("unreadable: "+p)) + "\n")
 	}
+	fs := diagnose.Diagnose(f, diagnose.Thresholds{})
+	fmt.Fprintf(&b, "\n%s %d, worst first\n", styles.Section.Render("FINDINGS"), len(fs))
+	for _, fd := range fs {
+		b.WriteString(findingLine(fd, width) + "\n")
+	}
 	return b.String()
 }
 
@@ -89,6 +95,8 @@ type JSONReport struct {
 	Ranks     []JSONRank `json:"ranks"`
 	Variables []JSONVar  `json:"variables"`
 	Problems  []string   `json:"problems,omitempty"`
+	// Findings are the diagnoses (package ui/diagnose), worst first.
+	Findings []diagnose.Finding `json:"findings"`
 }
 
 // JSONCounters are cumulative counters and interval rates of one block.
@@ -175,7 +183,11 @@ func jsonCounters(s data.Stat) JSONCounters {
 
 // Report converts a frame to the JSON report.
 func Report(f *data.Frame) JSONReport {
-	out := JSONReport{Time: f.At, Dir: f.Dir, Ranks: []JSONRank{}, Variables: []JSONVar{}, Problems: f.Problems}
+	out := JSONReport{Time: f.At, Dir: f.Dir, Ranks: []JSONRank{}, Variables: []JSONVar{}, Problems: f.Problems,
+		Findings: diagnose.Diagnose(f, diagnose.Thresholds{})}
+	if out.Findings == nil {
+		out.Findings = []diagnose.Finding{}
+	}
 	for _, r := range f.Ranks {
 		out.IntervalS = max(out.IntervalS, r.Interval.Seconds())
 		jr := JSONRank{Rank: r.Rank, World: r.World, Host: r.Host, Pid: r.Pid, Job: r.Job, State: r.State,

@@ -30,6 +30,7 @@ import (
 	"github.com/ddstore/ddstore/telemetry"
 	"github.com/ddstore/ddstore/ui/components/bar"
 	"github.com/ddstore/ddstore/ui/data"
+	"github.com/ddstore/ddstore/ui/diagnose"
 	"github.com/ddstore/ddstore/ui/keys"
 	"github.com/ddstore/ddstore/ui/styles"
 )
@@ -106,12 +107,13 @@ func (s *source) poll() (*data.Frame, error) {
 
 // Model is ddtop's root model.
 type Model struct {
-	o      Options
-	src    *source
-	frame  *data.Frame
-	err    error
-	gen    int // refresh chain generation: pause/resume starts a new chain
-	paused bool
+	o        Options
+	src      *source
+	frame    *data.Frame
+	findings []diagnose.Finding // of frame, worst first
+	err      error
+	gen      int // refresh chain generation: pause/resume starts a new chain
+	paused   bool
 
 	view      int
 	ranks     list
@@ -220,6 +222,12 @@ func (m *Model) apply(f *data.Frame, err error) {
 		return
 	}
 	m.frame = f
+	old := panelLines(len(m.findings), m.bodyLines)
+	m.findings = diagnose.Diagnose(f, diagnose.Thresholds{})
+	m.detail.findings = m.findings
+	if panelLines(len(m.findings), m.bodyLines) != old {
+		m.layout()
+	}
 	m.ranks.setRows(rankRows(f))
 	m.vars.setRows(varRows(f))
 	if m.varSel != "" {
@@ -471,7 +479,7 @@ func (m *Model) layout() {
 	m.ranks.setHidden(m.view != viewRanks)
 	m.vars.setHidden(m.view != viewVars || m.varSel != "")
 	m.varRanks.setHidden(m.view != viewVars || m.varSel == "")
-	m.ranks.setSize(w, body)
+	m.ranks.setSize(w, body-panelLines(len(m.findings), body))
 	m.vars.setSize(w, body)
 	m.varRanks.setSize(w, body)
 	m.detail.setSize(w, body)
@@ -511,6 +519,13 @@ func (m *Model) draw() string {
 		body = m.ranks.view()
 		if len(m.ranks.shown) == 0 {
 			body += "\n" + m.emptyText()
+		}
+		if pl := panelLines(len(m.findings), m.bodyLines); pl > 0 {
+			bl := strings.Split(body, "\n")
+			for len(bl) < m.bodyLines-pl {
+				bl = append(bl, "")
+			}
+			body = strings.Join(bl[:min(len(bl), m.bodyLines-pl)], "\n") + "\n" + findingsPanel(m.findings, pl, w)
 		}
 	case viewVars:
 		if m.varSel != "" {

@@ -614,3 +614,46 @@ func TestDetailPeers(t *testing.T) {
 		t.Fatalf("peer 3 row %q", f)
 	}
 }
+
+// TestFindingsPanel: the ranks view lists the diagnoses under the table,
+// worst first, and the drill-down lists the rank's own.
+func TestFindingsPanel(t *testing.T) {
+	_, m := threeRanks(t)
+	// Ranks 1 and 2 made 20 and 30 calls on the shared reader (0) with
+	// lock_wait a quarter of each call: over the 20% threshold.
+	v := m.View()
+	lineWith(t, v, "FINDINGS 2, worst first")
+	l1 := lineWith(t, v, "lock_wait rank 1 (beta) var x reader 0: lock_wait is 25% of the shared reader's time (threshold 20%)")
+	l2 := lineWith(t, v, "lock_wait rank 2 (gamma) var x reader 0")
+	if strings.Index(v, l1) > strings.Index(v, l2) {
+		t.Fatalf("same severity: rank order expected:\n%s", v)
+	}
+	// The panel sits below the ranks table, which keeps its rows.
+	if strings.Index(v, "FINDINGS") < strings.Index(v, "gamma") {
+		t.Fatalf("panel above the table:\n%s", v)
+	}
+	if got := shownRanks(m); len(got) != 3 {
+		t.Fatalf("ranks %v", got)
+	}
+	// A small terminal still fits, panel and all.
+	m.Update(tea.WindowSizeMsg{Width: 60, Height: 14})
+	v = m.View()
+	if n := strings.Count(v, "\n") + 1; n > 14 {
+		t.Fatalf("%d lines in a 14-line terminal:\n%s", n, v)
+	}
+	for _, l := range strings.Split(v, "\n") {
+		if ansi.StringWidth(l) > 60 {
+			t.Fatalf("line wider than 60: %q", l)
+		}
+	}
+	lineWith(t, v, "FINDINGS")
+	// Drill-down on rank 2: its own finding only.
+	m.Update(tea.WindowSizeMsg{Width: 200, Height: 200})
+	press(m, "down", "down", "enter")
+	v = m.View()
+	lineWith(t, v, "FINDINGS (1, worst first)")
+	lineWith(t, v, "lock_wait rank 2 (gamma) var x reader 0")
+	if strings.Contains(v, "rank 1 (beta)") {
+		t.Fatalf("rank 1's finding on rank 2's page:\n%s", v)
+	}
+}

@@ -38,6 +38,10 @@ type report struct {
 			jsonCounters
 		}
 	}
+	Findings []struct {
+		Rule, Var, Evidence, Fix, Env string
+		Rank                          int
+	} `json:"findings"`
 }
 
 func run(t *testing.T, args ...string) (string, error) {
@@ -192,6 +196,47 @@ func TestJSONRates(t *testing.T) {
 		return
 	}
 	t.Fatal("ddtop never took its first snapshot before the calls")
+}
+
+// --json and --once carry the diagnoses: here every rank made 40 calls of
+// one row, 1 in 4 failing, and rank 1 of a world of 3 never appeared.
+func TestFindingsInOnce(t *testing.T) {
+	dir := t.TempDir()
+	for r := range 2 {
+		w, ids := create(t, dir, "j", r*2, 3, "", "a")
+		for k := range 40 {
+			c := call(0, ids[0], 0)
+			c.Err = k%4 == 3
+			w.Record(&c)
+		}
+	}
+	rep := runJSON(t, "--dir", dir, "--window", "0")
+	got := map[string]int{}
+	for _, f := range rep.Findings {
+		got[f.Rule]++
+		if f.Evidence == "" || f.Fix == "" {
+			t.Errorf("finding without evidence or fix: %+v", f)
+		}
+		if f.Rule == "unbatched" && (f.Var != "a" || f.Env != "DDSTORE_BATCH_GET=1" || !strings.Contains(f.Evidence, "1.00 rows per call")) {
+			t.Errorf("unbatched: %+v", f)
+		}
+		if f.Rule == "missing_ranks" && (f.Rank != -1 || !strings.Contains(f.Evidence, "missing ranks: 1")) {
+			t.Errorf("missing: %+v", f)
+		}
+	}
+	if got["unbatched"] != 2 || got["errors"] != 2 || got["missing_ranks"] != 1 || len(rep.Findings) != 5 {
+		t.Fatalf("findings %+v", rep.Findings)
+	}
+	out, err := run(t, "--dir", dir, "--once", "--window", "0", "--width", "200")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"FINDINGS 5, worst first", "missing_ranks job j: world size 3 but 2 ranks have segments",
+		"unbatched rank 2", "(DDSTORE_BATCH_GET=1)"} {
+		if !strings.Contains(out, s) {
+			t.Fatalf("--once lacks %q:\n%s", s, out)
+		}
+	}
 }
 
 func TestOnceTables(t *testing.T) {

@@ -1,0 +1,354 @@
+package diagnose
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ddstore/ddstore/telemetry"
+	"github.com/ddstore/ddstore/ui/data"
+)
+
+// job is a directory of synthetic segments: real telemetry writers, one
+// per rank, that a data.Poller reads twice around a recorded workload.
+type job struct {
+	t    *testing.T
+	dir  string
+	ws   []*telemetry.Writer
+	ids  []int
+	now  time.Time
+	poll *data.Poller
+}
+
+func host() string { h, _ := os.Hostname(); return h }
+
+func newJob(t *testing.T, world, present int, rowBytes int64) *job {
+	j := &job{t: t, dir: t.TempDir(), now: time.Unix(1_700_000_000, 0)}
+	for r := 0; r < present; r++ {
+		w, err := telemetry.Create(telemetry.WriterOptions{Dir: j.dir, Job: "train", Rank: r, World: world, Host: host()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { w.Close() })
+		id, err := w.AddVar("x", "float32", rowBytes, 1<<20, 1<<18)
+		if err != nil {
+			t.Fatal(err)
+		}
+		j.ws, j.ids = append(j.ws, w), append(j.ids, id)
+	}
+	p, err := data.NewPoller(data.Options{Dir: j.dir, Now: func() time.Time { return j.now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	j.poll = p
+	j.frame() // the first snapshot
+	return j
+}
+
+// frame polls after a second of (fake) time.
+func (j *job) frame() *data.Frame {
+	j.t.Helper()
+	j.now = j.now.Add(time.Second)
+	f, err := j.poll.Poll()
+	if err != nil {
+		j.t.Fatal(err)
+	}
+	return f
+}
+
+// workload shapes one rank's calls.
+type workload struct {
+	calls, rows    int
+	reader         int32
+	nsPerRow       int64         // cq_wait per row
+	phase          map[int]int64 // extra ns per call, by phase
+	slowTarget     int           // reads from this rank cost slowFactor× (-1: none)
+	slowFactor     int64         // default 1
+	regs           int64         // registrations per call
+	errEvery       int           // every n-th call fails on its target (0: none)
+	batches        int           // loader batches
+	waitNs, stepNs int64         // per batch
+	config         telemetry.LoaderConfig
+}
+
+func healthy() workload {
+	return workload{calls: 100, rows: 32, reader: 1, nsPerRow: 1000, slowTarget: -1, batches: 50,
+		waitNs: 10_000, stepNs: 2_000_000, config: telemetry.LoaderConfig{Workers: 2, Prefetch: 4, Readers: telemetry.LoaderReadersThread, BatchRows: 32}}
+}
+
+// run records the workload on rank r: call k reads all its rows from one
+// other rank, round robin, so every target gets calls of its own.
+func (j *job) run(r int, wl workload) {
+	w := j.ws[r]
+	world := len(j.ws)
+	for k := 0; k < wl.calls; k++ {
+		tgt := (r + 1 + k%(world-1)) % world
+		rows := int64(wl.rows)
+		c := telemetry.Call{Var: int32(j.ids[r]), Reader: wl.reader, Rows: rows, Bytes: rows * 64, RemoteRows: rows,
+			Concurrent: wl.reader == 0, MRRegs: wl.regs}
+		c.Targets.Add(tgt, rows)
+		per := wl.nsPerRow
+		if tgt == wl.slowTarget {
+			per *= wl.slowFactor
+		}
+		c.Phases[telemetry.PhaseCQWait] = per * rows
+		c.Phases[telemetry.PhaseCopy] = 50 * rows
+		for ph, ns := range wl.phase {
+			c.Phases[ph] += ns
+		}
+		if wl.errEvery > 0 && k%wl.errEvery == 0 {
+			c.Err, c.ErrPeer = true, int32(tgt)+1
+		}
+		w.Record(&c)
+	}
+	w.SetLoaderConfig(wl.config)
+	for b := 0; b < wl.batches; b++ {
+		w.RecordLoader(wl.waitNs, wl.stepNs)
+	}
+}
+
+func rules(fs []Finding) []string {
+	var out []string
+	for _, f := range fs {
+		out = append(out, f.Rule)
+	}
+	return out
+}
+
+func one(t *testing.T, fs []Finding, rule string) Finding {
+	t.Helper()
+	var hit []Finding
+	for _, f := range fs {
+		if f.Rule == rule {
+			hit = append(hit, f)
+		}
+	}
+	if len(hit) != 1 || len(fs) != 1 {
+		t.Fatalf("want one %s finding, got %v: %v", rule, rules(fs), fs)
+	}
+	return hit[0]
+}
+
+func contains(t *testing.T, what, s string, subs ...string) {
+	t.Helper()
+	for _, sub := range subs {
+		if !strings.Contains(s, sub) {
+			t.Errorf("%s %q lacks %q", what, s, sub)
+		}
+	}
+}
+
+func TestHealthyHasNoFinding(t *testing.T) {
+	j := newJob(t, 4, 4, 64)
+	for r := range 4 {
+		j.run(r, healthy())
+	}
+	if fs := Diagnose(j.frame(), Thresholds{}); len(fs) != 0 {
+		t.Fatalf("healthy job: %v", fs)
+	}
+	// Before any second snapshot, and on an empty frame: nothing either.
+	if fs := Diagnose(nil, Thresholds{}); fs != nil {
+		t.Fatal(fs)
+	}
+}
+
+func TestGPUSync(t *testing.T) {
+	j := newJob(t, 2, 2, 64)
+	wl := healthy()
+	wl.phase = map[int]int64{telemetry.PhaseGPUSync: 200_000} // 200 µs a call vs 33.6 µs of reading
+	j.run(0, healthy())
+	j.run(1, wl)
+	f := one(t, Diagnose(j.frame(), Thresholds{}), RuleGPUSync)
+	if f.Rank != 1 || f.Key != "gpu.sync: stream" || f.Env != "DDSTORE_GPU_SYNC=stream" {
+		t.Fatalf("%+v", f)
+	}
+	contains(t, "evidence", f.Evidence, "gpu_sync is 86% of call time (threshold 25%)", "2 loader workers")
+	// Without loader workers the same share is not this pathology.
+	j2 := newJob(t, 2, 2, 64)
+	wl.config.Workers = 0
+	j2.run(1, wl)
+	if fs := Diagnose(j2.frame(), Thresholds{}); len(fs) != 0 {
+		t.Fatalf("no workers: %v", fs)
+	}
+}
+
+func TestLockWait(t *testing.T) {
+	j := newJob(t, 3, 3, 64)
+	wl := healthy()
+	wl.reader = 0
+	wl.phase = map[int]int64{telemetry.PhaseLockWait: 40_000}
+	j.run(2, wl)
+	f := one(t, Diagnose(j.frame(), Thresholds{}), RuleLockWait)
+	if f.Rank != 2 || f.Var != "x" || f.Reader != 0 || f.Env != "DDSTORE_THREAD_READERS=1" || f.Key != "reads.thread_readers: true" {
+		t.Fatalf("%+v", f)
+	}
+	contains(t, "evidence", f.Evidence, "lock_wait is 54%", "threshold 20%", "over 100 calls")
+	// Lock wait on a Reader's own stripe is not judged (readers never lock).
+	j2 := newJob(t, 3, 3, 64)
+	wl.reader = 3
+	j2.run(2, wl)
+	if fs := Diagnose(j2.frame(), Thresholds{}); len(fs) != 0 {
+		t.Fatalf("reader stripe: %v", fs)
+	}
+}
+
+func TestUnbatched(t *testing.T) {
+	j := newJob(t, 2, 2, 64)
+	wl := healthy()
+	wl.rows = 1
+	j.run(0, wl)
+	f := one(t, Diagnose(j.frame(), Thresholds{}), RuleUnbatched)
+	if f.Rank != 0 || f.Var != "x" || f.Env != "DDSTORE_BATCH_GET=1" {
+		t.Fatalf("%+v", f)
+	}
+	contains(t, "evidence", f.Evidence, "1.00 rows per call (threshold 1.5) of 64-byte rows over 100 calls")
+	// Big rows read one per call are not this pathology.
+	j2 := newJob(t, 2, 2, 1<<20)
+	j2.run(0, wl)
+	if fs := Diagnose(j2.frame(), Thresholds{}); len(fs) != 0 {
+		t.Fatalf("big rows: %v", fs)
+	}
+}
+
+func TestMRChurn(t *testing.T) {
+	j := newJob(t, 2, 2, 64)
+	wl := healthy()
+	wl.regs = 1
+	j.run(1, wl)
+	f := one(t, Diagnose(j.frame(), Thresholds{}), RuleMR)
+	contains(t, "evidence", f.Evidence, "1.00 registrations per call (threshold 0.10)")
+	j2 := newJob(t, 2, 2, 64)
+	wl.regs = 0
+	wl.phase = map[int]int64{telemetry.PhaseMR: 20_000}
+	j2.run(1, wl)
+	f = one(t, Diagnose(j2.frame(), Thresholds{}), RuleMR)
+	contains(t, "evidence", f.Evidence, "mr is 37% of call time (threshold 10%)")
+	if f.Rank != 1 || f.Env != "DDSTORE_FAST_COLLATE=1" {
+		t.Fatalf("%+v", f)
+	}
+}
+
+func TestStraggler(t *testing.T) {
+	j := newJob(t, 4, 4, 64)
+	for r := range 4 {
+		wl := healthy()
+		wl.slowTarget, wl.slowFactor = 2, 10
+		j.run(r, wl)
+	}
+	f := one(t, Diagnose(j.frame(), Thresholds{}), RuleStraggler)
+	if f.Rank != 2 || f.Host != host() || f.Job != "train" {
+		t.Fatalf("%+v", f)
+	}
+	contains(t, "evidence", f.Evidence, "reads from rank 2", "take 10.1 µs/row over 3200 rows, 9.6× the median 1.1 µs/row of the other 3 targets (threshold 3.0×)")
+	contains(t, "fix", f.Fix, "rank 2 on "+host())
+}
+
+func TestLoaderWait(t *testing.T) {
+	j := newJob(t, 2, 2, 64)
+	wl := healthy()
+	wl.config = telemetry.LoaderConfig{Workers: 0, Readers: telemetry.LoaderReadersShared, BatchRows: 32}
+	wl.waitNs, wl.stepNs = 600_000, 2_000_000 // 30% of the step waiting
+	j.run(0, wl)
+	f := one(t, Diagnose(j.frame(), Thresholds{}), RuleLoaderWait)
+	contains(t, "evidence", f.Evidence, "consumer waits 30% of step time (threshold 5%)", "600.0 µs/batch wait vs 2.0 ms/batch step over 50 batches", "workers 0, prefetch 0")
+	// fetch 0.6 ms, compute 1.4 ms: one worker keeps up, want 2 (at least 2).
+	if f.Env != "DDSTORE_LOADER_WORKERS=2 DDSTORE_LOADER_PREFETCH=4" || f.Key != "loader.workers: 2, loader.prefetch: 4" {
+		t.Fatalf("%+v", f)
+	}
+	// With 2 workers still waiting 50%: each fetch took ~2 steps (4 ms) vs 1 ms compute: 5 workers.
+	j2 := newJob(t, 2, 2, 64)
+	wl.config.Workers, wl.config.Prefetch = 2, 2
+	wl.waitNs = 1_000_000
+	j2.run(0, wl)
+	f = one(t, Diagnose(j2.frame(), Thresholds{}), RuleLoaderWait)
+	if f.Env != "DDSTORE_LOADER_WORKERS=5 DDSTORE_LOADER_PREFETCH=10" {
+		t.Fatalf("%+v", f)
+	}
+}
+
+func TestRankStateAndMissing(t *testing.T) {
+	// World 4, ranks 0 and 1 present; rank 1's process has exited.
+	dir := t.TempDir()
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	for r, pid := range []int{os.Getpid(), cmd.Process.Pid} {
+		w, err := telemetry.Create(telemetry.WriterOptions{Dir: dir, Job: "train", Rank: r, World: 4, Host: host(), Pid: pid})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { w.Close() })
+	}
+	p, _ := data.NewPoller(data.Options{Dir: dir})
+	defer p.Close()
+	f, err := p.Poll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := Diagnose(f, Thresholds{})
+	if got := strings.Join(rules(fs), ","); got != "rank_state,missing_ranks" {
+		t.Fatalf("findings %v", fs)
+	}
+	contains(t, "missing", fs[1].Evidence, "world size 4 but 2 ranks have segments; missing ranks: 2, 3")
+	if fs[0].Rank != 1 {
+		t.Fatalf("%+v", fs[0])
+	}
+	contains(t, "state", fs[0].Evidence, "rank is exited")
+}
+
+func TestErrorsDropsProcess(t *testing.T) {
+	j := newJob(t, 2, 2, 64)
+	wl := healthy()
+	wl.errEvery = 10
+	j.run(0, wl)
+	f := one(t, Diagnose(j.frame(), Thresholds{}), RuleErrors)
+	contains(t, "evidence", f.Evidence, "10 of 100 calls failed", "by target rank 1: 10")
+
+	j2 := newJob(t, 2, 2, 64)
+	j2.ws[1].AddProc(telemetry.ProcLeakedBuffers, 2)
+	f = one(t, Diagnose(j2.frame(), Thresholds{}), RuleProcess)
+	contains(t, "evidence", f.Evidence, "leaked_buffers = 2")
+
+	// A small ring overrun between two polls drops records.
+	dir := t.TempDir()
+	w, err := telemetry.Create(telemetry.WriterOptions{Dir: dir, Job: "train", World: 1, RingSize: 8, Host: host()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	id, _ := w.AddVar("x", "float32", 64, 100, 100)
+	p, _ := data.NewPoller(data.Options{Dir: dir})
+	defer p.Close()
+	p.Poll()
+	for k := 0; k < 40; k++ {
+		c := telemetry.Call{Var: int32(id), Reader: 1, Rows: 8, Bytes: 512, LocalRows: 8}
+		c.Phases[telemetry.PhaseCopy] = 800
+		w.Record(&c)
+	}
+	fr, _ := p.Poll()
+	f = one(t, Diagnose(fr, Thresholds{}), RuleRingDrops)
+	contains(t, "evidence", f.Evidence, "32 ring records lost")
+}
+
+// Findings sort worst first.
+func TestOrder(t *testing.T) {
+	j := newJob(t, 3, 3, 64)
+	a := healthy()
+	a.rows = 1 // unbatched: severity ~0.25
+	b := healthy()
+	b.reader = 0
+	b.phase = map[int]int64{telemetry.PhaseLockWait: 400_000} // lock wait ~92%
+	j.run(0, a)
+	j.run(1, b)
+	fs := Diagnose(j.frame(), Thresholds{})
+	if got := strings.Join(rules(fs), ","); got != "lock_wait,unbatched" {
+		t.Fatalf("order %v", fs)
+	}
+	if s := fs[0].String(); !strings.HasPrefix(s, "lock_wait rank 1 ("+host()+") var x reader 0: ") || !strings.Contains(s, "→ give every worker its own reader") {
+		t.Fatalf("String %q", s)
+	}
+}
