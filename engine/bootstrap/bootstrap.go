@@ -2,6 +2,7 @@ package bootstrap
 
 import (
 	"fmt"
+	"github.com/ddstore/ddstore/fabric/fault"
 	"os"
 	"strings"
 	"time"
@@ -89,7 +90,7 @@ func (o Options) Validate() error {
 }
 
 func optErr(format string, args ...any) error {
-	return &Error{Method: "options", Kind: ErrEnv, Detail: fmt.Sprintf(format, args...)}
+	return &fault.Error{Op: "options", Kind: ErrEnv, Side: fault.Local, Detail: fmt.Sprintf(format, args...)}
 }
 
 // resolved is Options with every default filled in.
@@ -233,10 +234,10 @@ func (s *single) Rank() int { return 0 }
 func (s *single) Size() int { return 1 }
 func (s *single) AllGather(tag string, mine []byte, _ time.Duration) ([][]byte, error) {
 	if s.closed {
-		return nil, &Error{Method: "single", Op: fmt.Sprintf("allgather %q", tag), Kind: ErrClosed}
+		return nil, &fault.Error{Op: opName("single", fmt.Sprintf("allgather %q", tag)), Kind: ErrClosed, Side: fault.Local}
 	}
 	if len(mine) > MaxMessage {
-		return nil, &Error{Method: "single", Op: fmt.Sprintf("allgather %q", tag), Kind: ErrTooLarge,
+		return nil, &fault.Error{Op: opName("single", fmt.Sprintf("allgather %q", tag)), Kind: ErrTooLarge, Side: fault.Local,
 			Detail: fmt.Sprintf("blob of %d bytes exceeds %d", len(mine), MaxMessage)}
 	}
 	return [][]byte{append([]byte(nil), mine...)}, nil

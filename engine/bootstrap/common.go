@@ -3,6 +3,7 @@ package bootstrap
 import (
 	"errors"
 	"fmt"
+	"github.com/ddstore/ddstore/fabric/fault"
 	"time"
 )
 
@@ -25,14 +26,14 @@ func (c *collective) Size() int { return c.world }
 func (c *collective) begin(kind, tag string, mine []byte, timeout time.Duration) (string, time.Time, error) {
 	op := fmt.Sprintf("%s %q", kind, tag)
 	if c.closed {
-		return op, time.Time{}, &Error{Method: c.method, Op: op, Kind: ErrClosed, Detail: "exchanger closed"}
+		return op, time.Time{}, &fault.Error{Op: opName(c.method, op), Kind: ErrClosed, Side: fault.Local, Detail: "exchanger closed"}
 	}
 	if c.broken != nil {
-		return op, time.Time{}, &Error{Method: c.method, Op: op, Kind: ErrClosed,
+		return op, time.Time{}, &fault.Error{Op: opName(c.method, op), Kind: ErrClosed, Side: fault.Local,
 			Detail: "exchanger broken by an earlier failure", Err: c.broken}
 	}
 	if len(mine) > MaxMessage {
-		return op, time.Time{}, &Error{Method: c.method, Op: op, Kind: ErrTooLarge,
+		return op, time.Time{}, &fault.Error{Op: opName(c.method, op), Kind: ErrTooLarge, Side: fault.Local,
 			Detail: fmt.Sprintf("blob of %d bytes exceeds the limit of %d", len(mine), MaxMessage)}
 	}
 	if timeout <= 0 {
@@ -50,8 +51,8 @@ func (c *collective) fail(err error) error {
 	return err
 }
 
-func (c *collective) errf(op string, kind error, ranks []int, format string, args ...any) *Error {
-	return &Error{Method: c.method, Op: op, Kind: kind, Ranks: ranks, Detail: fmt.Sprintf(format, args...)}
+func (c *collective) errf(op string, kind error, ranks []int, format string, args ...any) *fault.Error {
+	return &fault.Error{Op: opName(c.method, op), Kind: kind, Side: sideOf(kind), Ranks: ranks, Detail: fmt.Sprintf(format, args...)}
 }
 
 // mismatchDetail is the message of ErrMismatch for two ranks' collectives.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/ddstore/ddstore/fabric/fault"
 	"hash/crc32"
 	"io/fs"
 	"os"
@@ -31,7 +32,7 @@ const dirMagic = "ddstore-bootstrap-dir 1\n"
 func connectDir(r resolved) (Exchanger, error) {
 	// The job's subdirectory is removed on Close: it must be a plain name.
 	if j := r.Env.Job; j == "" || j == "." || j == ".." || strings.ContainsAny(j, `/\`) {
-		return nil, &Error{Method: "dir", Op: "connect", Kind: ErrEnv,
+		return nil, &fault.Error{Op: "dir connect", Kind: ErrEnv, Side: fault.Local,
 			Detail: fmt.Sprintf("job id %q cannot name a subdirectory of %s (set DDSTORE_JOB)", j, r.Dir)}
 	}
 	x := &dirEx{
@@ -40,7 +41,7 @@ func connectDir(r resolved) (Exchanger, error) {
 		token:      r.Token,
 	}
 	if err := os.MkdirAll(x.jobDir, 0o700); err != nil {
-		return nil, &Error{Method: "dir", Op: "connect", Kind: ErrEnv,
+		return nil, &fault.Error{Op: "dir connect", Kind: ErrEnv, Side: fault.Local,
 			Detail: fmt.Sprintf("cannot create %s (DDSTORE_BOOTSTRAP_DIR or Options.Dir)", x.jobDir), Err: err}
 	}
 	host, _ := os.Hostname()
@@ -120,7 +121,7 @@ func (x *dirEx) AllGather(tag string, mine []byte, timeout time.Duration) ([][]b
 func (x *dirEx) gather(op, tag string, mine []byte, deadline time.Time) ([][]byte, error) {
 	start := time.Now()
 	if err := x.write(tag, mine); err != nil {
-		return nil, x.fail(&Error{Method: "dir", Op: op, Kind: ErrEnv,
+		return nil, x.fail(&fault.Error{Op: opName("dir", op), Kind: ErrEnv, Side: fault.Local,
 			Detail: fmt.Sprintf("rank %d cannot write its file in %s", x.rank, x.jobDir), Err: err})
 	}
 	blobs := make([][]byte, x.world)
@@ -139,13 +140,13 @@ func (x *dirEx) gather(op, tag string, mine []byte, deadline time.Time) ([][]byt
 				continue
 			}
 			if err != nil {
-				return nil, x.fail(&Error{Method: "dir", Op: op, Kind: ErrPeerLost, Ranks: []int{r},
+				return nil, x.fail(&fault.Error{Op: opName("dir", op), Kind: ErrPeerLost, Side: fault.Remote, Ranks: []int{r},
 					Detail: fmt.Sprintf("cannot read rank %d's file %s", r, p), Err: err})
 			}
 			rec, err := decodeDirFile(b)
 			switch {
 			case err != nil:
-				return nil, x.fail(&Error{Method: "dir", Op: op, Kind: ErrPeerLost, Ranks: []int{r},
+				return nil, x.fail(&fault.Error{Op: opName("dir", op), Kind: ErrPeerLost, Side: fault.Remote, Ranks: []int{r},
 					Detail: fmt.Sprintf("rank %d's file %s is unreadable", r, p), Err: err})
 			case rec.token != x.token:
 				return nil, x.fail(x.errf(op, ErrToken, []int{r},
@@ -175,7 +176,7 @@ func (x *dirEx) gather(op, tag string, mine []byte, deadline time.Time) ([][]byt
 				}
 			}
 			return nil, x.fail(x.errf(op, ErrTimeout, missing, "%s did not arrive in %s within %v",
-				rankList(missing), filepath.Join(x.jobDir, strconv.FormatUint(x.seq, 10)), deadline.Sub(start).Round(time.Millisecond)))
+				fault.RankList(missing), filepath.Join(x.jobDir, strconv.FormatUint(x.seq, 10)), deadline.Sub(start).Round(time.Millisecond)))
 		}
 		delay = backoff(delay, 200*time.Millisecond, deadline)
 	}

@@ -2,6 +2,7 @@ package bootstrap
 
 import (
 	"fmt"
+	"github.com/ddstore/ddstore/fabric/fault"
 	"os"
 	"strconv"
 	"strings"
@@ -39,7 +40,7 @@ func (e Env) Validate() error {
 }
 
 func envErr(format string, args ...any) error {
-	return &Error{Method: "env", Kind: ErrEnv, Detail: fmt.Sprintf(format, args...)}
+	return &fault.Error{Op: "env", Kind: ErrEnv, Side: fault.Local, Detail: fmt.Sprintf(format, args...)}
 }
 
 // DetectEnv reads the launcher's environment variables. The innermost

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/ddstore/ddstore/fabric/fault"
 	"net"
 	"os"
 	"strings"
@@ -118,7 +119,7 @@ func TestTCPBrokenAfterFailure(t *testing.T) {
 	defer xs[0].Close()
 	xs[1].Close() // leaves: the next collective of rank 0 names it
 	_, err := xs[0].AllGather("a", []byte("x"), time.Second)
-	if !errors.Is(err, ErrPeerLost) || len(RanksOf(err)) != 1 || RanksOf(err)[0] != 1 ||
+	if !errors.Is(err, ErrPeerLost) || len(fault.RanksOf(err)) != 1 || fault.RanksOf(err)[0] != 1 ||
 		!strings.Contains(err.Error(), "rank 1 closed its exchanger") {
 		t.Fatalf("err = %v", err)
 	}
@@ -136,7 +137,7 @@ func TestTCPRootGone(t *testing.T) {
 	xs := connectAll(t, Options{Method: "tcp", Addr: "127.0.0.1:" + freePort(t), Token: "t", Timeout: 5 * time.Second}, 2)
 	xs[0].Close()
 	_, err := xs[1].AllGather("a", []byte("x"), time.Second)
-	if !errors.Is(err, ErrPeerLost) || RanksOf(err)[0] != 0 {
+	if !errors.Is(err, ErrPeerLost) || fault.RanksOf(err)[0] != 0 {
 		t.Fatalf("err = %v", err)
 	}
 }
@@ -240,12 +241,12 @@ func TestTCPAllGatherTimeout(t *testing.T) {
 		t.Errorf("took %v with a 3s timeout", d)
 	}
 	for r, want := range []string{"rank 2 did not arrive within 3s", "rank 0 reports: rank 2 did not arrive within 3s"} {
-		if err := errs[r]; !errors.Is(err, ErrTimeout) || fmt.Sprint(RanksOf(err)) != "[2]" || !strings.Contains(err.Error(), want) {
+		if err := errs[r]; !errors.Is(err, ErrTimeout) || fmt.Sprint(fault.RanksOf(err)) != "[2]" || !strings.Contains(err.Error(), want) {
 			t.Errorf("rank %d: %v, want ErrTimeout naming rank 2 (%q)", r, err, want)
 		}
 	}
 	// The late rank finds the verdict waiting.
-	if _, err := xs[2].AllGather("step", nil, time.Second); !errors.Is(err, ErrTimeout) || fmt.Sprint(RanksOf(err)) != "[2]" {
+	if _, err := xs[2].AllGather("step", nil, time.Second); !errors.Is(err, ErrTimeout) || fmt.Sprint(fault.RanksOf(err)) != "[2]" {
 		t.Errorf("late rank 2: %v", err)
 	}
 }

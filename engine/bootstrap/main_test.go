@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/ddstore/ddstore/fabric/fault"
 	"os"
 	"os/exec"
 	"strconv"
@@ -23,6 +24,7 @@ type rankResult struct {
 	OK    bool   `json:"ok"`
 	Err   string `json:"err,omitempty"`
 	Kind  string `json:"kind,omitempty"`
+	Side  string `json:"side,omitempty"` // fault.SideOf(err)
 	Ranks []int  `json:"ranks,omitempty"`
 	Job   string `json:"job,omitempty"`
 	Token bool   `json:"token,omitempty"` // errors.Is(err, ErrToken)
@@ -48,10 +50,19 @@ func blobFor(r, k int) []byte {
 	return b
 }
 
+// kindNames names the sentinel classes in test expectations.
+var kindNames = []struct {
+	kind error
+	name string
+}{
+	{ErrTimeout, "timeout"}, {ErrToken, "job token mismatch"}, {ErrMismatch, "collective mismatch"},
+	{ErrPeerLost, "peer lost"}, {ErrClosed, "closed"}, {ErrEnv, "bad environment"}, {ErrTooLarge, "too large"},
+}
+
 func kindName(err error) string {
-	for _, k := range []error{ErrTimeout, ErrToken, ErrMismatch, ErrPeerLost, ErrClosed, ErrEnv, ErrTooLarge} {
-		if errors.Is(err, k) {
-			return strings.TrimPrefix(k.Error(), "bootstrap: ")
+	for _, k := range kindNames {
+		if errors.Is(err, k.kind) {
+			return k.name
 		}
 	}
 	return "other"
@@ -62,7 +73,8 @@ func runRole(role string) int {
 	res := rankResult{Rank: env.Rank}
 	report := func(err error) int {
 		if err != nil {
-			res.Err, res.Kind, res.Ranks, res.Token = err.Error(), kindName(err), RanksOf(err), errors.Is(err, ErrToken)
+			res.Err, res.Kind, res.Ranks, res.Token = err.Error(), kindName(err), fault.RanksOf(err), errors.Is(err, ErrToken)
+			res.Side = fault.SideOf(err).String()
 		} else {
 			res.OK = true
 		}
@@ -244,5 +256,12 @@ func wantKind(t *testing.T, res map[int]rankResult, rank int, kind string, ranks
 	if rr.OK || rr.Kind != kind || fmt.Sprint(rr.Ranks) != fmt.Sprint(ranks) || !strings.Contains(rr.Err, msg) {
 		t.Errorf("rank %d: got ok=%v kind=%q ranks=%v err=%q\nwant kind %q ranks %v containing %q",
 			rank, rr.OK, rr.Kind, rr.Ranks, rr.Err, kind, ranks, msg)
+	}
+	// The side follows the class: waiting for peers, losing one or meeting
+	// another job's token is the peers' failure; a disagreement is neither.
+	side := map[string]string{"timeout": "remote", "peer lost": "remote", "job token mismatch": "remote",
+		"collective mismatch": "unknown"}[kind]
+	if side != "" && rr.Side != side {
+		t.Errorf("rank %d: %s error classified %q, want %q: %s", rank, kind, rr.Side, side, rr.Err)
 	}
 }

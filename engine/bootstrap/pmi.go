@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/ddstore/ddstore/fabric/fault"
 	"hash/crc32"
 	"net"
 	"os"
@@ -41,13 +42,13 @@ func connectPMI(r resolved) (Exchanger, error) {
 	fdStr := os.Getenv("PMI_FD")
 	fd, err := strconv.Atoi(strings.TrimSpace(fdStr))
 	if err != nil || fd < 0 {
-		return nil, &Error{Method: "pmi", Op: op, Kind: ErrEnv, Detail: fmt.Sprintf("PMI_FD=%q is not a file descriptor number", fdStr)}
+		return nil, &fault.Error{Op: opName("pmi", op), Kind: ErrEnv, Side: fault.Local, Detail: fmt.Sprintf("PMI_FD=%q is not a file descriptor number", fdStr)}
 	}
 	f := os.NewFile(uintptr(fd), "PMI_FD")
 	conn, err := net.FileConn(f) // dups the descriptor; deadlines then work
 	f.Close()
 	if err != nil {
-		return nil, &Error{Method: "pmi", Op: op, Kind: ErrEnv, Detail: fmt.Sprintf("PMI_FD=%d is not a socket", fd), Err: err}
+		return nil, &fault.Error{Op: opName("pmi", op), Kind: ErrEnv, Side: fault.Local, Detail: fmt.Sprintf("PMI_FD=%d is not a socket", fd), Err: err}
 	}
 	x := &pmiEx{
 		collective: collective{method: "pmi", rank: r.Env.Rank, world: r.Env.World, timeout: r.Timeout},
@@ -74,8 +75,8 @@ func connectPMI(r resolved) (Exchanger, error) {
 	}
 	if bad != nil {
 		x.Close()
-		return nil, &Error{Method: "pmi", Op: op, Kind: ErrToken, Ranks: bad,
-			Detail: fmt.Sprintf("%s have another job token or world size (check DDSTORE_JOB_TOKEN)", rankList(bad))}
+		return nil, &fault.Error{Op: opName("pmi", op), Kind: ErrToken, Side: fault.Remote, Ranks: bad,
+			Detail: fmt.Sprintf("%s have another job token or world size (check DDSTORE_JOB_TOKEN)", fault.RankList(bad))}
 	}
 	return x, nil
 }
@@ -142,10 +143,10 @@ func (e *pmiRC) Error() string { return fmt.Sprintf("PMI rc=%s msg=%s", e.rc, e.
 func (x *pmiEx) ioErr(op string, err error) error {
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
-		return &Error{Method: "pmi", Op: op, Kind: ErrTimeout,
+		return &fault.Error{Op: opName("pmi", op), Kind: ErrTimeout, Side: fault.Remote,
 			Detail: "the PMI server did not answer in time: some rank has not arrived (PMI-1 cannot say which)"}
 	}
-	return &Error{Method: "pmi", Op: op, Kind: ErrPeerLost, Detail: "connection to the PMI server (mpiexec) lost", Err: err}
+	return &fault.Error{Op: opName("pmi", op), Kind: ErrPeerLost, Side: fault.Remote, Detail: "connection to the PMI server (mpiexec) lost", Err: err}
 }
 
 func parsePMILine(s string) map[string]string {
@@ -282,7 +283,7 @@ func (x *pmiEx) gather(op, tag string, mine []byte, deadline time.Time) ([][]byt
 	result := fmt.Sprintf("r%d", x.seq)
 	if x.rank == 0 {
 		blobs, err := x.fetchAll(op, tag, prefix, mine, deadline)
-		var e *Error
+		var e *fault.Error
 		switch {
 		case err == nil:
 			var packed enc
@@ -347,12 +348,13 @@ func (x *pmiEx) gather(op, tag string, mine []byte, deadline time.Time) ([][]byt
 // pmiVerdict decodes rank 0's "<kind>.<ranks>.<detail>" error record.
 func pmiVerdict(op, v string) error {
 	parts := strings.SplitN(v, ".", 3)
-	e := &Error{Method: "pmi", Op: op, Kind: ErrPeerLost, Ranks: []int{0}, Detail: "rank 0 reports a failure it could not encode"}
+	e := &fault.Error{Op: opName("pmi", op), Kind: ErrPeerLost, Side: fault.Remote, Ranks: []int{0}, Detail: "rank 0 reports a failure it could not encode"}
 	if len(parts) != 3 {
 		return e
 	}
 	code, _ := strconv.Atoi(parts[0])
 	e.Kind = kindOf(uint8(code))
+	e.Side = sideOf(e.Kind)
 	e.Ranks = nil
 	if parts[1] != "" {
 		for _, f := range strings.Split(parts[1], "-") {
@@ -379,7 +381,7 @@ func (x *pmiEx) fetchAll(op, tag, prefix string, mine []byte, deadline time.Time
 		n, size, sum, extra, found, err := x.getHeader(op, key, deadline)
 		switch {
 		case err != nil:
-			var e *Error
+			var e *fault.Error
 			if errors.As(err, &e) {
 				return nil, err
 			}
@@ -396,7 +398,7 @@ func (x *pmiEx) fetchAll(op, tag, prefix string, mine []byte, deadline time.Time
 		}
 		b, err := x.getChunks(op, key, n, size, sum, deadline)
 		if err != nil {
-			var e *Error
+			var e *fault.Error
 			if errors.As(err, &e) {
 				return nil, err
 			}
@@ -407,13 +409,13 @@ func (x *pmiEx) fetchAll(op, tag, prefix string, mine []byte, deadline time.Time
 	return blobs, nil
 }
 
-// wrap turns a PMI rc error into an *Error; *Error passes through.
+// wrap turns a PMI rc error into a *fault.Error; a *fault.Error passes through.
 func (x *pmiEx) wrap(op string, err error, what string) error {
-	var e *Error
+	var e *fault.Error
 	if errors.As(err, &e) {
 		return err
 	}
-	return &Error{Method: "pmi", Op: op, Kind: ErrEnv, Detail: "PMI " + what + " failed", Err: err}
+	return &fault.Error{Op: opName("pmi", op), Kind: ErrEnv, Side: fault.Local, Detail: "PMI " + what + " failed", Err: err}
 }
 
 func (x *pmiEx) Barrier(tag string, timeout time.Duration) error {

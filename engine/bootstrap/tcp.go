@@ -3,6 +3,7 @@ package bootstrap
 import (
 	"errors"
 	"fmt"
+	"github.com/ddstore/ddstore/fabric/fault"
 	"net"
 	"os"
 	"strings"
@@ -82,7 +83,7 @@ func (x *tcpEx) serve(deadline time.Time) error {
 		}
 	}
 	if err != nil {
-		return &Error{Method: "tcp", Op: "connect", Kind: ErrEnv,
+		return &fault.Error{Op: "tcp connect", Kind: ErrEnv, Side: fault.Local,
 			Detail: fmt.Sprintf("rank 0 cannot listen on %s (from Options.Addr, DDSTORE_BOOTSTRAP_ADDR or MASTER_ADDR:MASTER_PORT; "+
 				"under torchrun MASTER_PORT is torch's own: set DDSTORE_BOOTSTRAP_ADDR=host:otherport)", x.addr), Err: err}
 	}
@@ -108,7 +109,7 @@ func (x *tcpEx) serve(deadline time.Time) error {
 					missing = append(missing, r)
 				}
 			}
-			detail := fmt.Sprintf("%s did not connect to %s within %v", rankList(missing), x.addr, x.timeout)
+			detail := fmt.Sprintf("%s did not connect to %s within %v", fault.RankList(missing), x.addr, x.timeout)
 			var cause error
 			if len(x.notes) > 0 {
 				cause = errors.New("refused: " + strings.Join(x.notes, "; "))
@@ -117,7 +118,7 @@ func (x *tcpEx) serve(deadline time.Time) error {
 				}
 			}
 			x.mu.Unlock()
-			e := &Error{Method: "tcp", Op: "connect", Kind: ErrTimeout, Ranks: missing, Detail: detail, Err: cause}
+			e := &fault.Error{Op: "tcp connect", Kind: ErrTimeout, Side: fault.Remote, Ranks: missing, Detail: detail, Err: cause}
 			x.broadcast(verdictFrame(fAbort, ErrTimeout, missing, detail))
 			return e
 		}
@@ -132,9 +133,9 @@ func (x *tcpEx) serve(deadline time.Time) error {
 		}
 	}
 	if lost != nil {
-		detail := fmt.Sprintf("%s dropped before the start", rankList(lost))
+		detail := fmt.Sprintf("%s dropped before the start", fault.RankList(lost))
 		x.broadcast(verdictFrame(fAbort, ErrPeerLost, lost, detail))
-		return &Error{Method: "tcp", Op: "connect", Kind: ErrPeerLost, Ranks: lost, Detail: detail}
+		return &fault.Error{Op: "tcp connect", Kind: ErrPeerLost, Side: fault.Remote, Ranks: lost, Detail: detail}
 	}
 	for r := 1; r < x.world; r++ {
 		go x.readLoop(r, x.peers[r])
@@ -308,7 +309,7 @@ func (x *tcpEx) AllGather(tag string, mine []byte, timeout time.Duration) ([][]b
 					missing = append(missing, r)
 				}
 			}
-			return nil, x.rootAbort(op, ErrTimeout, missing, "%s did not arrive within %v", rankList(missing), timeoutOr(timeout, x.timeout))
+			return nil, x.rootAbort(op, ErrTimeout, missing, "%s did not arrive within %v", fault.RankList(missing), timeoutOr(timeout, x.timeout))
 		}
 	}
 	e := newEnc(fResult)
@@ -377,16 +378,16 @@ func (x *tcpEx) leafIOErr(op string, err error, timeout time.Duration) error {
 	if errors.As(err, &ne) && ne.Timeout() {
 		return x.errf(op, ErrTimeout, []int{0}, "rank 0 did not answer within %v", timeout.Round(time.Millisecond))
 	}
-	return &Error{Method: x.method, Op: op, Kind: ErrPeerLost, Ranks: []int{0}, Detail: "connection to rank 0 lost", Err: err}
+	return &fault.Error{Op: opName(x.method, op), Kind: ErrPeerLost, Side: fault.Remote, Ranks: []int{0}, Detail: "connection to rank 0 lost", Err: err}
 }
 
 // verdictErr turns a reject/abort frame into an error.
 func verdictErr(method, op string, d *dec) error {
 	kind, ranks, detail := d.u8(), d.ranks(), d.str()
 	if d.err != nil {
-		return &Error{Method: method, Op: op, Kind: ErrPeerLost, Ranks: []int{0}, Detail: "malformed verdict from rank 0"}
+		return &fault.Error{Op: opName(method, op), Kind: ErrPeerLost, Side: fault.Remote, Ranks: []int{0}, Detail: "malformed verdict from rank 0"}
 	}
-	return &Error{Method: method, Op: op, Kind: kindOf(kind), Ranks: ranks, Detail: "rank 0 reports: " + detail}
+	return &fault.Error{Op: opName(method, op), Kind: kindOf(kind), Side: sideOf(kindOf(kind)), Ranks: ranks, Detail: "rank 0 reports: " + detail}
 }
 
 func (x *tcpEx) Barrier(tag string, timeout time.Duration) error {
@@ -433,7 +434,7 @@ func (x *tcpEx) join(deadline time.Time) error {
 	var last error
 	for {
 		if !time.Now().Before(deadline) {
-			return &Error{Method: "tcp", Op: op, Kind: ErrTimeout, Ranks: []int{0},
+			return &fault.Error{Op: opName("tcp", op), Kind: ErrTimeout, Side: fault.Remote, Ranks: []int{0},
 				Detail: fmt.Sprintf("rank 0 did not answer at %s within %v", x.addr, x.timeout), Err: last}
 		}
 		dt := time.Until(deadline)
@@ -465,7 +466,7 @@ func (x *tcpEx) join(deadline time.Time) error {
 		case fAccept:
 		case fReject:
 			c.Close()
-			e := verdictErr("tcp", op, d).(*Error)
+			e := verdictErr("tcp", op, d).(*fault.Error)
 			e.Detail = fmt.Sprintf("rank 0 at %s refused rank %d: %s", x.addr, x.rank, strings.TrimPrefix(e.Detail, "rank 0 reports: "))
 			return e
 		default:
