@@ -54,5 +54,5 @@ func ParseDType(s string) (DType, error) {
 			return d, nil
 		}
 	}
-	return 0, fmt.Errorf("%w: unknown dtype %q", ErrDType, s)
+	return 0, errf(ErrDType, "ParseDType", "", "unknown dtype %q", s)
 }

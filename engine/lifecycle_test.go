@@ -184,7 +184,7 @@ func TestLifecycleShardNoSpace(t *testing.T) {
 // lifeHold counts a call in flight on v, as Get does while it copies.
 func lifeHold(t *testing.T, v *Var) {
 	t.Helper()
-	if err := v.enter(); err != nil {
+	if err := v.enter("test"); err != nil {
 		t.Fatal(err)
 	}
 }

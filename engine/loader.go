@@ -19,13 +19,20 @@ import (
 	"github.com/ddstore/ddstore/telemetry"
 )
 
-// ErrLoader wraps invalid loader options and variables that cannot be served
-// together.
+// ErrLoader is the class of the loader's errors: invalid options,
+// variables that cannot be served together, and failures of its reads
+// (the read's own *Error, with its class, is the cause).
 var ErrLoader = errors.New("ddstore: loader")
 
 // ErrNotReady is what Epoch.NextWithin returns when the next batch is not
 // ready within its wait slice; nothing is lost, call it again.
 var ErrNotReady = errors.New("ddstore: loader: next batch not ready yet")
+
+// loaderErr returns an *Error of class ErrLoader about variable name
+// ("" when none) with cause err (nil when none).
+func loaderErr(name string, err error, format string, args ...any) error {
+	return &Error{Op: "Loader", Var: name, Kind: ErrLoader, Detail: fmt.Sprintf(format, args...), Err: err}
+}
 
 // LoaderOptions configure NewLoader.
 type LoaderOptions struct {
@@ -72,22 +79,22 @@ type LoaderOptions struct {
 func (o *LoaderOptions) Validate() error {
 	switch {
 	case len(o.Vars) == 0:
-		return fmt.Errorf("%w: no variables", ErrLoader)
+		return loaderErr("", nil, "no variables")
 	case o.BatchSize <= 0:
-		return fmt.Errorf("%w: BatchSize %d must be > 0", ErrLoader, o.BatchSize)
+		return loaderErr("", nil, "BatchSize %d must be > 0", o.BatchSize)
 	case o.Workers < 0:
-		return fmt.Errorf("%w: Workers %d is negative", ErrLoader, o.Workers)
+		return loaderErr("", nil, "Workers %d is negative", o.Workers)
 	case o.Prefetch < 0:
-		return fmt.Errorf("%w: Prefetch %d is negative", ErrLoader, o.Prefetch)
+		return loaderErr("", nil, "Prefetch %d is negative", o.Prefetch)
 	case o.Replicas < 0 || (o.Replicas > 0 && (o.Rank < 0 || o.Rank >= o.Replicas)):
-		return fmt.Errorf("%w: Rank %d outside [0, Replicas %d)", ErrLoader, o.Rank, o.Replicas)
+		return loaderErr("", nil, "Rank %d outside [0, Replicas %d)", o.Rank, o.Replicas)
 	case o.Timeout < 0:
-		return fmt.Errorf("%w: Timeout %v is negative", ErrLoader, o.Timeout)
+		return loaderErr("", nil, "Timeout %v is negative", o.Timeout)
 	}
 	seen := map[string]bool{}
 	for _, v := range o.Vars {
 		if seen[v] {
-			return fmt.Errorf("%w: variable %q listed twice", ErrLoader, v)
+			return loaderErr(v, nil, "variable listed twice")
 		}
 		seen[v] = true
 	}
@@ -157,20 +164,19 @@ func (s *Store) NewLoader(o LoaderOptions) (*Loader, error) {
 	for i, name := range o.Vars {
 		v, err := s.Var(name)
 		if err != nil {
-			return nil, fmt.Errorf("%w: variable %q: %w", ErrLoader, name, err)
+			return nil, loaderErr(name, err, "lookup")
 		}
 		l.vars[i] = v
 		info := v.Info()
 		if i == 0 {
 			l.rows = info.GlobalRows
 		} else if info.GlobalRows != l.rows {
-			return nil, fmt.Errorf("%w: variable %q has %d rows, %q has %d: %w",
-				ErrLoader, name, info.GlobalRows, o.Vars[0], l.rows, ErrMismatch)
+			return nil, loaderErr(name, ErrMismatch, "%d rows, %q has %d", info.GlobalRows, o.Vars[0], l.rows)
 		}
 		l.rowBytes[i] = int(info.RowBytes)
 	}
 	if l.rows <= 0 {
-		return nil, fmt.Errorf("%w: variable %q has no rows", ErrLoader, o.Vars[0])
+		return nil, loaderErr(o.Vars[0], nil, "variable has no rows")
 	}
 	l.replicas, l.rank = o.Replicas, o.Rank
 	if l.replicas == 0 {
@@ -186,7 +192,7 @@ func (s *Store) NewLoader(o LoaderOptions) (*Loader, error) {
 			r, err := s.NewReader()
 			if err != nil {
 				l.closeReaders()
-				return nil, fmt.Errorf("%w: reader of worker %d: %w", ErrLoader, w, err)
+				return nil, loaderErr("", err, "reader of worker %d", w)
 			}
 			l.owned = append(l.owned, r)
 			l.readers[w] = r
@@ -280,13 +286,13 @@ func samplerCounts(n, r int64, dropLast bool) (perRank, total int64) {
 func SamplerIndices(n int64, replicas, rank int, seed int64, epoch int, shuffle, dropLast bool) ([]int64, error) {
 	switch {
 	case n < 0:
-		return nil, fmt.Errorf("%w: SamplerIndices: %d rows is negative", ErrLoader, n)
+		return nil, loaderErr("", nil, "SamplerIndices: %d rows is negative", n)
 	case replicas <= 0:
-		return nil, fmt.Errorf("%w: SamplerIndices: replicas %d must be > 0", ErrLoader, replicas)
+		return nil, loaderErr("", nil, "SamplerIndices: replicas %d must be > 0", replicas)
 	case rank < 0 || rank >= replicas:
-		return nil, fmt.Errorf("%w: SamplerIndices: rank %d outside [0, replicas %d)", ErrLoader, rank, replicas)
+		return nil, loaderErr("", nil, "SamplerIndices: rank %d outside [0, replicas %d)", rank, replicas)
 	case !dropLast && n > math.MaxInt64-int64(replicas):
-		return nil, fmt.Errorf("%w: SamplerIndices: %d rows overflow padding to %d replicas", ErrLoader, n, replicas)
+		return nil, loaderErr("", nil, "SamplerIndices: %d rows overflow padding to %d replicas", n, replicas)
 	}
 	perRank, total := samplerCounts(n, int64(replicas), dropLast)
 	perm := make([]int64, n, max(n, total))
@@ -405,7 +411,7 @@ func (l *Loader) getBatch() (*Batch, error) {
 	}
 	mem, err := fabric.Alloc(size)
 	if err != nil {
-		return nil, fmt.Errorf("%w: batch buffer of %d bytes: %w", ErrLoader, size, err)
+		return nil, loaderErr("", err, "batch buffer of %d bytes", size)
 	}
 	b.mem = mem
 	buf, off := mem.Bytes(), 0
@@ -454,7 +460,7 @@ func (l *Loader) fill(r rowReader, b *Batch, idx []int64) error {
 		case l.o.FastCollate:
 			for i, g := range idx {
 				if err = r.GetVar(vr, g, 1, dst[i*rb:(i+1)*rb]); err != nil {
-					err = fmt.Errorf("row %d: %w", g, err)
+					err = &Error{Detail: fmt.Sprintf("row %d", g), Err: err}
 					break
 				}
 			}
@@ -463,7 +469,7 @@ func (l *Loader) fill(r rowReader, b *Batch, idx []int64) error {
 			for i, g := range idx {
 				samples[i] = make([]byte, rb)
 				if err = r.GetVar(vr, g, 1, samples[i]); err != nil {
-					err = fmt.Errorf("row %d: %w", g, err)
+					err = &Error{Detail: fmt.Sprintf("row %d", g), Err: err}
 					break
 				}
 			}
@@ -474,7 +480,7 @@ func (l *Loader) fill(r rowReader, b *Batch, idx []int64) error {
 			}
 		}
 		if err != nil {
-			return fmt.Errorf("%w: epoch %d batch %d variable %q: %w", ErrLoader, b.Epoch, b.Number, name, err)
+			return loaderErr(name, err, "epoch %d batch %d", b.Epoch, b.Number)
 		}
 		b.Data[v] = dst
 	}
@@ -532,8 +538,7 @@ func (l *Loader) Epoch(e int) (*Epoch, error) { return l.epoch(e, nil) }
 func (l *Loader) EpochIndices(e int, idx []int64) (*Epoch, error) {
 	for i, g := range idx {
 		if g < 0 || g >= l.rows {
-			return nil, fmt.Errorf("%w: epoch %d: sampler index %d is row %d, outside [0,%d): %w",
-				ErrLoader, e, i, g, l.rows, ErrIndex)
+			return nil, loaderErr("", ErrIndex, "epoch %d: sampler index %d is row %d, outside [0,%d)", e, i, g, l.rows)
 		}
 	}
 	return l.epoch(e, append(make([]int64, 0, len(idx)), idx...))
@@ -543,7 +548,7 @@ func (l *Loader) epoch(e int, idx []int64) (*Epoch, error) {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
-		return nil, fmt.Errorf("%w: loader closed: %w", ErrLoader, ErrClosed)
+		return nil, loaderErr("", ErrClosed, "loader closed")
 	}
 	prev := l.cur
 	l.cur = nil
@@ -555,7 +560,7 @@ func (l *Loader) epoch(e int, idx []int64) (*Epoch, error) {
 		var err error
 		idx, err = SamplerIndices(l.rows, l.replicas, l.rank, l.o.Seed, e, l.o.Shuffle, l.o.DropLast)
 		if err != nil {
-			return nil, fmt.Errorf("epoch %d: %w", e, err)
+			return nil, loaderErr("", err, "epoch %d", e)
 		}
 	}
 	ep := &Epoch{l: l, epoch: e, indices: idx}
@@ -582,7 +587,7 @@ func (l *Loader) epoch(e int, idx []int64) (*Epoch, error) {
 	if l.closed { // closed while this epoch started: stop it again
 		l.mu.Unlock()
 		ep.Close()
-		return nil, fmt.Errorf("%w: loader closed while starting epoch %d: %w", ErrLoader, e, ErrClosed)
+		return nil, loaderErr("", ErrClosed, "loader closed while starting epoch %d", e)
 	}
 	prev = l.cur // another goroutine's Epoch call raced this one
 	l.cur = ep
@@ -709,8 +714,7 @@ func (e *Epoch) nextWithin(slice time.Duration) (*Batch, error) {
 					e.waitSince = t0
 					return nil, ErrNotReady
 				}
-				e.err = fmt.Errorf("%w: epoch %d batch %d not read within %v: %w",
-					ErrLoader, e.epoch, e.cur, e.l.o.Timeout, ErrTimeout)
+				e.err = loaderErr("", ErrTimeout, "epoch %d batch %d not read within %v", e.epoch, e.cur, e.l.o.Timeout)
 				e.shutdown()
 				return nil, e.err
 			}
@@ -743,7 +747,7 @@ func (e *Epoch) nextWithin(slice time.Duration) (*Batch, error) {
 }
 
 func (e *Epoch) errClosed() error {
-	return fmt.Errorf("%w: epoch %d closed (loader %v): %w", ErrLoader, e.epoch, e.l.o.Vars, ErrClosed)
+	return loaderErr("", ErrClosed, "epoch %d closed (loader %v)", e.epoch, e.l.o.Vars)
 }
 
 // shutdown stops the workers, waits for them and recycles parked batches.

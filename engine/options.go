@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"fmt"
 	"io"
 	"os"
 	"time"
@@ -110,23 +109,23 @@ func (o *Options) Validate() error {
 		o.NodeMode = NodeModeAuto
 	case NodeModeAuto, NodeModeFabric:
 	default:
-		return fmt.Errorf("ddstore: options: NodeMode %q: want %q or %q", o.NodeMode, NodeModeAuto, NodeModeFabric)
+		return errf(ErrInvalid, "options", "", "NodeMode %q: want %q or %q", o.NodeMode, NodeModeAuto, NodeModeFabric)
 	}
 	switch o.ReadMode {
 	case "":
 		o.ReadMode = ReadModeAuto
 	case ReadModeAuto, ReadModeRMA, ReadModeGather:
 	default:
-		return fmt.Errorf("ddstore: options: ReadMode %q: want %q, %q or %q", o.ReadMode, ReadModeAuto, ReadModeRMA, ReadModeGather)
+		return errf(ErrInvalid, "options", "", "ReadMode %q: want %q, %q or %q", o.ReadMode, ReadModeAuto, ReadModeRMA, ReadModeGather)
 	}
 	if err := o.GPU.validate(); err != nil {
 		return err
 	}
 	if o.Width < 0 {
-		return fmt.Errorf("ddstore: options: Width %d is negative", o.Width)
+		return errf(ErrInvalid, "options", "", "Width %d is negative", o.Width)
 	}
 	if o.Timeout < 0 {
-		return fmt.Errorf("ddstore: options: Timeout %v is negative", o.Timeout)
+		return errf(ErrInvalid, "options", "", "Timeout %v is negative", o.Timeout)
 	}
 	if o.Timeout == 0 {
 		o.Timeout = 60 * time.Second
@@ -147,7 +146,7 @@ func (o *Options) Validate() error {
 		o.Fabric.Timeout = 10 * time.Second
 	}
 	if err := o.Fabric.Validate(); err != nil {
-		return fmt.Errorf("ddstore: options: fabric: %w", err)
+		return wrapf(ErrInvalid, "options", "", err, "Fabric")
 	}
 	if o.Bootstrap.Timeout == 0 {
 		o.Bootstrap.Timeout = o.Timeout

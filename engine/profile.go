@@ -30,12 +30,12 @@ func (s *Store) profileTable(w io.Writer) error {
 	}
 	seg, err := telemetry.Open(s.tel.Path())
 	if err != nil {
-		return fmt.Errorf("open telemetry segment: %w", err)
+		return wrapf(nil, "profile", "", err, "open telemetry segment")
 	}
 	snap, err := seg.Snapshot()
 	seg.Close()
 	if err != nil {
-		return fmt.Errorf("telemetry snapshot of %s: %w", s.tel.Path(), err)
+		return wrapf(nil, "profile", "", err, "telemetry snapshot of %s", s.tel.Path())
 	}
 	return formatProfile(w, s.rank, s.world, s.job, snap)
 }

@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"github.com/ddstore/ddstore/fabric/fault"
 	"sync/atomic"
 
 	"github.com/ddstore/ddstore/fabric"
@@ -50,7 +51,7 @@ func (s *Store) newReadCtx(telReader int32) (*readCtx, error) {
 	}
 	fr, err := s.fab.NewReader()
 	if err != nil {
-		return nil, fmt.Errorf("ddstore: new fabric reader: %w", err)
+		return nil, wrapf(nil, "NewReader", "", err, "open a fabric reader")
 	}
 	c.fr = fr
 	for i := 0; i < s.width; i++ {
@@ -61,7 +62,7 @@ func (s *Store) newReadCtx(telReader int32) (*readCtx, error) {
 		p, err := fr.AddPeer(r, s.peers[r].Addr)
 		if err != nil {
 			fr.Close()
-			return nil, fmt.Errorf("ddstore: connect reader to rank %d: %w", r, err)
+			return nil, &Error{Op: "NewReader", Ranks: []int{r}, Detail: "connect to the peer", Err: err}
 		}
 		c.peers[i] = p
 	}
@@ -91,15 +92,12 @@ func (c *readCtx) close() {
 
 // acquire finds the variable and counts the call in flight; the caller
 // must v.inflight.Add(-1) when done.
-func (s *Store) acquire(name string) (*Var, error) {
+func (s *Store) acquire(op, name string) (*Var, error) {
 	v := (*s.vars.Load())[name]
 	if v == nil {
-		if s.closed.Load() {
-			return nil, fmt.Errorf("%w: variable %q", ErrClosed, name)
-		}
-		return nil, fmt.Errorf("%w: %q", ErrUnknownVar, name)
+		return nil, s.errLookup(op, name)
 	}
-	if err := v.enter(); err != nil {
+	if err := v.enter(op); err != nil {
 		return nil, err
 	}
 	return v, nil
@@ -107,15 +105,15 @@ func (s *Store) acquire(name string) (*Var, error) {
 
 // enter counts a call in flight, then checks that the variable is alive
 // (Free and Close set the flags first, then wait for the count).
-func (v *Var) enter() error {
+func (v *Var) enter(op string) error {
 	v.inflight.Add(1)
 	if v.s.closed.Load() {
 		v.inflight.Add(-1)
-		return fmt.Errorf("%w: variable %q", ErrClosed, v.name)
+		return errf(ErrClosed, op, v.name, "store closed")
 	}
 	if v.freed.Load() {
 		v.inflight.Add(-1)
-		return fmt.Errorf("%w: %q (freed)", ErrUnknownVar, v.name)
+		return errf(ErrUnknownVar, op, v.name, "variable freed")
 	}
 	return nil
 }
@@ -218,7 +216,7 @@ func (v *Var) lockShared(st *callStats) *readCtx {
 // getBatch reads rows idx[i] into dst[i*rowBytes:]. c is the Reader's
 // context, or nil for the variable's shared reader.
 func (v *Var) getBatch(c *readCtx, idx []int64, dst []byte) (err error) {
-	if err = v.enter(); err != nil {
+	if err = v.enter("GetBatch"); err != nil {
 		return err
 	}
 	defer v.inflight.Add(-1)
@@ -233,7 +231,7 @@ func (v *Var) getBatch(c *readCtx, idx []int64, dst []byte) (err error) {
 
 	rb := v.rowBytes
 	if need := rows * rb; int64(len(dst)) < need {
-		return v.errShort(rows, need, len(dst))
+		return v.errShort("GetBatch", rows, need, len(dst))
 	}
 	for _, g := range idx {
 		if g < 0 || g >= v.global {
@@ -279,7 +277,7 @@ func (v *Var) getBatch(c *readCtx, idx []int64, dst []byte) (err error) {
 // get reads rows [start, start+count) into dst, coalescing each shard's
 // part into one copy (mapped) or reads of up to maxReadBytes (fabric).
 func (v *Var) get(c *readCtx, start, count int64, dst []byte) (err error) {
-	if err = v.enter(); err != nil {
+	if err = v.enter("Get"); err != nil {
 		return err
 	}
 	defer v.inflight.Add(-1)
@@ -295,7 +293,7 @@ func (v *Var) get(c *readCtx, start, count int64, dst []byte) (err error) {
 		return v.errRange(start, count)
 	}
 	if need := count * v.rowBytes; int64(len(dst)) < need {
-		return v.errShort(count, need, len(dst))
+		return v.errShort("Get", count, need, len(dst))
 	}
 	if count == 0 {
 		return nil
@@ -316,7 +314,7 @@ func (v *Var) get(c *readCtx, start, count int64, dst []byte) (err error) {
 // all ranges are queued together, so a batch of small ranges is one fabric
 // call (gathered on software-RMA providers, like GetBatch).
 func (v *Var) getRanges(c *readCtx, starts, counts []int64, dst []byte) (err error) {
-	if err = v.enter(); err != nil {
+	if err = v.enter("GetRanges"); err != nil {
 		return err
 	}
 	defer v.inflight.Add(-1)
@@ -330,19 +328,19 @@ func (v *Var) getRanges(c *readCtx, starts, counts []int64, dst []byte) (err err
 	defer func() { v.finish(tel, &st, rows, err) }()
 
 	if len(starts) != len(counts) {
-		return fmt.Errorf("%w: variable %q: GetRanges with %d starts and %d counts",
-			ErrIndex, v.name, len(starts), len(counts))
+		return errf(ErrIndex, "GetRanges", v.name, "%d starts and %d counts", len(starts), len(counts))
 	}
 	var total int64
 	for i, s := range starts {
 		n := counts[i]
 		if s < 0 || n < 0 || s > v.global-n {
-			return fmt.Errorf("%w (range %d of %d)", v.errRange(s, n), i, len(starts))
+			return errf(ErrIndex, "GetRanges", v.name, "range %d of %d: rows [%d,%d) (start %d, count %d) outside [0,%d)",
+				i, len(starts), s, s+n, s, n, v.global)
 		}
 		total += n // ≤ len(starts)·global: no overflow for any real store
 	}
 	if need := total * v.rowBytes; int64(len(dst)) < need {
-		return v.errShort(total, need, len(dst))
+		return v.errShort("GetRanges", total, need, len(dst))
 	}
 	rows = total
 	if c != nil {
@@ -511,23 +509,23 @@ func (v *Var) fabricError(c *readCtx, err error) error {
 	return fmt.Errorf("ddstore: variable %q: read from %s: %w", v.name, who, err)
 }
 
-func (v *Var) errShort(rows, need int64, have int) error {
-	return fmt.Errorf("%w: variable %q: %d rows of %d bytes need %d bytes, dst has %d",
-		ErrShortBuffer, v.name, rows, v.rowBytes, need, have)
+func (v *Var) errShort(op string, rows, need int64, have int) error {
+	return errf(ErrShortBuffer, op, v.name, "%d rows of %d bytes need %d bytes, dst has %d",
+		rows, v.rowBytes, need, have)
 }
 
 func (v *Var) errIndex(g int64) error {
-	return fmt.Errorf("%w: variable %q: row %d outside [0,%d)", ErrIndex, v.name, g, v.global)
+	return errf(ErrIndex, "GetBatch", v.name, "row %d outside [0,%d)", g, v.global)
 }
 
 func (v *Var) errRange(start, count int64) error {
-	return fmt.Errorf("%w: variable %q: rows [%d,%d) (start %d, count %d) outside [0,%d)",
-		ErrIndex, v.name, start, start+count, start, count, v.global)
+	return errf(ErrIndex, "Get", v.name, "rows [%d,%d) (start %d, count %d) outside [0,%d)",
+		start, start+count, start, count, v.global)
 }
 
 func (v *Var) errDead(rank int) error {
-	return fmt.Errorf("%w: variable %q: rank %d (pid %d) owns requested rows and has exited",
-		ErrPeerDead, v.name, rank, v.s.peers[rank].Pid)
+	return &Error{Op: "read", Var: v.name, Ranks: []int{rank}, Side: fault.Remote, Kind: ErrPeerDead,
+		Detail: fmt.Sprintf("rank %d (pid %d) owns requested rows and has exited", rank, v.s.peers[rank].Pid)}
 }
 
 // Get reads the contiguous global rows [start, start+count) of variable
@@ -535,7 +533,7 @@ func (v *Var) errDead(rank int) error {
 func (s *Store) Get(name string, start, count int64, dst []byte) error {
 	v := (*s.vars.Load())[name]
 	if v == nil {
-		return s.errLookup(name)
+		return s.errLookup("Get", name)
 	}
 	return v.get(nil, start, count, dst)
 }
@@ -545,7 +543,7 @@ func (s *Store) Get(name string, start, count int64, dst []byte) error {
 func (s *Store) GetBatch(name string, idx []int64, dst []byte) error {
 	v := (*s.vars.Load())[name]
 	if v == nil {
-		return s.errLookup(name)
+		return s.errLookup("GetBatch", name)
 	}
 	return v.getBatch(nil, idx, dst)
 }
@@ -560,16 +558,16 @@ func (s *Store) GetBatch(name string, idx []int64, dst []byte) error {
 func (s *Store) GetRanges(name string, starts, counts []int64, dst []byte) error {
 	v := (*s.vars.Load())[name]
 	if v == nil {
-		return s.errLookup(name)
+		return s.errLookup("GetRanges", name)
 	}
 	return v.getRanges(nil, starts, counts, dst)
 }
 
-func (s *Store) errLookup(name string) error {
+func (s *Store) errLookup(op, name string) error {
 	if s.closed.Load() {
-		return fmt.Errorf("%w: variable %q", ErrClosed, name)
+		return errf(ErrClosed, op, name, "store closed")
 	}
-	return fmt.Errorf("%w: %q", ErrUnknownVar, name)
+	return errf(ErrUnknownVar, op, name, "no such variable")
 }
 
 // Get is Store.Get on this variable through the shared reader.
@@ -582,6 +580,9 @@ func (v *Var) GetBatch(idx []int64, dst []byte) error { return v.getBatch(nil, i
 func (v *Var) GetRanges(starts, counts []int64, dst []byte) error {
 	return v.getRanges(nil, starts, counts, dst)
 }
+
+// errReaderClosed is returned by the methods of a closed Reader.
+var errReaderClosed error = &Error{Kind: ErrClosed, Op: "Reader", Detail: "reader closed"}
 
 // Reader reads with its own fabric endpoint and completion queue, so
 // readers never wait for each other or for the store's shared reader.
@@ -597,7 +598,7 @@ type Reader struct {
 // (Store.Close closes any left open).
 func (s *Store) NewReader() (*Reader, error) {
 	if s.closed.Load() {
-		return nil, fmt.Errorf("%w: NewReader", ErrClosed)
+		return nil, errf(ErrClosed, "NewReader", "", "store closed")
 	}
 	c, err := s.newReadCtx(maxTelReaders - 1)
 	if err != nil {
@@ -608,7 +609,7 @@ func (s *Store) NewReader() (*Reader, error) {
 	defer s.readersMu.Unlock()
 	if s.closed.Load() {
 		c.close()
-		return nil, fmt.Errorf("%w: NewReader", ErrClosed)
+		return nil, errf(ErrClosed, "NewReader", "", "store closed")
 	}
 	c.tel = s.freeTelReader()
 	s.readers[r] = struct{}{}
@@ -646,11 +647,11 @@ func (r *Reader) ID() int { return int(r.c.tel) }
 // Get is Store.Get through this reader's endpoint.
 func (r *Reader) Get(name string, start, count int64, dst []byte) error {
 	if r.closed.Load() {
-		return fmt.Errorf("%w: reader closed", ErrClosed)
+		return errReaderClosed
 	}
 	v := (*r.s.vars.Load())[name]
 	if v == nil {
-		return r.s.errLookup(name)
+		return r.s.errLookup("Get", name)
 	}
 	return v.get(r.c, start, count, dst)
 }
@@ -658,11 +659,11 @@ func (r *Reader) Get(name string, start, count int64, dst []byte) error {
 // GetBatch is Store.GetBatch through this reader's endpoint.
 func (r *Reader) GetBatch(name string, idx []int64, dst []byte) error {
 	if r.closed.Load() {
-		return fmt.Errorf("%w: reader closed", ErrClosed)
+		return errReaderClosed
 	}
 	v := (*r.s.vars.Load())[name]
 	if v == nil {
-		return r.s.errLookup(name)
+		return r.s.errLookup("GetBatch", name)
 	}
 	return v.getBatch(r.c, idx, dst)
 }
@@ -670,11 +671,11 @@ func (r *Reader) GetBatch(name string, idx []int64, dst []byte) error {
 // GetRanges is Store.GetRanges through this reader's endpoint.
 func (r *Reader) GetRanges(name string, starts, counts []int64, dst []byte) error {
 	if r.closed.Load() {
-		return fmt.Errorf("%w: reader closed", ErrClosed)
+		return errReaderClosed
 	}
 	v := (*r.s.vars.Load())[name]
 	if v == nil {
-		return r.s.errLookup(name)
+		return r.s.errLookup("GetRanges", name)
 	}
 	return v.getRanges(r.c, starts, counts, dst)
 }
@@ -682,7 +683,7 @@ func (r *Reader) GetRanges(name string, starts, counts []int64, dst []byte) erro
 // GetVar is Get on a variable handle, skipping the name lookup.
 func (r *Reader) GetVar(v *Var, start, count int64, dst []byte) error {
 	if r.closed.Load() {
-		return fmt.Errorf("%w: reader closed", ErrClosed)
+		return errReaderClosed
 	}
 	return v.get(r.c, start, count, dst)
 }
@@ -690,7 +691,7 @@ func (r *Reader) GetVar(v *Var, start, count int64, dst []byte) error {
 // GetBatchVar is GetBatch on a variable handle, skipping the name lookup.
 func (r *Reader) GetBatchVar(v *Var, idx []int64, dst []byte) error {
 	if r.closed.Load() {
-		return fmt.Errorf("%w: reader closed", ErrClosed)
+		return errReaderClosed
 	}
 	return v.getBatch(r.c, idx, dst)
 }

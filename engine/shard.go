@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"github.com/ddstore/ddstore/fabric/fault"
 	"math"
 	"os"
 	"path/filepath"
@@ -55,7 +56,7 @@ func mapLen(size int64) int {
 // error instead of killing the process with SIGBUS at the first copy.
 func createShard(dir, file, varName string, size int64) (*shardFile, error) {
 	if size < 0 || size > math.MaxInt64-int64(os.Getpagesize()) {
-		return nil, fmt.Errorf("%w: variable %q: shard of %d bytes", ErrIndex, varName, size)
+		return nil, errf(ErrIndex, "create shard", varName, "shard of %d bytes", size)
 	}
 	path := filepath.Join(dir, file)
 	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
@@ -65,26 +66,35 @@ func createShard(dir, file, varName string, size int64) (*shardFile, error) {
 		fd, err = unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("ddstore: variable %q: create shard file %s: %w", varName, path, err)
+		return nil, shardErr(varName, -1, err, "create shard file %s", path)
 	}
 	defer unix.Close(fd)
 	n := mapLen(size)
 	if err := allocate(fd, int64(n)); err != nil {
 		_ = unix.Unlink(path)
 		if err == unix.ENOSPC || err == unix.EFBIG || err == unix.ENOMEM {
-			return nil, fmt.Errorf("ddstore: variable %q: shard of %d bytes does not fit in shard directory %s: %w "+
+			return nil, shardErr(varName, -1, err, "shard of %d bytes does not fit in shard directory %s "+
 				"(shared memory full? Docker's default /dev/shm is 64 MiB: raise --shm-size, or set Options.ShardDir)",
-				varName, n, dir, err)
+				n, dir)
 		}
-		return nil, fmt.Errorf("ddstore: variable %q: allocate %d bytes for shard file %s in shard directory %s: %w",
-			varName, n, path, dir, err)
+		return nil, shardErr(varName, -1, err, "allocate %d bytes for shard file %s in shard directory %s", n, path, dir)
 	}
 	mem, err := unix.Mmap(fd, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		_ = unix.Unlink(path)
-		return nil, fmt.Errorf("ddstore: variable %q: map shard file %s (%d bytes): %w", varName, path, n, err)
+		return nil, shardErr(varName, -1, err, "map shard file %s (%d bytes)", path, n)
 	}
 	return &shardFile{path: path, mem: mem, data: mem[:size:size], owner: true}, nil
+}
+
+// shardErr is an error of this rank's shard of varName (rank < 0) or of
+// peer rank's shard file, with cause err (nil when none).
+func shardErr(varName string, rank int, err error, format string, args ...any) error {
+	e := &Error{Op: "shard", Var: varName, Side: fault.Local, Detail: fmt.Sprintf(format, args...), Err: err}
+	if rank >= 0 {
+		e.Ranks, e.Side = []int{rank}, fault.Unknown
+	}
+	return e
 }
 
 // allocate sizes the file to n bytes with its blocks allocated; it falls
@@ -109,20 +119,20 @@ func allocate(fd int, n int64) error {
 func openShard(path string, rank int, size int64) (*shardFile, error) {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("ddstore: open peer shard file %s: %w", path, err)
+		return nil, shardErr("", rank, err, "open peer shard file %s", path)
 	}
 	defer unix.Close(fd)
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, fmt.Errorf("ddstore: stat peer shard file %s: %w", path, err)
+		return nil, shardErr("", rank, err, "stat peer shard file %s", path)
 	}
 	n := mapLen(size)
 	if st.Size < int64(n) {
-		return nil, fmt.Errorf("ddstore: peer shard file %s has %d bytes, want %d", path, st.Size, n)
+		return nil, shardErr("", rank, nil, "peer shard file %s has %d bytes, want %d", path, st.Size, n)
 	}
 	mem, err := unix.Mmap(fd, 0, n, unix.PROT_READ, unix.MAP_SHARED)
 	if err != nil {
-		return nil, fmt.Errorf("ddstore: map peer shard file %s: %w", path, err)
+		return nil, shardErr("", rank, err, "map peer shard file %s", path)
 	}
 	return &shardFile{path: path, mem: mem, data: mem[:size:size], rank: rank}, nil
 }
@@ -148,7 +158,7 @@ func (f *shardFile) close() error {
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("ddstore: release shard %s: %w", f.path, err)
+		return shardErr("", -1, err, "release shard %s", f.path)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/ddstore/ddstore/fabric/fault"
 	"math"
 	"os"
 	"strings"
@@ -84,14 +85,14 @@ func Open(o Options) (*Store, error) {
 	if env.World == 0 {
 		e, err := bootstrap.DetectEnv()
 		if err != nil {
-			return nil, fmt.Errorf("ddstore: open: %w", err)
+			return nil, wrapf(nil, "Open", "", err, "launcher environment")
 		}
 		env = e
 		o.Bootstrap.Env = e
 	}
 	ex, err := bootstrap.Connect(o.Bootstrap)
 	if err != nil {
-		return nil, fmt.Errorf("ddstore: open: bootstrap: %w", err)
+		return nil, wrapf(nil, "Open", "", err, "bootstrap")
 	}
 	s := &Store{opts: o, ex: ex, env: env, rank: ex.Rank(), world: ex.Size(), localRank: env.LocalRank,
 		readers: map[*Reader]struct{}{}}
@@ -149,7 +150,7 @@ func envBool(key string) (on, set bool, err error) {
 	case "0", "false", "off", "no":
 		return false, true, nil
 	}
-	return false, false, fmt.Errorf("ddstore: options: environment variable %s=%q: want 1/0, true/false, on/off or yes/no", key, v)
+	return false, false, errf(ErrInvalid, "options", "", "environment variable %s=%q: want 1/0, true/false, on/off or yes/no", key, v)
 }
 
 func (s *Store) open() error {
@@ -159,7 +160,7 @@ func (s *Store) open() error {
 		s.width = s.world
 	}
 	if s.world%s.width != 0 {
-		return fmt.Errorf("ddstore: open: world size %d is not a multiple of Width %d", s.world, s.width)
+		return errf(ErrInvalid, "Open", "", "world size %d is not a multiple of Width %d", s.world, s.width)
 	}
 	s.groupLo = s.rank / s.width * s.width
 	s.dead = newDeadSet(s.world)
@@ -181,7 +182,7 @@ func (s *Store) open() error {
 	s.peers = make([]peerInfo, s.world)
 	for r, b := range blobs {
 		if err := json.Unmarshal(b, &s.peers[r]); err != nil {
-			return fmt.Errorf("ddstore: open: rank %d sent a bad node record: %v", r, err)
+			return &Error{Op: "Open", Kind: ErrMismatch, Ranks: []int{r}, Detail: "bad node record", Err: err}
 		}
 		s.peers[r].sameNode = s.peers[r].Node == me.Node
 		s.peers[r].sameMachine = s.peers[r].Host == me.Host && s.peers[r].BootID == me.BootID
@@ -208,7 +209,7 @@ func (s *Store) open() error {
 			Provider: s.providerName(), ReaderMode: "shared+readers", Method: s.env.Launcher,
 		})
 		if localErr != nil {
-			localErr = fmt.Errorf("telemetry: %w", localErr)
+			localErr = wrapf(nil, "Open", "", localErr, "telemetry")
 		}
 	}
 	type round2 struct {
@@ -224,21 +225,23 @@ func (s *Store) open() error {
 		return err
 	}
 	var failed []string
+	var failedRanks []int
 	for r, b := range blobs {
 		var x round2
 		if err := json.Unmarshal(b, &x); err != nil {
-			return fmt.Errorf("ddstore: open: rank %d sent a bad address record: %v", r, err)
+			return &Error{Op: "Open", Kind: ErrMismatch, Ranks: []int{r}, Detail: "bad address record", Err: err}
 		}
 		if x.Err != "" {
 			failed = append(failed, fmt.Sprintf("rank %d: %s", r, x.Err))
+			failedRanks = append(failedRanks, r)
 		}
 		s.peers[r].Addr = x.Addr
 	}
 	if localErr != nil {
-		return fmt.Errorf("ddstore: open rank %d: %w", s.rank, localErr)
+		return &Error{Op: "Open", Ranks: []int{s.rank}, Side: fault.Local, Err: localErr}
 	}
 	if len(failed) > 0 {
-		return fmt.Errorf("ddstore: open failed on %s", strings.Join(failed, "; "))
+		return &Error{Op: "Open", Ranks: failedRanks, Side: fault.Remote, Detail: "failed on " + strings.Join(failed, "; ")}
 	}
 
 	// Peers of the group on this machine (even in NodeMode "fabric", where
@@ -253,7 +256,7 @@ func (s *Store) open() error {
 	}
 	if len(ranks) > 0 {
 		if s.watcher, err = watchPeers(&s.dead, ranks, pids); err != nil {
-			return fmt.Errorf("ddstore: open: peer watcher: %w", err)
+			return wrapf(nil, "Open", "", err, "peer watcher")
 		}
 	}
 	if s.tel != nil {
@@ -289,23 +292,22 @@ func (s *Store) heartbeat() {
 func (s *Store) gather(tag string, mine any) ([][]byte, error) {
 	b, err := json.Marshal(mine)
 	if err != nil {
-		return nil, fmt.Errorf("ddstore: %s: encode: %w", tag, err)
+		return nil, wrapf(ErrInvalid, tag, "", err, "encode")
 	}
 	blobs, err := s.ex.AllGather(tag, b, s.opts.Timeout)
 	if err != nil {
 		return nil, wrapBootstrap(tag, err)
 	}
 	if len(blobs) != s.world {
-		return nil, fmt.Errorf("ddstore: %s: got %d records for %d ranks", tag, len(blobs), s.world)
+		return nil, errf(ErrMismatch, tag, "", "got %d records for %d ranks", len(blobs), s.world)
 	}
 	return blobs, nil
 }
 
+// wrapBootstrap names the store's collective tag around an exchange
+// error; the exchange's *Error underneath carries the class and ranks.
 func wrapBootstrap(tag string, err error) error {
-	if errors.Is(err, bootstrap.ErrTimeout) {
-		return fmt.Errorf("%w: %s: %w", ErrTimeout, tag, err)
-	}
-	return fmt.Errorf("ddstore: %s: %w", tag, err)
+	return &Error{Op: tag, Err: err}
 }
 
 // Rank is this process's global rank.
@@ -357,7 +359,7 @@ func (s *Store) Close() error {
 	s.collMu.Lock()
 	defer s.collMu.Unlock()
 	if s.closed.Swap(true) {
-		return fmt.Errorf("%w: Close called twice", ErrClosed)
+		return errf(ErrClosed, "Close", "", "Close called twice")
 	}
 	vm := *s.vars.Load()
 	deadline := time.Now().Add(s.opts.Timeout)
@@ -382,8 +384,9 @@ func (s *Store) Close() error {
 		select {
 		case <-v.released:
 		case <-t.C:
-			errs = append(errs, fmt.Errorf("%w: Close: freed variable %q: %d calls still in flight; it is released when they return",
-				ErrTimeout, v.name, v.inflight.Load()))
+			errs = append(errs, &Error{Op: "Close", Var: v.name, Kind: ErrTimeout, Side: fault.Local,
+				Detail: fmt.Sprintf("freed variable %q: %d calls still in flight; it is released when they return",
+					v.name, v.inflight.Load())})
 			pending = append(pending, v)
 		}
 		t.Stop()
@@ -404,7 +407,7 @@ func (s *Store) Close() error {
 	// the fabric and the telemetry segment: release those after the last
 	// call. The exchange is no reader's: close it now.
 	if err := s.ex.Close(); err != nil {
-		errs = append(errs, fmt.Errorf("ddstore: bootstrap close: %w", err))
+		errs = append(errs, wrapf(nil, "Close", "", err, "bootstrap"))
 	}
 	s.ex = nil
 	go func() {
@@ -450,18 +453,18 @@ func (s *Store) release() error {
 	}
 	if s.tel != nil {
 		if err := s.tel.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("ddstore: telemetry close: %w", err))
+			errs = append(errs, wrapf(nil, "Close", "", err, "telemetry"))
 		}
 	}
 	s.watcher.stop()
 	if s.fab != nil {
 		if err := s.fab.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("ddstore: fabric close: %w", err))
+			errs = append(errs, wrapf(nil, "Close", "", err, "fabric"))
 		}
 	}
 	if s.ex != nil {
 		if err := s.ex.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("ddstore: bootstrap close: %w", err))
+			errs = append(errs, wrapf(nil, "Close", "", err, "bootstrap"))
 		}
 	}
 	return errors.Join(errs...)
@@ -474,7 +477,7 @@ func (s *Store) Barrier() error {
 	s.collMu.Lock()
 	defer s.collMu.Unlock()
 	if s.closed.Load() {
-		return fmt.Errorf("%w: Barrier", ErrClosed)
+		return errf(ErrClosed, "Barrier", "", "store closed")
 	}
 	s.seq++
 	if err := s.ex.Barrier(fmt.Sprintf("barrier-%d", s.seq), s.opts.Timeout); err != nil {
@@ -500,19 +503,16 @@ func (s *Store) allGather(kind, tag string, mine []byte) ([][]byte, error) {
 	s.collMu.Lock()
 	defer s.collMu.Unlock()
 	if s.closed.Load() {
-		return nil, fmt.Errorf("%w: %s %q", ErrClosed, kind, tag)
+		return nil, errf(ErrClosed, fmt.Sprintf("%s %q", kind, tag), "", "store closed")
 	}
 	s.seq++
 	what := fmt.Sprintf("%s %q", kind, tag)
 	blobs, err := s.ex.AllGather(fmt.Sprintf("%s-%d-%s", kind, s.seq, tag), mine, s.opts.Timeout)
 	if err != nil {
-		if errors.Is(err, bootstrap.ErrMismatch) {
-			return nil, fmt.Errorf("%w: %s: %w", ErrMismatch, what, err)
-		}
 		return nil, wrapBootstrap(what, err)
 	}
 	if len(blobs) != s.world {
-		return nil, fmt.Errorf("ddstore: %s: got %d blobs for %d ranks", what, len(blobs), s.world)
+		return nil, errf(ErrMismatch, what, "", "got %d blobs for %d ranks", len(blobs), s.world)
 	}
 	return blobs, nil
 }
@@ -534,8 +534,8 @@ func (s *Store) AllReduceFloat32(tag string, x []float32) error {
 	}
 	for r, b := range blobs {
 		if len(b) != len(mine) {
-			return fmt.Errorf("%w: allreduce-f32 %q: rank %d passed %d float32, rank %d passed %d",
-				ErrMismatch, tag, r, len(b)/4, s.rank, len(x))
+			return &Error{Op: fmt.Sprintf("allreduce-f32 %q", tag), Kind: ErrMismatch, Ranks: []int{r},
+				Detail: fmt.Sprintf("rank %d passed %d float32, rank %d passed %d", r, len(b)/4, s.rank, len(x))}
 		}
 	}
 	for i := range x {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/ddstore/ddstore/fabric/fault"
 	"math"
 	"sort"
 	"strings"
@@ -93,7 +94,7 @@ func (s *Store) create(op, name string, dt DType, rowElems int, nLocal int64, lo
 	s.collMu.Lock()
 	defer s.collMu.Unlock()
 	if s.closed.Load() {
-		return fmt.Errorf("%w: %s %q", ErrClosed, op, name)
+		return errf(ErrClosed, opName(op), name, "store closed")
 	}
 	s.seq++
 	tag := fmt.Sprintf("coll-%d", s.seq)
@@ -102,22 +103,22 @@ func (s *Store) create(op, name string, dt DType, rowElems int, nLocal int64, lo
 	var localErr error
 	switch {
 	case name == "":
-		localErr = fmt.Errorf("%w: empty variable name", ErrDType)
+		localErr = errf(ErrDType, opName(op), name, "empty variable name")
 	case !dt.Valid():
-		localErr = fmt.Errorf("%w: variable %q: invalid dtype %d", ErrDType, name, uint8(dt))
+		localErr = errf(ErrDType, opName(op), name, "invalid dtype %d", uint8(dt))
 	case rowElems <= 0:
-		localErr = fmt.Errorf("%w: variable %q: %d elements per row", ErrDType, name, rowElems)
+		localErr = errf(ErrDType, opName(op), name, "%d elements per row", rowElems)
 	case int64(rowElems) > math.MaxInt64/int64(dt.Size()):
-		localErr = fmt.Errorf("%w: variable %q: %d elements of %s per row overflow int64 bytes", ErrDType, name, rowElems, dt)
+		localErr = errf(ErrDType, opName(op), name, "%d elements of %s per row overflow int64 bytes", rowElems, dt)
 	case op == "add" && int64(len(local))%me.RowBytes != 0:
-		localErr = fmt.Errorf("%w: variable %q: %d bytes of local data is not a multiple of the row size %d (%d × %s)",
-			ErrDType, name, len(local), me.RowBytes, rowElems, dt)
+		localErr = errf(ErrDType, opName(op), name, "%d bytes of local data is not a multiple of the row size %d (%d × %s)",
+			len(local), me.RowBytes, rowElems, dt)
 	case op == "init" && nLocal < 0:
-		localErr = fmt.Errorf("%w: variable %q: %d local rows", ErrIndex, name, nLocal)
+		localErr = errf(ErrIndex, opName(op), name, "%d local rows", nLocal)
 	case op == "init" && nLocal > math.MaxInt64/me.RowBytes:
-		localErr = fmt.Errorf("%w: variable %q: %d local rows of %d bytes overflow int64 bytes", ErrIndex, name, nLocal, me.RowBytes)
+		localErr = errf(ErrIndex, opName(op), name, "%d local rows of %d bytes overflow int64 bytes", nLocal, me.RowBytes)
 	case (*s.vars.Load())[name] != nil:
-		localErr = fmt.Errorf("%w: %q", ErrExists, name)
+		localErr = errf(ErrExists, opName(op), name, "variable exists")
 	}
 	if op == "add" && localErr == nil {
 		nLocal = int64(len(local)) / me.RowBytes
@@ -142,7 +143,7 @@ func (s *Store) create(op, name string, dt DType, rowElems int, nLocal int64, lo
 				if localErr == nil {
 					me.Key, me.Base = exp.Key(), exp.Base()
 				} else {
-					localErr = fmt.Errorf("ddstore: variable %q: fabric export of %d bytes: %w", name, len(own.mem), localErr)
+					localErr = &Error{Op: opName(op), Var: name, Side: fault.Local, Detail: fmt.Sprintf("fabric export of %d bytes", len(own.mem)), Err: localErr}
 				}
 			}
 		}
@@ -153,13 +154,13 @@ func (s *Store) create(op, name string, dt DType, rowElems int, nLocal int64, lo
 	blobs, err := s.gather(tag, me)
 	if err != nil {
 		cleanup()
-		return fmt.Errorf("ddstore: %s %q: %w", op, name, err)
+		return wrapf(nil, opName(op), name, err, "exchange")
 	}
 	metas := make([]varMeta, s.world)
 	for r, b := range blobs {
 		if err := json.Unmarshal(b, &metas[r]); err != nil {
 			cleanup()
-			return fmt.Errorf("%w: %s %q: rank %d sent a bad record: %v", ErrMismatch, op, name, r, err)
+			return &Error{Op: opName(op), Var: name, Kind: ErrMismatch, Ranks: []int{r}, Detail: "bad record", Err: err}
 		}
 	}
 	if err := checkAgreement(metas, s.rank, localErr); err != nil {
@@ -184,7 +185,7 @@ func (s *Store) create(op, name string, dt DType, rowElems int, nLocal int64, lo
 		case s.peers[r].sameNode && localErr == nil:
 			f, err := openShard(m.Path, r, m.NLocal*m.RowBytes)
 			if err != nil {
-				localErr = fmt.Errorf("variable %q: rank %d's shard: %w", name, r, err)
+				localErr = &Error{Op: opName(op), Var: name, Ranks: []int{r}, Side: fault.Local, Detail: "map the peer's shard", Err: err}
 				break
 			}
 			v.mapped = append(v.mapped, f)
@@ -197,7 +198,7 @@ func (s *Store) create(op, name string, dt DType, rowElems int, nLocal int64, lo
 	v.global = v.offsets[s.width]
 	if needFabric && localErr == nil {
 		if s.fab == nil {
-			localErr = fmt.Errorf("variable %q: remote shards but no fabric", name)
+			localErr = errf(nil, opName(op), name, "remote shards but no fabric")
 		} else {
 			v.shared, localErr = s.newReadCtx(0)
 		}
@@ -210,14 +211,16 @@ func (s *Store) create(op, name string, dt DType, rowElems int, nLocal int64, lo
 	blobs, err = s.gather(tag+"-ok", ok)
 	if err == nil {
 		var failed []string
+		var failedRanks []int
 		for r, b := range blobs {
 			var e string
 			if json.Unmarshal(b, &e) != nil || e != "" {
 				failed = append(failed, fmt.Sprintf("rank %d: %s", r, e))
+				failedRanks = append(failedRanks, r)
 			}
 		}
 		if len(failed) > 0 {
-			err = fmt.Errorf("%w: %s %q failed on %s", ErrMismatch, op, name, strings.Join(failed, "; "))
+			err = &Error{Op: opName(op), Var: name, Kind: ErrMismatch, Ranks: failedRanks, Detail: "failed on " + strings.Join(failed, "; ")}
 		}
 	}
 	if err != nil {
@@ -241,9 +244,11 @@ func (s *Store) create(op, name string, dt DType, rowElems int, nLocal int64, lo
 // locally or the ranks disagree on op, name, dtype or row shape.
 func checkAgreement(metas []varMeta, rank int, localErr error) error {
 	var failed []string
+	var failedRanks []int
 	for r, m := range metas {
 		if m.Err != "" {
 			failed = append(failed, fmt.Sprintf("rank %d: %s", r, m.Err))
+			failedRanks = append(failedRanks, r)
 		}
 	}
 	var mism []string
@@ -262,11 +267,7 @@ func checkAgreement(metas []varMeta, rank int, localErr error) error {
 		}
 		parts := make([]string, 0, len(order))
 		for _, k := range order {
-			word := "ranks"
-			if len(groups[k]) == 1 {
-				word = "rank"
-			}
-			parts = append(parts, fmt.Sprintf("%s on %s %s", k, word, rankList(groups[k])))
+			parts = append(parts, fmt.Sprintf("%s on %s", k, fault.RankList(groups[k])))
 		}
 		mism = append(mism, field+": "+strings.Join(parts, ", "))
 	}
@@ -274,27 +275,30 @@ func checkAgreement(metas []varMeta, rank int, localErr error) error {
 	diff("name", func(m varMeta) string { return fmt.Sprintf("%q", m.Name) })
 	diff("dtype", func(m varMeta) string { return m.DType.String() })
 	diff("row", func(m varMeta) string { return fmt.Sprintf("%d elements/%d bytes", m.RowElems, m.RowBytes) })
-	name := metas[rank].Name
+	m := metas[rank]
 	switch {
 	case len(mism) > 0:
-		return fmt.Errorf("%w: variable %q: %s", ErrMismatch, name, strings.Join(mism, "; "))
+		return errf(ErrMismatch, opName(m.Op), m.Name, "%s", strings.Join(mism, "; "))
 	case localErr != nil:
 		return localErr
 	case len(failed) > 0:
-		return fmt.Errorf("%w: variable %q failed on %s", ErrMismatch, name, strings.Join(failed, "; "))
+		return &Error{Op: opName(m.Op), Var: m.Name, Kind: ErrMismatch, Ranks: failedRanks,
+			Detail: "failed on " + strings.Join(failed, "; ")}
 	}
 	return nil
 }
 
-func rankList(rs []int) string {
-	var b strings.Builder
-	for i, r := range rs {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		fmt.Fprint(&b, r)
+// opName is the API name of a collective's op ("add" → "Add").
+func opName(op string) string {
+	switch op {
+	case "add":
+		return "Add"
+	case "init":
+		return "Init"
+	case "free":
+		return "Free"
 	}
-	return b.String()
+	return op
 }
 
 // publish replaces the variable map by an edited copy (collMu held).
@@ -311,11 +315,11 @@ func (s *Store) publish(edit func(varMap)) {
 // Var returns a handle to variable name.
 func (s *Store) Var(name string) (*Var, error) {
 	if s.closed.Load() {
-		return nil, fmt.Errorf("%w: Var %q", ErrClosed, name)
+		return nil, errf(ErrClosed, "Var", name, "store closed")
 	}
 	v := (*s.vars.Load())[name]
 	if v == nil {
-		return nil, fmt.Errorf("%w: %q", ErrUnknownVar, name)
+		return nil, errf(ErrUnknownVar, "Var", name, "no such variable")
 	}
 	return v, nil
 }
@@ -365,19 +369,19 @@ func (v *Var) GlobalRows() int64 { return v.global }
 // localOffset (local, not collective). Readers may see a row half-written
 // while Update runs; synchronize (e.g. a barrier of your own) if that matters.
 func (s *Store) Update(name string, rows []byte, localOffset int64) error {
-	v, err := s.acquire(name)
+	v, err := s.acquire("Update", name)
 	if err != nil {
 		return err
 	}
 	defer v.inflight.Add(-1)
 	if int64(len(rows))%v.rowBytes != 0 {
-		return fmt.Errorf("%w: Update %q: %d bytes is not a multiple of the row size %d", ErrDType, name, len(rows), v.rowBytes)
+		return errf(ErrDType, "Update", name, "%d bytes is not a multiple of the row size %d", len(rows), v.rowBytes)
 	}
 	n := int64(len(rows)) / v.rowBytes
 	// n ≤ nLocal first, so that nLocal-n cannot overflow (nor localOffset+n).
 	if localOffset < 0 || n > v.nLocal || localOffset > v.nLocal-n {
-		return fmt.Errorf("%w: Update %q: %d rows at local row %d outside the local shard [0,%d)",
-			ErrIndex, name, n, localOffset, v.nLocal)
+		return errf(ErrIndex, "Update", name, "%d rows at local row %d outside the local shard [0,%d)",
+			n, localOffset, v.nLocal)
 	}
 	copy(v.own.data[localOffset*v.rowBytes:], rows)
 	return nil
@@ -398,7 +402,7 @@ func (s *Store) Free(name string) error {
 	s.collMu.Lock()
 	defer s.collMu.Unlock()
 	if s.closed.Load() {
-		return fmt.Errorf("%w: Free %q", ErrClosed, name)
+		return errf(ErrClosed, "Free", name, "store closed")
 	}
 	s.seq++
 	tag := fmt.Sprintf("coll-%d", s.seq)
@@ -406,19 +410,19 @@ func (s *Store) Free(name string) error {
 	me := varMeta{Op: "free", Name: name}
 	var localErr error
 	if v == nil {
-		localErr = fmt.Errorf("%w: Free %q", ErrUnknownVar, name)
+		localErr = errf(ErrUnknownVar, "Free", name, "no such variable")
 		me.Err = localErr.Error()
 	} else {
 		me.DType, me.RowElems, me.RowBytes = v.dt, v.rowElems, v.rowBytes
 	}
 	blobs, err := s.gather(tag, me)
 	if err != nil {
-		return fmt.Errorf("ddstore: free %q: %w", name, err)
+		return wrapf(nil, "Free", name, err, "exchange")
 	}
 	metas := make([]varMeta, s.world)
 	for r, b := range blobs {
 		if err := json.Unmarshal(b, &metas[r]); err != nil {
-			return fmt.Errorf("%w: free %q: rank %d sent a bad record: %v", ErrMismatch, name, r, err)
+			return &Error{Op: "Free", Var: name, Kind: ErrMismatch, Ranks: []int{r}, Detail: "bad record", Err: err}
 		}
 	}
 	if err := checkAgreement(metas, s.rank, localErr); err != nil {
@@ -431,7 +435,7 @@ func (s *Store) Free(name string) error {
 		errs = append(errs, idleErr)
 	}
 	if err := s.ex.Barrier(tag+"-done", s.opts.Timeout); err != nil {
-		errs = append(errs, wrapBootstrap("free "+name, err))
+		errs = append(errs, wrapBootstrap("Free", err))
 	}
 	if idleErr != nil {
 		s.releaseWhenIdle(v)
@@ -452,8 +456,8 @@ func (v *Var) waitIdle(deadline time.Time, op string) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%w: %s: variable %q: %d calls still in flight; it is released when they return",
-				ErrTimeout, op, v.name, n)
+			return &Error{Op: op, Var: v.name, Kind: ErrTimeout, Side: fault.Local,
+				Detail: fmt.Sprintf("%d calls still in flight; it is released when they return", n)}
 		}
 		time.Sleep(100 * time.Microsecond)
 	}
@@ -506,7 +510,7 @@ func (v *Var) release() error {
 	v.mapped = nil
 	if v.exp != nil {
 		if err := v.exp.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("ddstore: variable %q: unexport: %w", v.name, err))
+			errs = append(errs, wrapf(nil, "release", v.name, err, "unexport"))
 		}
 		v.exp = nil
 	}

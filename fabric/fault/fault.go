@@ -123,7 +123,8 @@ func (e *Error) Error() string {
 		b.WriteString(": " + strings.TrimPrefix(e.Kind.Error(), "ddstore: "))
 	}
 	if e.Err != nil {
-		b.WriteString(": " + e.Err.Error())
+		// A cause that is ddstore's own error says "ddstore" once, here.
+		b.WriteString(": " + strings.TrimPrefix(e.Err.Error(), "ddstore: "))
 	}
 	return b.String()
 }
