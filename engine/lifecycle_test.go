@@ -374,3 +374,32 @@ func TestLifecyclePeerWatcherPoll(t *testing.T) {
 		})
 	}
 }
+
+// TestErrorFields: every error the store returns is one *Error naming the
+// operation and the variable, with its class for errors.Is.
+func TestErrorFields(t *testing.T) {
+	s, job := openLifecycleStore(t, nil)
+	defer checkNoShardFiles(t, job)
+	defer s.Close()
+	if err := s.Init("e", Uint8, 8, 4); err != nil {
+		t.Fatal(err)
+	}
+	dst := make([]byte, 64)
+	for _, c := range []struct {
+		err      error
+		kind     error
+		op, name string
+	}{
+		{s.GetBatch("e", []int64{4}, dst), ErrIndex, "GetBatch", "e"},
+		{s.Get("e", 3, 2, dst), ErrIndex, "Get", "e"},
+		{s.GetBatch("e", []int64{0, 1}, dst[:15]), ErrShortBuffer, "GetBatch", "e"},
+		{s.GetBatch("none", []int64{0}, dst), ErrUnknownVar, "GetBatch", "none"},
+		{s.Update("e", dst[:3], 0), ErrDType, "Update", "e"},
+		{s.Init("e", Uint8, 8, 4), ErrExists, "Init", "e"},
+	} {
+		var e *Error
+		if !errors.As(c.err, &e) || !errors.Is(c.err, c.kind) || e.Op != c.op || e.Var != c.name {
+			t.Errorf("%v: want an *Error of class %v with Op %q and Var %q", c.err, c.kind, c.op, c.name)
+		}
+	}
+}
