@@ -113,27 +113,27 @@ func parseGPUDevice(s string) (gpuTarget, error) {
 // validate checks the GPU options and fills defaults.
 func (g *GPUOptions) validate() error {
 	if _, err := parseGPUDevice(g.Device); err != nil {
-		return fmt.Errorf("ddstore: options: GPU.Device %w", err)
+		return wrapf(ErrInvalid, "options", "", err, "GPU.Device")
 	}
 	switch g.Sync {
 	case "":
 		g.Sync = GPUSyncStream
 	case GPUSyncStream, GPUSyncDevice:
 	default:
-		return fmt.Errorf("ddstore: options: GPU.Sync %q: want %q or %q", g.Sync, GPUSyncStream, GPUSyncDevice)
+		return errf(ErrInvalid, "options", "", "GPU.Sync %q: want %q or %q", g.Sync, GPUSyncStream, GPUSyncDevice)
 	}
 	switch g.Direct {
 	case "":
 		g.Direct = GPUDirectAuto
 	case GPUDirectAuto, GPUDirectOn, GPUDirectOff:
 	default:
-		return fmt.Errorf("ddstore: options: GPU.Direct %q: want %q, %q or %q", g.Direct, GPUDirectAuto, GPUDirectOn, GPUDirectOff)
+		return errf(ErrInvalid, "options", "", "GPU.Direct %q: want %q, %q or %q", g.Direct, GPUDirectAuto, GPUDirectOn, GPUDirectOff)
 	}
 	if g.StageBytes == 0 {
 		g.StageBytes = defaultStageBytes
 	}
 	if g.StageBytes < 1<<10 || g.StageBytes > maxReadBytes {
-		return fmt.Errorf("ddstore: options: GPU.StageBytes %d: want 1 KiB to %d bytes", g.StageBytes, maxReadBytes)
+		return errf(ErrInvalid, "options", "", "GPU.StageBytes %d: want 1 KiB to %d bytes", g.StageBytes, maxReadBytes)
 	}
 	return nil
 }
@@ -369,7 +369,7 @@ type devRead struct {
 // sharedMu here, and the variable's shared fabric reader is locked at the
 // first remote row).
 func (v *Var) readDevice(c *readCtx, dc *devCtx, rd *devRead) (ev *gpu.Event, err error) {
-	if err = v.enter(); err != nil {
+	if err = v.enter(rd.op); err != nil {
 		return nil, err
 	}
 	defer v.inflight.Add(-1)
@@ -527,7 +527,7 @@ func (v *Var) checkDeviceDst(dc *devCtx, rd *devRead) error {
 		return fault.New(fault.ErrInvalid, rd.op, "variable %q: offset %d outside the %d-byte device buffer", v.name, rd.off, rd.dst.Len())
 	}
 	if need := rd.rows * v.rowBytes; int64(rd.dst.Len()-rd.off) < need {
-		return v.errShort(rd.rows, need, rd.dst.Len()-rd.off)
+		return v.errShort(rd.op, rd.rows, need, rd.dst.Len()-rd.off)
 	}
 	return nil
 }
@@ -536,7 +536,7 @@ func (v *Var) checkDeviceDst(dc *devCtx, rd *devRead) error {
 func (s *Store) storeDevice(name string, rd *devRead) error {
 	v := (*s.vars.Load())[name]
 	if v == nil {
-		return s.errLookup(name)
+		return s.errLookup(rd.op, name)
 	}
 	dc, err := s.sharedDevCtx()
 	if err != nil {
@@ -565,11 +565,11 @@ func (s *Store) GetDevice(name string, start, count int64, dst *gpu.Buffer, off 
 // stream and staging.
 func (r *Reader) readerDevice(v *Var, name string, rd *devRead) (*gpu.Event, error) {
 	if r.closed.Load() {
-		return nil, fmt.Errorf("%w: reader closed", ErrClosed)
+		return nil, errReaderClosed
 	}
 	if v == nil {
 		if v = (*r.s.vars.Load())[name]; v == nil {
-			return nil, r.s.errLookup(name)
+			return nil, r.s.errLookup(rd.op, name)
 		}
 	}
 	dc, err := r.devCtx()

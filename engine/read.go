@@ -3,7 +3,6 @@ package engine
 import (
 	"errors"
 	"fmt"
-	"github.com/ddstore/ddstore/fabric/fault"
 	"sync/atomic"
 
 	"github.com/ddstore/ddstore/fabric"
