@@ -26,15 +26,22 @@ import (
 // message names the key and where the value came from.
 var ErrConfig = errors.New("ddstore: invalid config")
 
-// MachineConfig describes the machine a file is written for. Informational:
-// examples and job scripts read it, the engine does not. GPU in particular is
-// validated and reported only: the engine has no GPU path yet, so the
-// gpu_sync phase is always 0.
+// MachineConfig describes the machine a file is written for. Name and the
+// layout are informational (examples and job scripts read them); GPU picks
+// the runtime of the device read path (GPUOptions.Device).
 type MachineConfig struct {
 	Name         string // "local", "frontier", "perlmutter"
 	RanksPerNode int    // ranks per node the file is tuned for; 0 = any
 	CoresPerRank int    // CPU cores per rank; 0 = unknown
-	GPU          string // none | rocm | cuda; informational (no GPU path yet)
+	GPU          string // DDSTORE_GPU: cuda | hip | rocm (= hip) | auto | none
+}
+
+// GPUConfig is the gpu section: the device read path (GPUOptions).
+type GPUConfig struct {
+	Device     string // DDSTORE_GPU_DEVICE: $LOCAL_RANK (default) or a device index
+	Sync       string // DDSTORE_GPU_SYNC: stream | device
+	Direct     string // DDSTORE_GPU_DIRECT: auto | on | off
+	StageBytes int64  // DDSTORE_GPU_STAGE_BYTES: each of a reader's two staging halves
 }
 
 // FabricConfig is the fabric section.
@@ -102,6 +109,7 @@ type Config struct {
 	Telemetry TelemetryConfig
 	Bootstrap BootstrapConfig
 	Loader    LoaderConfig
+	GPU       GPUConfig
 
 	// Source says where the configuration came from, for display: the file
 	// (path or "embedded:<name>.yaml"), why it was chosen, and the
@@ -132,7 +140,11 @@ var configKeys = []configKey{
 	{"machine.name", "", kindString, func(c *Config, v any) { c.Machine.Name = v.(string) }},
 	{"machine.ranks_per_node", "", kindInt, func(c *Config, v any) { c.Machine.RanksPerNode = v.(int) }},
 	{"machine.cores_per_rank", "", kindInt, func(c *Config, v any) { c.Machine.CoresPerRank = v.(int) }},
-	{"machine.gpu", "", kindString, func(c *Config, v any) { c.Machine.GPU = v.(string) }},
+	{"machine.gpu", "DDSTORE_GPU", kindString, func(c *Config, v any) { c.Machine.GPU = v.(string) }},
+	{"gpu.device", "DDSTORE_GPU_DEVICE", kindString, func(c *Config, v any) { c.GPU.Device = v.(string) }},
+	{"gpu.sync", "DDSTORE_GPU_SYNC", kindString, func(c *Config, v any) { c.GPU.Sync = v.(string) }},
+	{"gpu.direct", "DDSTORE_GPU_DIRECT", kindString, func(c *Config, v any) { c.GPU.Direct = v.(string) }},
+	{"gpu.stage_bytes", "DDSTORE_GPU_STAGE_BYTES", kindBytes, func(c *Config, v any) { c.GPU.StageBytes = v.(int64) }},
 	{"fabric.provider", "DDSTORE_FABRIC", kindString, func(c *Config, v any) { c.Fabric.Provider = v.(string) }},
 	{"fabric.iface", "FABRIC_IFACE", kindString, func(c *Config, v any) { c.Fabric.Iface = v.(string) }},
 	{"fabric.window", "DDSTORE_FABRIC_WINDOW", kindInt, func(c *Config, v any) { c.Fabric.Window = v.(int) }},
@@ -398,9 +410,25 @@ func (c Config) Validate() error {
 		return bad("bootstrap.dir", "required with bootstrap.method dir")
 	}
 	switch c.Machine.GPU {
-	case "", "none", "rocm", "cuda":
+	case "", "none", "auto", "rocm", "hip", "cuda":
 	default:
-		return bad("machine.gpu", "%q is not none, rocm or cuda", c.Machine.GPU)
+		return bad("machine.gpu", "%q is not cuda, hip, rocm, auto or none", c.Machine.GPU)
+	}
+	if _, err := parseGPUDevice(c.gpuDevice()); err != nil {
+		return bad("gpu.device", "%q: want $LOCAL_RANK or a device index", c.GPU.Device)
+	}
+	switch c.GPU.Sync {
+	case GPUSyncStream, GPUSyncDevice:
+	default:
+		return bad("gpu.sync", "%q is not stream or device", c.GPU.Sync)
+	}
+	switch c.GPU.Direct {
+	case GPUDirectAuto, GPUDirectOn, GPUDirectOff:
+	default:
+		return bad("gpu.direct", "%q is not auto, on or off", c.GPU.Direct)
+	}
+	if c.GPU.StageBytes < 1<<10 || c.GPU.StageBytes > maxReadBytes {
+		return bad("gpu.stage_bytes", "%d outside [1 KiB, 4 MiB]", c.GPU.StageBytes)
 	}
 	switch {
 	case c.Fabric.Window < 1:
@@ -452,7 +480,27 @@ func (c Config) StoreOptions() Options {
 	o.Bootstrap.Addr = c.Bootstrap.Addr
 	o.Bootstrap.Dir = c.Bootstrap.Dir
 	o.Bootstrap.Timeout = c.Bootstrap.Timeout
+	o.GPU.Device = c.gpuDevice()
+	o.GPU.Sync = c.GPU.Sync
+	o.GPU.Direct = c.GPU.Direct
+	o.GPU.StageBytes = int(c.GPU.StageBytes)
 	return o
+}
+
+// gpuDevice is GPUOptions.Device from machine.gpu and gpu.device:
+// "cuda:$LOCAL_RANK", "hip:3", "none".
+func (c Config) gpuDevice() string {
+	rt := c.Machine.GPU
+	switch rt {
+	case "", "none":
+		return "none"
+	case "rocm":
+		rt = "hip"
+	}
+	if d := strings.TrimSpace(c.GPU.Device); d != "" {
+		return rt + ":" + d
+	}
+	return rt + ":$LOCAL_RANK"
 }
 
 // fabricDomain maps FABRIC_IFACE onto a libfabric domain name: Slingshot

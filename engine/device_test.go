@@ -642,3 +642,54 @@ func TestDeviceWrongDevice(t *testing.T) {
 		t.Fatalf("destination on another device: %v", err)
 	}
 }
+
+// TestGPUConfig: machine.gpu and the gpu section reach GPUOptions, the
+// environment overrides them, bad values name the key, and the default
+// device is the local rank modulo the devices the rank sees.
+func TestGPUConfig(t *testing.T) {
+	clearConfigEnv(t)
+	t.Setenv("NERSC_HOST", "perlmutter")
+	c, err := LoadConfig("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := c.StoreOptions().GPU
+	if g.Device != "cuda:$LOCAL_RANK" || g.Sync != GPUSyncStream || g.Direct != GPUDirectAuto || g.StageBytes != 4<<20 {
+		t.Fatalf("perlmutter GPU options: %+v", g)
+	}
+	clearConfigEnv(t)
+	t.Setenv("LMOD_SYSTEM_NAME", "frontier")
+	t.Setenv("DDSTORE_GPU_DEVICE", "2")
+	t.Setenv("DDSTORE_GPU_SYNC", "device")
+	t.Setenv("DDSTORE_GPU_DIRECT", "off")
+	t.Setenv("DDSTORE_GPU_STAGE_BYTES", "64KiB")
+	if c, err = LoadConfig(""); err != nil {
+		t.Fatal(err)
+	}
+	o := c.StoreOptions()
+	if g := o.GPU; g.Device != "hip:2" || g.Sync != GPUSyncDevice || g.Direct != GPUDirectOff || g.StageBytes != 64<<10 {
+		t.Fatalf("frontier GPU options with overrides: %+v", g)
+	}
+	if err := o.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	clearConfigEnv(t)
+	if c, err = LoadConfig(""); err != nil || c.StoreOptions().GPU.Device != "auto:$LOCAL_RANK" {
+		t.Fatalf("local GPU device: %q, %v", c.StoreOptions().GPU.Device, err)
+	}
+	for env, val := range map[string]string{"DDSTORE_GPU": "tpu", "DDSTORE_GPU_DEVICE": "first", "DDSTORE_GPU_SYNC": "never",
+		"DDSTORE_GPU_DIRECT": "yes", "DDSTORE_GPU_STAGE_BYTES": "8MiB"} {
+		clearConfigEnv(t)
+		t.Setenv(env, val)
+		_, err := LoadConfig("")
+		key := map[string]string{"DDSTORE_GPU": "machine.gpu"}[env]
+		if key == "" {
+			key = "gpu." + strings.ToLower(strings.TrimPrefix(env, "DDSTORE_GPU_"))
+		}
+		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), key) {
+			t.Errorf("%s=%s: %v, want ErrConfig naming %s", env, val, err, key)
+		}
+	}
+	// The local rank modulo the device count: TestDeviceRead's ranks 1 and
+	// 2 find the stand-in's one device that way.
+}

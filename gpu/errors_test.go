@@ -87,6 +87,14 @@ func TestInitFailures(t *testing.T) {
 			if err := d.Close(); err != nil {
 				t.Fatal(err)
 			}
+			// WrapIndex: local rank 5 of a rank that sees 2 devices uses 1.
+			o.Index, o.WrapIndex = 5, true
+			if d, err = Open(o); err != nil || d.Index != 1 {
+				t.Fatalf("device 5 of 2, wrapped: %v, %v", d, err)
+			}
+			if err := d.Close(); err != nil {
+				t.Fatal(err)
+			}
 		})
 		t.Run("driver error", func(t *testing.T) {
 			alloc := map[Runtime]string{CUDA: "cuMemAlloc_v2", HIP: "hipMalloc"}[b.opts.Runtime]
