@@ -1,6 +1,6 @@
 // dd.h: the C side of package fabric. Types, protocol constants and the
 // functions the Go side calls; one .c file per concern (dd_info.c,
-// dd_server.c, dd_gather_server.c, dd_reader.c, dd_gather_client.c).
+// dd_lib.c, dd_server.c, dd_gather_server.c, dd_reader.c, dd_gather_client.c).
 // C never keeps a Go pointer after the call that received it returns.
 #ifndef DD_H
 #define DD_H
@@ -44,6 +44,20 @@ static inline void dd_sleep_ns(int64_t ns) {
 	struct timespec ts = { ns / 1000000000LL, ns % 1000000000LL };
 	nanosleep(&ts, NULL);
 }
+
+// libfabric's real symbols, resolved at run time by dd_load (dd_lib.c). The
+// rest of its API is inline calls through ops tables and needs no symbol.
+#define DD_LIBFABRIC "libfabric.so.1"
+typedef struct dd_fi_api {
+	int (*getinfo)(uint32_t version, const char *node, const char *service, uint64_t flags,
+		const struct fi_info *hints, struct fi_info **info);
+	void (*freeinfo)(struct fi_info *info);
+	struct fi_info *(*dupinfo)(const struct fi_info *info);
+	int (*fabric)(struct fi_fabric_attr *attr, struct fid_fabric **fabric, void *context);
+	const char *(*strerror)(int errnum);
+	uint32_t (*version)(void);
+} dd_fi_api;
+extern dd_fi_api dd_fi;
 
 #define DD_CAPS (FI_RMA | FI_READ | FI_REMOTE_READ | FI_MSG | FI_TAGGED)
 #define DD_MR_MODES (FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT)
@@ -208,6 +222,11 @@ typedef struct dd_reader {
 
 extern atomic_int dd_active;
 extern int dd_spin_limit;
+
+// dd_lib.c
+int dd_load(char *err, size_t n);
+uint32_t dd_lib_version(void);
+void dd_freeinfo(struct fi_info *i);
 
 // dd_info.c
 int dd_getinfo(struct fi_info **out);

@@ -8,15 +8,15 @@
 // reliable datagram endpoint with the memory-registration modes we handle.
 // Data progress is left unspecified on purpose (asking for AUTO drops shm).
 int dd_getinfo(struct fi_info **out) {
-	struct fi_info *hints = fi_allocinfo();
+	struct fi_info *hints = dd_fi.dupinfo(NULL);
 	if (!hints) return -FI_ENOMEM;
 	hints->ep_attr->type = FI_EP_RDM;
 	hints->caps = DD_CAPS;
 	hints->mode = FI_CONTEXT | FI_CONTEXT2;
 	hints->domain_attr->mr_mode = DD_MR_MODES;
 	hints->domain_attr->threading = FI_THREAD_DOMAIN;
-	int rc = fi_getinfo(FI_VERSION(1, 11), NULL, NULL, 0, hints, out);
-	fi_freeinfo(hints);
+	int rc = dd_fi.getinfo(FI_VERSION(1, 11), NULL, NULL, 0, hints, out);
+	dd_fi.freeinfo(hints);
 	return rc;
 }
 
@@ -49,7 +49,7 @@ struct fi_info *dd_info_next(struct fi_info *i) { return i->next; }
 struct fi_info *dd_dupinfo(struct fi_info *i) {
 	struct fi_info *next = i->next;
 	i->next = NULL;
-	struct fi_info *d = fi_dupinfo(i);
+	struct fi_info *d = dd_fi.dupinfo(i);
 	i->next = next;
 	return d;
 }
@@ -57,7 +57,7 @@ struct fi_info *dd_dupinfo(struct fi_info *i) {
 // ---- fabric + domain ------------------------------------------------------
 
 int dd_open_fabric(struct fi_info *info, struct fid_fabric **fab) {
-	return fi_fabric(info->fabric_attr, fab, NULL);
+	return dd_fi.fabric(info->fabric_attr, fab, NULL);
 }
 
 int dd_open_domain(struct fid_fabric *fab, struct fi_info *info, struct fid_domain **dom) {
@@ -137,4 +137,6 @@ int dd_mr_reg(struct fid_domain *dom, struct fid_ep *ep, void *buf, size_t len, 
 	return 0;
 }
 
-const char *dd_strerror(int err) { return fi_strerror(err); }
+// dd_strerror is fi_strerror's text; before libfabric is loaded (or without
+// it) the C library's, which covers the errno-valued codes.
+const char *dd_strerror(int err) { return dd_fi.strerror ? dd_fi.strerror(err) : strerror(err); }

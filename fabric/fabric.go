@@ -8,7 +8,7 @@ package fabric
 // by the Go caller for the duration of the call.
 
 /*
-#cgo LDFLAGS: -lfabric
+#cgo LDFLAGS: -ldl
 #include "dd.h"
 */
 import "C"
@@ -29,6 +29,37 @@ var defaultOrder = []string{"cxi", "verbs;ofi_rxm", "tcp;ofi_rxm", "shm"}
 
 // chunkOps is how many ops one cgo call handles; longer batches are split.
 const chunkOps = 4096
+
+var (
+	libOnce sync.Once
+	libErr  error
+)
+
+// loadLibrary dlopens libfabric.so.1 once (dd_load). Without it every use
+// of the fabric fails with ErrNoLibrary, saying what to install; a program
+// that only needs the same-node path never calls it.
+func loadLibrary() error {
+	libOnce.Do(func() {
+		var buf [512]C.char
+		if C.dd_load(&buf[0], C.size_t(len(buf))) != 0 {
+			libErr = &fault.Error{Op: "load libfabric", Side: fault.Local, Kind: ErrNoLibrary,
+				Detail: fmt.Sprintf("%s could not be loaded (%s); install libfabric: apt-get install libfabric1 "+
+					"(Debian/Ubuntu; libfabric-dev to build, libfabric-bin for fi_info), or put a libfabric >= 1.11 on LD_LIBRARY_PATH",
+					C.DD_LIBFABRIC, C.GoString(&buf[0]))}
+		}
+	})
+	return libErr
+}
+
+// LibraryVersion is the loaded libfabric's version ("1.17.0"), loading it
+// if needed; the error is ErrNoLibrary when it cannot be loaded.
+func LibraryVersion() (string, error) {
+	if err := loadLibrary(); err != nil {
+		return "", err
+	}
+	v := uint32(C.dd_lib_version())
+	return fmt.Sprintf("%d.%d", v>>16, v&0xffff), nil
+}
 
 // strerror is fi_strerror's text for a positive code.
 func strerror(code int) string { return C.GoString(C.dd_strerror(C.int(code))) }
@@ -93,7 +124,7 @@ func selectInfo(o Options) (*C.struct_fi_info, error) {
 		}
 		return nil, fiErr("fi_getinfo", rc)
 	}
-	defer C.fi_freeinfo(list)
+	defer C.dd_freeinfo(list)
 	var cands []candidate
 	for i := list; i != nil; i = C.dd_info_next(i) {
 		var c candidate
@@ -203,6 +234,9 @@ func Open(o Options) (*Fabric, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
+	if err := loadLibrary(); err != nil {
+		return nil, err
+	}
 	o = o.withDefaults()
 	info, err := selectInfo(o)
 	if err != nil {
@@ -235,12 +269,12 @@ func Open(o Options) (*Fabric, error) {
 	f.nextKey.Store(1)
 
 	if rc := C.dd_open_fabric(info, &f.fab); rc != 0 {
-		C.fi_freeinfo(info)
+		C.dd_freeinfo(info)
 		return nil, f.wrapOpenErr("fi_fabric", rc)
 	}
 	if rc := C.dd_open_domain(f.fab, info, &f.dom); rc != 0 {
 		C.dd_close_fabric(f.fab)
-		C.fi_freeinfo(info)
+		C.dd_freeinfo(info)
 		return nil, f.wrapOpenErr("fi_domain", rc)
 	}
 	f.srv = C.dd_server_new()
@@ -284,7 +318,7 @@ func (f *Fabric) closeBase() {
 		f.fab = nil
 	}
 	if f.info != nil {
-		C.fi_freeinfo(f.info)
+		C.dd_freeinfo(f.info)
 		f.info = nil
 	}
 }
