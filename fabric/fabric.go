@@ -189,6 +189,24 @@ func selectInfo(o Options) (*C.struct_fi_info, error) {
 		Detail: fmt.Sprintf("%s is not available for FI_EP_RDM with FI_RMA reads; available: %s", what, strings.Join(provs, ", "))}
 }
 
+// CheckProvider reports whether this libfabric offers provider name ("tcp"
+// and "verbs" also match their ofi_rxm stacks; "" the default order) for
+// FI_EP_RDM endpoints with FI_RMA reads, without opening anything. The
+// error is ErrNoProvider listing what is available, or ErrNoLibrary. The
+// engine calls it at Open, so a provider typo fails even on a run that
+// never needs the fabric.
+func CheckProvider(name string) error {
+	if err := loadLibrary(); err != nil {
+		return err
+	}
+	info, err := selectInfo(Options{Provider: name})
+	if err != nil {
+		return err
+	}
+	C.dd_freeinfo(info)
+	return nil
+}
+
 func contains(s []string, x string) bool {
 	for _, y := range s {
 		if y == x {

@@ -46,7 +46,9 @@ const (
 	maxGatherRounds       = 64
 )
 
-// Validate reports options that cannot work. Zero values mean defaults.
+// Validate reports options that cannot work. It does not fill defaults
+// (EnsureDefaults does): a zero field means its default and is valid, so
+// Options{} and any EnsureDefaults result validate.
 func (o Options) Validate() error {
 	if o.Window < 0 {
 		return invalid("options", nil, "Window %d is negative", o.Window)
@@ -69,7 +71,11 @@ func (o Options) Validate() error {
 	return nil
 }
 
-func (o Options) withDefaults() Options {
+// EnsureDefaults fills every zero field with its default and returns o
+// (pebble style): Options{} means the defaults. Provider and Domain stay ""
+// (Open's default provider order, the provider's first domain). It does not
+// validate (Validate does), so a negative field stays as it is.
+func (o *Options) EnsureDefaults() *Options {
 	if o.Window == 0 {
 		o.Window = DefaultWindow
 	}
@@ -87,6 +93,9 @@ func (o Options) withDefaults() Options {
 	}
 	return o
 }
+
+// withDefaults is EnsureDefaults on a copy.
+func (o Options) withDefaults() Options { return *o.EnsureDefaults() }
 
 // Info describes the opened provider and how the package adapts to it.
 type Info struct {

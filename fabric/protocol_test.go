@@ -1,6 +1,10 @@
 package fabric
 
-import "testing"
+import (
+	"errors"
+	"strings"
+	"testing"
+)
 
 // TestProtocolConstants checks that the Go side and the compiled C agree on
 // the gather protocol: the limits Go validates options against are the ones
@@ -20,4 +24,49 @@ func TestProtocolConstants(t *testing.T) {
 	if err := (Options{GatherMaxBytes: maxGatherBytes + 1}).Validate(); err == nil {
 		t.Fatal("GatherMaxBytes above the C limit accepted")
 	}
+}
+
+// TestOptionsDefaults: the zero Options are the defaults; EnsureDefaults
+// fills and Validate checks, separately.
+func TestOptionsDefaults(t *testing.T) {
+	var o Options
+	if err := o.Validate(); err != nil {
+		t.Fatalf("Options{} invalid: %v", err)
+	}
+	o.EnsureDefaults()
+	want := Options{Window: DefaultWindow, Timeout: DefaultTimeout, MaxPeers: DefaultMaxPeers,
+		GatherMaxBytes: DefaultGatherMaxBytes, GatherRounds: DefaultGatherRounds}
+	if o != want {
+		t.Fatalf("EnsureDefaults: %+v, want %+v", o, want)
+	}
+	if err := o.Validate(); err != nil {
+		t.Fatalf("defaults invalid: %v", err)
+	}
+	set := Options{Window: 7, Timeout: 3, MaxPeers: 9, GatherMaxBytes: 8192, GatherRounds: 2}
+	if got := *set.EnsureDefaults(); got != (Options{Window: 7, Timeout: 3, MaxPeers: 9, GatherMaxBytes: 8192, GatherRounds: 2}) {
+		t.Fatalf("EnsureDefaults overwrote set fields: %+v", got)
+	}
+	bad := Options{Window: -1}
+	bad.EnsureDefaults()
+	if bad.Window != -1 || !errors.Is(bad.Validate(), ErrInvalid) {
+		t.Fatalf("EnsureDefaults must not hide a bad field from Validate: %+v %v", bad, bad.Validate())
+	}
+}
+
+// TestCheckProvider: a provider this libfabric has passes; a typo fails
+// with ErrNoProvider listing the available ones.
+func TestCheckProvider(t *testing.T) {
+	if _, err := LibraryVersion(); err != nil {
+		t.Skipf("libfabric not loadable: %v", err)
+	}
+	for _, p := range []string{"tcp", "tcp;ofi_rxm", "shm", ""} {
+		if err := CheckProvider(p); err != nil {
+			t.Errorf("CheckProvider(%q): %v", p, err)
+		}
+	}
+	err := CheckProvider("tpc")
+	if !errors.Is(err, ErrNoProvider) || !strings.Contains(err.Error(), `"tpc"`) || !strings.Contains(err.Error(), "tcp;ofi_rxm") {
+		t.Fatalf("CheckProvider(tpc): %v", err)
+	}
+	t.Log(err)
 }
