@@ -65,6 +65,10 @@ type ReadsConfig struct {
 	BatchGet      bool   // DDSTORE_BATCH_GET
 	ThreadReaders bool   // DDSTORE_THREAD_READERS
 	FastCollate   bool   // DDSTORE_FAST_COLLATE
+	// FailoverAfter (DDSTORE_FAILOVER_AFTER): with replica groups, a read
+	// whose owner has not answered in this time moves to another group
+	// (Options.FailoverAfter); separate from fabric.timeout.
+	FailoverAfter time.Duration
 }
 
 // ExchangeConfig is the exchange section.
@@ -156,6 +160,7 @@ var configKeys = []configKey{
 	{"reads.batch_get", "DDSTORE_BATCH_GET", kindBool, func(c *Config, v any) { c.Reads.BatchGet = v.(bool) }},
 	{"reads.thread_readers", "DDSTORE_THREAD_READERS", kindBool, func(c *Config, v any) { c.Reads.ThreadReaders = v.(bool) }},
 	{"reads.fast_collate", "DDSTORE_FAST_COLLATE", kindBool, func(c *Config, v any) { c.Reads.FastCollate = v.(bool) }},
+	{"reads.failover_after", "DDSTORE_FAILOVER_AFTER", kindDuration, func(c *Config, v any) { c.Reads.FailoverAfter = v.(time.Duration) }},
 	{"exchange.alltoall_max_bytes", "DDSTORE_ALLTOALL_MAX_BYTES", kindBytes, func(c *Config, v any) { c.Exchange.AlltoallMaxBytes = v.(int64) }},
 	{"profile", "DDSTORE_PROFILE", kindBool, func(c *Config, v any) { c.Profile = v.(bool) }},
 	{"telemetry.enabled", "DDSTORE_TELEMETRY", kindBool, func(c *Config, v any) { c.Telemetry.Enabled = v.(bool) }},
@@ -439,6 +444,8 @@ func (c Config) Validate() error {
 		return bad("store.width", "%d < 0", c.Store.Width)
 	case c.Store.Timeout <= 0:
 		return bad("store.timeout", "%v must be > 0", c.Store.Timeout)
+	case c.Reads.FailoverAfter <= 0:
+		return bad("reads.failover_after", "%v must be > 0", c.Reads.FailoverAfter)
 	case c.Exchange.AlltoallMaxBytes < 4096 || c.Exchange.AlltoallMaxBytes > maxGatherRoundBytes:
 		return bad("exchange.alltoall_max_bytes", "%d outside [4096, %d] (the gather round cap, fabric.Options.GatherMaxBytes)",
 			c.Exchange.AlltoallMaxBytes, maxGatherRoundBytes)
@@ -471,6 +478,7 @@ func (c Config) StoreOptions() Options {
 	o.Fabric.GatherMaxBytes = int(c.Exchange.AlltoallMaxBytes)
 	o.NodeMode = c.Store.NodeMode
 	o.ReadMode = c.Reads.Mode
+	o.FailoverAfter = c.Reads.FailoverAfter
 	o.Width = c.Store.Width
 	o.Timeout = c.Store.Timeout
 	o.Telemetry = c.Telemetry.Enabled

@@ -77,6 +77,14 @@ type Options struct {
 	// Timeout: deadline of every collective step (Open, Add, Init, Free,
 	// Close barrier). Default 60s.
 	Timeout time.Duration
+	// FailoverAfter: with Width < world (replica groups), a read of a row
+	// whose owner in this rank's group has not answered within this time
+	// moves to the same shard in another group (see replica.go); a dead
+	// owner's rows move at once. 0 means DefaultFailoverAfter (2s). It is
+	// separate from Fabric.Timeout, the hard deadline of reads that have no
+	// replica left. Config key reads.failover_after, environment variable
+	// DDSTORE_FAILOVER_AFTER.
+	FailoverAfter time.Duration
 	// ReadMode: "auto" (default; "" means auto), "rma" or "gather"; see
 	// ReadModeAuto. The config key reads.mode and the environment variable
 	// DDSTORE_READ_MODE set it through LoadConfig. Rounds of a gather are
@@ -126,6 +134,9 @@ func (o *Options) Validate() error {
 	}
 	if o.Timeout < 0 {
 		return errf(ErrInvalid, "options", "", "Timeout %v is negative", o.Timeout)
+	}
+	if o.FailoverAfter < 0 {
+		return fmt.Errorf("ddstore: options: FailoverAfter %v is negative", o.FailoverAfter)
 	}
 	if o.Timeout == 0 {
 		o.Timeout = 60 * time.Second

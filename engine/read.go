@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/ddstore/ddstore/fabric"
 	"github.com/ddstore/ddstore/fabric/fault"
@@ -34,7 +35,13 @@ type readCtx struct {
 	fr     *fabric.Reader
 	peers  []fabric.Peer   // by group member; zero for mapped shards
 	ops    []fabric.ReadOp // len 0, cap window
-	opRank []int           // rank of ops[i], for errors
+	opRank []int           // rank of ops[i] (its target), for errors and failover
+	// opMember and opOff: shard (home group member) and byte offset in
+	// it of ops[i], to re-address a missing read to a replica.
+	opMember []int32
+	opOff    []int64
+	rpeers   []fabric.Peer // by rank: replicas connected for failover (peerOf)
+	timeout  time.Duration // deadline last given to fr (0: the fabric's own)
 	tel    int32           // telemetry reader id
 	gather int             // flushes of at least this many ops use ReadGather; 0 = never
 	auto   bool            // ReadModeAuto: gather only when every queued op is <= gatherMaxOpBytes
@@ -44,7 +51,7 @@ type readCtx struct {
 // newReadCtx opens a fabric reader and connects it to every group member
 // whose shards are read through the fabric.
 func (s *Store) newReadCtx(telReader int32) (*readCtx, error) {
-	c := &readCtx{s: s, tel: telReader, peers: make([]fabric.Peer, s.width)}
+	c := &readCtx{s: s, tel: telReader, peers: make([]fabric.Peer, s.width), rpeers: make([]fabric.Peer, s.world)}
 	if s.fab == nil {
 		return c, nil
 	}
@@ -54,7 +61,7 @@ func (s *Store) newReadCtx(telReader int32) (*readCtx, error) {
 	}
 	c.fr = fr
 	for i := 0; i < s.width; i++ {
-		r := s.groupLo + i
+		r := s.home(i)
 		if s.peers[r].sameNode {
 			continue
 		}
@@ -79,6 +86,8 @@ func (s *Store) newReadCtx(telReader int32) (*readCtx, error) {
 	w := max(s.opts.Fabric.Window, queueOps)
 	c.ops = make([]fabric.ReadOp, 0, w)
 	c.opRank = make([]int, 0, w)
+	c.opMember = make([]int32, 0, w)
+	c.opOff = make([]int64, 0, w)
 	return c, nil
 }
 
@@ -145,6 +154,8 @@ type callStats struct {
 	fab                   fabric.Timing
 	localRows, remoteRows int64
 	targets               telemetry.TargetSet
+	failovers             int64  // rows served by a replica instead of their owner
+	op                    string // the API call, for errors: "Get", "GetBatch", "GetRanges"
 }
 
 // now reads the clock (ns) when the call is timed, else returns 0.
@@ -219,7 +230,7 @@ func (v *Var) getBatch(c *readCtx, idx []int64, dst []byte) (err error) {
 		return err
 	}
 	defer v.inflight.Add(-1)
-	st := callStats{timed: v.telID >= 0 && v.s.tel != nil} // telID is stable while entered
+	st := callStats{timed: v.telID >= 0 && v.s.tel != nil, op: "GetBatch"} // telID is stable while entered
 	st.start = st.now()
 	tel := int32(0)
 	if c != nil {
@@ -244,18 +255,27 @@ func (v *Var) getBatch(c *readCtx, idx []int64, dst []byte) (err error) {
 	}
 	for i, g := range idx {
 		o := v.owner(g)
-		rank := s.groupLo + o
-		st.targets.Add(rank, 1)
+		rank := s.home(o)
 		off := (g - v.offsets[o]) * rb
 		// Full capacity on purpose: the fabric pins a destination once and
 		// recognises later rows of the same buffer by [ptr, ptr+cap).
 		d := dst[int64(i)*rb : int64(i+1)*rb]
-		if rank != s.rank && s.dead.has(rank) {
-			if deadRank < 0 {
-				deadRank = rank
+		if rank != s.rank && v.shun(rank) {
+			var ok bool
+			if c, ok, err = v.routeAvoided(c, &st, o, off, d); err != nil {
+				return err
 			}
-			continue
+			if ok {
+				continue
+			}
+			if s.dead.has(rank) {
+				if deadRank < 0 {
+					deadRank = rank
+				}
+				continue
+			}
 		}
+		st.targets.Add(rank, 1)
 		if src := v.src[o]; src != nil {
 			copy(d, src[off:off+rb])
 			st.localRows++
@@ -266,7 +286,7 @@ func (v *Var) getBatch(c *readCtx, idx []int64, dst []byte) (err error) {
 			c = v.lockShared(&st) // first remote row of a Store call
 		}
 		op := fabric.ReadOp{Dst: d, Peer: c.peers[o], Addr: v.remote[o].base + uint64(off), Key: v.remote[o].key}
-		if err = v.enqueue(c, &st, op, rank); err != nil {
+		if err = v.enqueue(c, &st, op, rank, o, off); err != nil {
 			return err
 		}
 	}
@@ -280,7 +300,7 @@ func (v *Var) get(c *readCtx, start, count int64, dst []byte) (err error) {
 		return err
 	}
 	defer v.inflight.Add(-1)
-	st := callStats{timed: v.telID >= 0 && v.s.tel != nil} // telID is stable while entered
+	st := callStats{timed: v.telID >= 0 && v.s.tel != nil, op: "Get"} // telID is stable while entered
 	st.start = st.now()
 	tel := int32(0)
 	if c != nil {
@@ -317,7 +337,7 @@ func (v *Var) getRanges(c *readCtx, starts, counts []int64, dst []byte) (err err
 		return err
 	}
 	defer v.inflight.Add(-1)
-	st := callStats{timed: v.telID >= 0 && v.s.tel != nil} // telID is stable while entered
+	st := callStats{timed: v.telID >= 0 && v.s.tel != nil, op: "GetRanges"} // telID is stable while entered
 	st.start = st.now()
 	tel := int32(0)
 	if c != nil {
@@ -382,18 +402,28 @@ func (v *Var) readRun(c *readCtx, st *callStats, start, count int64, dst []byte,
 		if hi <= g {
 			continue
 		}
-		rank := s.groupLo + o
+		rank := s.home(o)
 		n := hi - g
-		st.targets.Add(rank, n)
 		d := dst[(g-start)*rb : (hi-start)*rb]
 		off := (g - v.offsets[o]) * rb
 		g = hi
-		if rank != s.rank && s.dead.has(rank) {
-			if *deadRank < 0 {
-				*deadRank = rank
+		if rank != s.rank && v.shun(rank) {
+			var ok bool
+			var err error
+			if c, ok, err = v.routeAvoided(c, st, o, off, d); err != nil {
+				return c, err
 			}
-			continue
+			if ok {
+				continue
+			}
+			if s.dead.has(rank) {
+				if *deadRank < 0 {
+					*deadRank = rank
+				}
+				continue
+			}
 		}
+		st.targets.Add(rank, n)
 		if src := v.src[o]; src != nil {
 			copy(d, src[off:off+n*rb])
 			st.localRows += n
@@ -410,7 +440,7 @@ func (v *Var) readRun(c *readCtx, st *callStats, start, count int64, dst []byte,
 			}
 			op := fabric.ReadOp{Dst: d[k*rb : (k+m)*rb], Peer: c.peers[o],
 				Addr: v.remote[o].base + uint64(off+k*rb), Key: v.remote[o].key}
-			if err := v.enqueue(c, st, op, rank); err != nil {
+			if err := v.enqueue(c, st, op, rank, o, off+k*rb); err != nil {
 				return c, err
 			}
 		}
@@ -418,11 +448,13 @@ func (v *Var) readRun(c *readCtx, st *callStats, start, count int64, dst []byte,
 	return c, nil
 }
 
-// enqueue queues one fabric read of rank's shard and runs the queue when
-// it is full.
-func (v *Var) enqueue(c *readCtx, st *callStats, op fabric.ReadOp, rank int) error {
+// enqueue queues one fabric read of rank's copy of shard o (home member
+// o), at byte offset off of the shard, and runs the queue when it is full.
+func (v *Var) enqueue(c *readCtx, st *callStats, op fabric.ReadOp, rank, o int, off int64) error {
 	c.ops = append(c.ops, op)
 	c.opRank = append(c.opRank, rank)
+	c.opMember = append(c.opMember, int32(o))
+	c.opOff = append(c.opOff, off)
 	c.maxOp = max(c.maxOp, len(op.Dst))
 	if len(c.ops) == cap(c.ops) {
 		return v.flush(c, st)
@@ -449,33 +481,56 @@ func (v *Var) drain(c *readCtx, st *callStats, deadRank int) error {
 	return nil
 }
 
-// flush runs the queued fabric reads.
+// flush runs the queued fabric reads. When the variable has replicas and
+// a read fails on the peer's side (dead, unreachable, or past the failover
+// deadline), the reads that did not complete are re-addressed to replicas
+// (retarget) and run again, until all have landed or a row has no rank
+// left to try.
 func (v *Var) flush(c *readCtx, st *callStats) error {
-	t := st.now()
-	var ft fabric.Timing
-	var err error
-	if c.gather > 0 && len(c.ops) >= c.gather && (!c.auto || c.maxOp <= gatherMaxOpBytes) {
-		ft, err = c.fr.ReadGather(c.ops)
-	} else {
-		ft, err = c.fr.ReadBatch(c.ops)
+	defer c.reset()
+	for tries := 0; len(c.ops) > 0; tries++ {
+		if d := v.readTimeout(c); d != c.timeout {
+			c.fr.SetTimeout(d)
+			c.timeout = d
+		}
+		t := st.now()
+		var ft fabric.Timing
+		var err error
+		if c.gather > 0 && len(c.ops) >= c.gather && (!c.auto || c.maxOp <= gatherMaxOpBytes) {
+			ft, err = c.fr.ReadGather(c.ops)
+		} else {
+			ft, err = c.fr.ReadBatch(c.ops)
+		}
+		st.fabTime += st.now() - t
+		st.fab.MR += ft.MR
+		st.fab.Post += ft.Post
+		st.fab.CQWait += ft.CQWait
+		st.fab.Copy += ft.Copy
+		st.fab.Regs += ft.Regs
+		if err == nil {
+			return nil
+		}
+		if !v.canFailover() || !(errors.Is(err, fabric.ErrTimeout) || isPeerFailure(err)) {
+			return v.fabricError(c, err)
+		}
+		if tries > v.s.repl.groups {
+			// Every group was tried in turn and reads still fail: give up.
+			return v.errNoReplica(st, int(c.opMember[0]), err)
+		}
+		if err = v.retarget(c, st, err); err != nil {
+			return err
+		}
 	}
-	st.fabTime += st.now() - t
-	st.fab.MR += ft.MR
-	st.fab.Post += ft.Post
-	st.fab.CQWait += ft.CQWait
-	st.fab.Copy += ft.Copy
-	st.fab.Regs += ft.Regs
-	if err != nil {
-		err = v.fabricError(c, err)
-	}
-	c.reset()
-	return err
+	return nil
 }
 
 // reset empties the context's queue.
 func (c *readCtx) reset() {
+	clear(c.ops) // drop the callers' Dst slices
 	c.ops = c.ops[:0]
 	c.opRank = c.opRank[:0]
+	c.opMember = c.opMember[:0]
+	c.opOff = c.opOff[:0]
 	c.maxOp = 0
 }
 

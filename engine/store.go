@@ -56,6 +56,7 @@ type Store struct {
 
 	dead    deadSet
 	watcher *pidWatcher
+	repl    replicaState // failover to other width groups (replica.go)
 
 	readersMu sync.Mutex
 	readers   map[*Reader]struct{}
@@ -187,12 +188,15 @@ func (s *Store) open() error {
 		s.peers[r].sameNode = s.peers[r].Node == me.Node
 		s.peers[r].sameMachine = s.peers[r].Host == me.Host && s.peers[r].BootID == me.BootID
 	}
+	// The fabric is needed for a peer of the group on another node, and,
+	// with replica groups, for a replica there (failover reads).
 	needFabric := false
-	for r := s.groupLo; r < s.groupLo+s.width; r++ {
-		if !s.peers[r].sameNode {
+	for r := range s.peers {
+		if !s.peers[r].sameNode && (s.world > s.width || (r >= s.groupLo && r < s.groupLo+s.width)) {
 			needFabric = true
 		}
 	}
+	s.initReplicas()
 
 	// Local setup whose failure every rank must learn of: fabric, telemetry.
 	var localErr error
@@ -244,11 +248,12 @@ func (s *Store) open() error {
 		return &Error{Op: "Open", Ranks: failedRanks, Side: fault.Remote, Detail: "failed on " + strings.Join(failed, "; ")}
 	}
 
-	// Peers of the group on this machine (even in NodeMode "fabric", where
-	// they are read through the fabric): watch their pids, so that reads of
-	// a dead peer fail before they reach the provider.
+	// Peers on this machine (even in NodeMode "fabric", where they are
+	// read through the fabric), of the group and the replica groups: watch
+	// their pids, so that reads of a dead peer fail over (or fail) before
+	// they reach the provider.
 	var ranks, pids []int
-	for r := s.groupLo; r < s.groupLo+s.width; r++ {
+	for r := range s.peers {
 		if r != s.rank && s.peers[r].sameMachine {
 			ranks = append(ranks, r)
 			pids = append(pids, s.peers[r].Pid)
@@ -324,6 +329,9 @@ func (s *Store) Width() int { return s.width }
 
 // Group is the index of this rank's width group.
 func (s *Store) Group() int { return s.rank / s.width }
+
+// home is the rank of member o of the group this rank reads from.
+func (s *Store) home(o int) int { return s.groupLo + o }
 
 // Job is the job id used to name shard and telemetry files.
 func (s *Store) Job() string { return s.job }

@@ -56,6 +56,15 @@ type Var struct {
 
 	mu     sync.Mutex // the shared reader (Store-level calls)
 	shared *readCtx   // nil when every shard is mapped
+
+	// Replicas (replica.go): replicated is true when the store has replica
+	// groups and every group's shards have the home group's sizes; rsrc
+	// and rremote are the other groups' shards by rank (mapped on this
+	// node, else read through the fabric).
+	replicated bool
+	rsrc       [][]byte
+	rremote    []remoteShard
+	failovers  atomic.Int64 // rows served by a replica instead of their owner
 }
 
 type remoteShard struct {
@@ -196,6 +205,9 @@ func (s *Store) create(op, name string, dt DType, rowElems int, nLocal int64, lo
 		}
 	}
 	v.global = v.offsets[s.width]
+	if s.repl.groups > 1 {
+		needFabric = v.addReplicas(metas, &localErr) || needFabric
+	}
 	if needFabric && localErr == nil {
 		if s.fab == nil {
 			localErr = errf(nil, opName(op), name, "remote shards but no fabric")
@@ -238,6 +250,42 @@ func (s *Store) create(op, name string, dt DType, rowElems int, nLocal int64, lo
 	}
 	s.publish(func(m varMap) { m[name] = v })
 	return nil
+}
+
+// addReplicas fills the variable's view of the other groups' shards when
+// every group has the home group's shard sizes (else reads stay in the
+// home group and never fail over): same-node shards are mapped, others
+// read through the fabric (it returns true then). A mapping failure is
+// recorded in *localErr (the collective then fails on every rank).
+func (v *Var) addReplicas(metas []varMeta, localErr *error) (needFabric bool) {
+	s := v.s
+	v.rsrc = make([][]byte, s.world)
+	v.rremote = make([]remoteShard, s.world)
+	home := s.rank / s.width
+	for r, m := range metas {
+		if r/s.width != home && m.NLocal != metas[s.home(r%s.width)].NLocal {
+			return false
+		}
+	}
+	v.replicated = true
+	for r, m := range metas {
+		if r/s.width == home || *localErr != nil {
+			continue
+		}
+		if !s.peers[r].sameNode {
+			v.rremote[r] = remoteShard{key: m.Key, base: m.Base}
+			needFabric = true
+			continue
+		}
+		f, err := openShard(m.Path, r, m.NLocal*m.RowBytes)
+		if err != nil {
+			*localErr = fmt.Errorf("variable %q: replica rank %d's shard: %w", v.name, r, err)
+			return needFabric
+		}
+		v.mapped = append(v.mapped, f)
+		v.rsrc[r] = f.data
+	}
+	return needFabric
 }
 
 // checkAgreement returns the same error on every rank when any rank failed
@@ -520,6 +568,7 @@ func (v *Var) release() error {
 	for i := range v.src {
 		v.src[i] = nil
 	}
+	clear(v.rsrc)
 	return errors.Join(errs...)
 }
 

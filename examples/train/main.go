@@ -17,6 +17,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -61,6 +62,7 @@ type flags struct {
 	syncEvery   int
 	noProgress  bool
 	hidden      int
+	check       bool
 }
 
 func newCommand(stdout, stderr io.Writer) *cobra.Command {
@@ -96,6 +98,7 @@ the detected machine, else the embedded local.yaml; DDSTORE_* overrides).`,
 	fl.IntVar(&f.syncEvery, "sync-every", 1, "average models across ranks every N steps (1 = DDP gradient averaging; 0 = at epoch end)")
 	fl.IntVar(&f.hidden, "hidden", 64, "hidden units of the MLP (0: softmax regression)")
 	fl.BoolVar(&f.noProgress, "no-progress", false, "no progress bar even on a terminal")
+	fl.BoolVar(&f.check, "check", false, "check every row of every batch against the pattern of its global index")
 	return cmd
 }
 
@@ -110,6 +113,12 @@ type epochResult struct {
 	StepS    float64 `json:"step_s"`
 	WaitStep float64 `json:"wait_per_step"`
 	Loss     float64 `json:"loss"`
+	// Failovers: row reads this rank has had served by another replica
+	// group since Open (store.width < world); Dead: ranks it knows dead.
+	Failovers  int64         `json:"failovers"`
+	FailedFrom map[int]int64 `json:"failed_from,omitempty"` // failovers by owner rank
+	Dead       []int         `json:"dead"`
+	Checked    int64         `json:"checked,omitempty"` // rows checked against the pattern (--check)
 }
 
 func run(cmd *cobra.Command, f flags, stdout, stderr io.Writer) error {
@@ -150,11 +159,11 @@ func run(cmd *cobra.Command, f flags, stdout, stderr io.Writer) error {
 	}
 	defer st.Close()
 	rank, width := st.Rank(), st.Width()
-	if width != st.World() {
-		return fmt.Errorf("store.width %d: the trainer averages over the whole world; use width 0", width)
-	}
+	// With store.width < world every group of width ranks holds the whole
+	// data set (member m of each group the same rows), so a read can fail
+	// over to another group; the model is still averaged over the world.
 	px := model.Pixels(f.scale)
-	first := int64(rank) * int64(f.rowsPerRank)
+	first := int64(rank%width) * int64(f.rowsPerRank)
 	img := make([]byte, f.rowsPerRank*px*4)
 	lab := make([]byte, f.rowsPerRank*8)
 	model.FillImages(img, first, f.scale)
@@ -182,6 +191,7 @@ func run(cmd *cobra.Command, f flags, stdout, stderr io.Writer) error {
 			cfg.Reads.BatchGet, cfg.Reads.ThreadReaders, cfg.Reads.FastCollate, cfg.Store.NodeMode, cfg.Source)
 	}
 	step := 0
+	var checked int64
 	for epoch := range f.epochs {
 		ep, err := ld.Epoch(epoch)
 		if err != nil {
@@ -197,6 +207,12 @@ func run(cmd *cobra.Command, f flags, stdout, stderr io.Writer) error {
 			}
 			if err != nil {
 				return err
+			}
+			if f.check {
+				if err := checkBatch(b.Indices, b.Data[0], b.Data[1], f.scale); err != nil {
+					return fmt.Errorf("epoch %d batch %d: %w", epoch, bi, err)
+				}
+				checked += int64(len(b.Indices))
 			}
 			t0 := time.Now()
 			lossSum += m.Step(b.Data[0], b.Data[1], f.lr)
@@ -232,6 +248,8 @@ func run(cmd *cobra.Command, f flags, stdout, stderr io.Writer) error {
 		if stats.Step > 0 {
 			res.WaitStep = float64(stats.Wait) / float64(stats.Step)
 		}
+		fo := st.Failovers()
+		res.Failovers, res.FailedFrom, res.Dead, res.Checked = fo.Reads, fo.From, fo.Dead, checked
 		if tty {
 			fmt.Fprint(stderr, "\r\033[K")
 		}
@@ -261,6 +279,25 @@ func progress(w io.Writer, epoch, done, total int) {
 func isTerminal(f *os.File) bool {
 	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
 	return err == nil
+}
+
+// checkBatch compares every row of a batch (images and labels) with the
+// pattern of its global index.
+func checkBatch(idx []int64, img, lab []byte, scale int) error {
+	px := model.Pixels(scale)
+	wantImg := make([]byte, px*4)
+	wantLab := make([]byte, 8)
+	for i, g := range idx {
+		model.FillImages(wantImg, g, scale)
+		model.FillLabels(wantLab, g)
+		if !bytes.Equal(img[i*px*4:(i+1)*px*4], wantImg) {
+			return fmt.Errorf("row %d (global %d): image differs from its pattern", i, g)
+		}
+		if !bytes.Equal(lab[i*8:(i+1)*8], wantLab) {
+			return fmt.Errorf("row %d (global %d): label differs from its pattern", i, g)
+		}
+	}
+	return nil
 }
 
 // average replaces the model by the mean of every rank's model: the sum
