@@ -42,10 +42,10 @@ type readCtx struct {
 	opOff    []int64
 	rpeers   []fabric.Peer // by rank: replicas connected for failover (peerOf)
 	timeout  time.Duration // deadline last given to fr (0: the fabric's own)
-	tel    int32           // telemetry reader id
-	gather int             // flushes of at least this many ops use ReadGather; 0 = never
-	auto   bool            // ReadModeAuto: gather only when every queued op is <= gatherMaxOpBytes
-	maxOp  int             // largest queued op, bytes
+	tel      int32         // telemetry reader id
+	gather   int           // flushes of at least this many ops use ReadGather; 0 = never
+	auto     bool          // ReadModeAuto: gather only when every queued op is <= gatherMaxOpBytes
+	maxOp    int           // largest queued op, bytes
 }
 
 // newReadCtx opens a fabric reader and connects it to every group member
