@@ -136,7 +136,7 @@ func (o *Options) Validate() error {
 		return errf(ErrInvalid, "options", "", "Timeout %v is negative", o.Timeout)
 	}
 	if o.FailoverAfter < 0 {
-		return fmt.Errorf("ddstore: options: FailoverAfter %v is negative", o.FailoverAfter)
+		return errf(ErrInvalid, "options", "", "FailoverAfter %v is negative", o.FailoverAfter)
 	}
 	if o.Timeout == 0 {
 		o.Timeout = 60 * time.Second

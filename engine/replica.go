@@ -279,7 +279,7 @@ func (c *readCtx) peerOf(r int) (fabric.Peer, error) {
 	}
 	p, err := c.fr.AddPeer(r, c.s.peers[r].Addr)
 	if err != nil {
-		return fabric.Peer{}, fmt.Errorf("ddstore: connect reader to replica rank %d: %w", r, err)
+		return fabric.Peer{}, wrapf(nil, "failover", "", err, "connect reader to replica rank %d", r)
 	}
 	c.rpeers[r] = p
 	return p, nil
