@@ -8,6 +8,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"io"
 	"math/rand"
 	"os"
 	"path/filepath"
@@ -692,4 +693,168 @@ func TestGPUConfig(t *testing.T) {
 	}
 	// The local rank modulo the device count: TestDeviceRead's ranks 1 and
 	// 2 find the stand-in's one device that way.
+}
+
+func init() { scenarios["gpuloader"] = scenarioGPULoader }
+
+// scenarioGPULoader: the loader's Device mode over two variables of odd
+// row sizes, with workers (WORKERS) and without, two epochs: batches come
+// in order, cover the epoch's indices, and every row, read back on the
+// consumer's stream after WaitOn, matches its pattern. One batch is held
+// across the next three and checked again: its slot was not reused.
+func scenarioGPULoader(w *worker) error {
+	s, err := w.openGPU()
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	specs := []varSpec{gpuSpec(1001), gpuSpec(12800)}
+	specs[0].base, specs[1].base = 90, 90 // equal global rows
+	for _, spec := range specs {
+		if err := addPattern(s, spec); err != nil {
+			return err
+		}
+	}
+	dev, err := s.Device()
+	if err != nil {
+		return err
+	}
+	cs, err := dev.NewStream() // the consumer's (training) stream
+	if err != nil {
+		return err
+	}
+	defer cs.Close()
+	workers := w.intParam("WORKERS", 2)
+	l, err := s.NewLoader(LoaderOptions{Vars: []string{specs[0].name, specs[1].name}, BatchSize: 37, Shuffle: true,
+		Seed: 5, Workers: workers, Prefetch: 2, Device: true})
+	if err != nil {
+		return err
+	}
+	host := make([]byte, 37*12800)
+	check := func(b *Batch) error {
+		for v, spec := range specs {
+			got := host[:len(b.Indices)*int(spec.rowBytes)]
+			if b.Device[v].Len() != len(got) {
+				return fmt.Errorf("batch %d var %s: device view of %d bytes, want %d", b.Number, spec.name, b.Device[v].Len(), len(got))
+			}
+			if err := cs.ReadBack(got, b.Device[v], 0); err != nil {
+				return err
+			}
+			if err := checkRows(got, spec.rowBytes, spec.salt(s.Group()), b.Indices); err != nil {
+				return fmt.Errorf("epoch %d batch %d var %s: %w", b.Epoch, b.Number, spec.name, err)
+			}
+		}
+		return nil
+	}
+	for epoch := 0; epoch < 2; epoch++ {
+		ep, err := l.Epoch(epoch)
+		if err != nil {
+			return err
+		}
+		var seen []int64
+		var held *Batch
+		for n := 0; ; n++ {
+			b, err := ep.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				return err
+			}
+			if b.Number != n || b.Data != nil {
+				return fmt.Errorf("epoch %d: batch %d came as number %d (host data %v)", epoch, n, b.Number, b.Data != nil)
+			}
+			if err := b.WaitOn(cs); err != nil {
+				return err
+			}
+			if err := check(b); err != nil {
+				return err
+			}
+			seen = append(seen, b.Indices...)
+			switch {
+			case n == 1:
+				held = b // held across three more batches
+				continue
+			case n == 4 && held != nil:
+				if err := check(held); err != nil {
+					return fmt.Errorf("held batch after three more: %w", err)
+				}
+				if err := held.ReleaseOn(cs); err != nil {
+					return err
+				}
+				held = nil
+			}
+			if err := b.ReleaseOn(cs); err != nil {
+				return err
+			}
+		}
+		if held != nil {
+			held.Release()
+		}
+		if !slices.Equal(seen, ep.Indices()) {
+			return fmt.Errorf("epoch %d: batches hold %d rows, not the epoch's %d indices in order", epoch, len(seen), len(ep.Indices()))
+		}
+		ep.Close()
+	}
+	if err := l.Close(); err != nil {
+		return err
+	}
+	if workers == 0 {
+		// A consumer that keeps every batch: the ring's slots are never
+		// handed out again while held, so the batch after the ring's size
+		// times out naming the cause instead of overwriting one.
+		l, err := s.NewLoader(LoaderOptions{Vars: []string{specs[0].name}, BatchSize: 5, Prefetch: 2, Device: true, Timeout: 300 * time.Millisecond})
+		if err != nil {
+			return err
+		}
+		ep, err := l.Epoch(0)
+		if err != nil {
+			return err
+		}
+		var kept []*Batch
+		slots := l.deviceRingSlots()
+		for n := 0; n <= slots; n++ {
+			b, err := ep.Next()
+			if n < slots {
+				if err != nil {
+					return fmt.Errorf("held batch %d of %d slots: %w", n, slots, err)
+				}
+				kept = append(kept, b)
+				continue
+			}
+			if !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "not released") {
+				return fmt.Errorf("batch %d with all %d slots held: %v, want a timeout naming the held batch", n, slots, err)
+			}
+		}
+		for _, b := range kept {
+			if err := b.Sync(); err != nil {
+				return err
+			}
+			spec := specs[0]
+			got := host[:len(b.Indices)*int(spec.rowBytes)]
+			if err := cs.ReadBack(got, b.Device[0], 0); err != nil {
+				return err
+			}
+			if err := checkRows(got, spec.rowBytes, spec.salt(s.Group()), b.Indices); err != nil {
+				return fmt.Errorf("held batch %d: %w", b.Number, err)
+			}
+			b.Release()
+		}
+		if err := l.Close(); err != nil {
+			return err
+		}
+	}
+	if err := s.Barrier(); err != nil {
+		return err
+	}
+	return s.Close()
+}
+
+func TestDeviceLoader(t *testing.T) {
+	for _, workers := range []string{"2", "0"} {
+		t.Run("workers="+workers, func(t *testing.T) {
+			params := gpuParams(t, "cuda", map[string]string{"MODE": "tcp", "WORKERS": workers})
+			spawnRanks(t, 2, "gpuloader", params, 120*time.Second, nil)
+		})
+	}
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/ddstore/ddstore/fabric"
+	"github.com/ddstore/ddstore/gpu"
 	"github.com/ddstore/ddstore/telemetry"
 )
 
@@ -73,6 +74,15 @@ type LoaderOptions struct {
 	Replicas, Rank int
 	// Timeout bounds one wait in Next for a worker's batch. Default 2m.
 	Timeout time.Duration
+	// Device puts batches in GPU memory (Store.Device) instead of host
+	// memory: Batch.Device holds them and Batch.Data is nil. Each worker
+	// (or, without workers, the caller) reads through a Reader of its own
+	// into a ring of device batches of its own, used in batch order; the
+	// copies run on the reader's stream and the consumer's stream waits on
+	// the batch's event (Batch.WaitOn), then releases the batch after its
+	// work on it (Batch.ReleaseOn). BatchGet, FastCollate and
+	// ThreadReaders do not apply.
+	Device bool
 }
 
 // Validate checks the options and fills defaults.
@@ -146,6 +156,8 @@ type Loader struct {
 	pool       []*Batch // unreferenced batches, cap = pool size
 	poolClosed bool
 	recorder   loaderRecorder
+	dev        *gpu.Device // Device: the store's GPU
+	rings      []*devRing  // Device: per worker (one without workers)
 
 	mu     sync.Mutex
 	cur    *Epoch
@@ -185,7 +197,7 @@ func (s *Store) NewLoader(o LoaderOptions) (*Loader, error) {
 	if o.Workers > 0 {
 		l.readers = make([]rowReader, o.Workers)
 		for w := range l.readers {
-			if !o.ThreadReaders {
+			if !o.ThreadReaders || o.Device { // device batches use the rings' readers
 				l.readers[w] = sharedPath{}
 				continue
 			}
@@ -196,6 +208,12 @@ func (s *Store) NewLoader(o LoaderOptions) (*Loader, error) {
 			}
 			l.owned = append(l.owned, r)
 			l.readers[w] = r
+		}
+	}
+	if o.Device {
+		if err := l.newDeviceRings(); err != nil {
+			l.closeReaders()
+			return nil, err
 		}
 	}
 	l.pool = make([]*Batch, 0, o.Prefetch+o.Workers+1)
@@ -262,7 +280,8 @@ func (l *Loader) Close() error {
 		cur.Close()
 	}
 	l.closePool()
-	return l.closeReaders()
+	err := l.closeReaders() // drains the readers' streams
+	return errors.Join(err, l.closeRings())
 }
 
 // samplerCounts returns the rows per rank and the padded/truncated total.
@@ -333,6 +352,12 @@ type Batch struct {
 	mem           *fabric.Memory
 	l             *Loader
 	refs          atomic.Int32
+
+	// Device holds, with LoaderOptions.Device, each variable's rows in
+	// device memory (len(Indices) rows each; Data is nil). Wait for them
+	// with WaitOn (a stream) or Sync (the host).
+	Device []*gpu.Buffer
+	slot   *devSlot
 }
 
 // batchAlign aligns every variable's buffer inside a batch's region.
@@ -364,7 +389,11 @@ func (b *Batch) Release() {
 		}
 		if b.refs.CompareAndSwap(n, n-1) {
 			if n == 1 {
-				b.l.recycle(b)
+				if b.slot != nil {
+					b.slot.free <- struct{}{} // the worker's ring may fill it again
+				} else {
+					b.l.recycle(b)
+				}
 			}
 			return
 		}
@@ -439,6 +468,26 @@ func (l *Loader) closePool() {
 		b.free()
 	}
 	l.pool = nil
+}
+
+// lease takes the batch that worker w (0 without workers) fills next:
+// its ring's next device slot, or a host batch from the pool.
+func (l *Loader) lease(w int, stop <-chan struct{}) (*Batch, error) {
+	if l.rings != nil {
+		return l.leaseDevice(w, stop)
+	}
+	return l.getBatch()
+}
+
+// fillFor fills b for worker w (-1: the caller's goroutine, no workers).
+func (l *Loader) fillFor(w int, b *Batch, idx []int64) error {
+	if l.rings != nil {
+		return l.fillDevice(max(w, 0), b, idx)
+	}
+	if w < 0 {
+		return l.fill(l.direct, b, idx)
+	}
+	return l.fill(l.readers[w], b, idx)
 }
 
 // fill reads the rows idx of every variable into b.
@@ -580,7 +629,7 @@ func (l *Loader) epoch(e int, idx []int64) (*Epoch, error) {
 		ep.timer.Stop()
 		ep.wg.Add(l.o.Workers)
 		for w := range l.o.Workers {
-			go ep.work(l.readers[w])
+			go ep.work(w)
 		}
 	}
 	l.mu.Lock()
@@ -616,7 +665,7 @@ func (e *Epoch) batchIdx(b int) []int64 {
 // batch number, fills the batch and parks it in slot number%k. Batch
 // numbers in flight are always a contiguous run of at most k after the
 // consumer's position, so slots never collide.
-func (e *Epoch) work(r rowReader) {
+func (e *Epoch) work(w int) {
 	defer e.wg.Done()
 	for {
 		select {
@@ -634,10 +683,10 @@ func (e *Epoch) work(r rowReader) {
 			e.tokens <- struct{}{}
 			return
 		}
-		b, err := e.l.getBatch()
+		b, err := e.l.lease(w, e.stop)
 		if err == nil {
 			b.Epoch, b.Number = e.epoch, num
-			if err = e.l.fill(r, b, e.batchIdx(num)); err != nil {
+			if err = e.l.fillFor(w, b, e.batchIdx(num)); err != nil {
 				b.Release()
 				b = nil
 			}
@@ -680,9 +729,9 @@ func (e *Epoch) nextWithin(slice time.Duration) (*Batch, error) {
 	var now time.Time
 	if e.k == 0 {
 		var err error
-		if b, err = e.l.getBatch(); err == nil {
+		if b, err = e.l.lease(0, nil); err == nil {
 			b.Epoch, b.Number = e.epoch, e.cur
-			if err = e.l.fill(e.l.direct, b, e.batchIdx(e.cur)); err != nil {
+			if err = e.l.fillFor(-1, b, e.batchIdx(e.cur)); err != nil {
 				b.Release()
 			}
 		}
