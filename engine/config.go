@@ -481,7 +481,7 @@ func (c Config) StoreOptions() Options {
 	o.FailoverAfter = c.Reads.FailoverAfter
 	o.Width = c.Store.Width
 	o.Timeout = c.Store.Timeout
-	o.Telemetry = c.Telemetry.Enabled
+	o.DisableTelemetry = !c.Telemetry.Enabled
 	o.TelemetryDir = c.Telemetry.Dir
 	o.Profile = c.Profile
 	o.Bootstrap.Method = c.Bootstrap.Method

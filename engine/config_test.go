@@ -44,7 +44,7 @@ func TestLoadConfigDefault(t *testing.T) {
 	}
 	o := c.StoreOptions()
 	if o.Fabric.Provider != c.Fabric.Provider || o.Fabric.Domain != "lo" || o.Fabric.Window != 128 ||
-		o.NodeMode != "auto" || o.Telemetry != true || o.TelemetryDir != "/dev/shm" || o.Bootstrap.Method != "auto" || o.ReadMode != ReadModeAuto ||
+		o.NodeMode != "auto" || o.DisableTelemetry || o.TelemetryDir != "/dev/shm" || o.Bootstrap.Method != "auto" || o.ReadMode != ReadModeAuto ||
 		o.Fabric.GatherMaxBytes != 2<<20 {
 		t.Fatalf("StoreOptions mapping wrong: %+v", o)
 	}
@@ -136,7 +136,7 @@ func TestLoadConfigEnvOverrides(t *testing.T) {
 	if !strings.Contains(c.Source, "DDSTORE_BATCH_GET") || !strings.Contains(c.Source, "embedded:frontier.yaml") {
 		t.Fatalf("Source %q must name the file and the overriding variables", c.Source)
 	}
-	if o := c.StoreOptions(); o.Fabric.Domain != "hsn0" || o.Telemetry || o.ReadMode != ReadModeRMA { // shm: no hsn→cxi mapping
+	if o := c.StoreOptions(); o.Fabric.Domain != "hsn0" || !o.DisableTelemetry || o.ReadMode != ReadModeRMA { // shm: no hsn→cxi mapping
 		t.Fatalf("StoreOptions ignores overrides: %+v", o)
 	}
 	lo := c.LoaderOptions([]string{"x"}, 32, 5)

@@ -110,29 +110,35 @@ func parseGPUDevice(s string) (gpuTarget, error) {
 	return t, nil
 }
 
-// validate checks the GPU options and fills defaults.
+// ensureDefaults fills the zero fields of the GPU options.
+func (g *GPUOptions) ensureDefaults() {
+	if g.Sync == "" {
+		g.Sync = GPUSyncStream
+	}
+	if g.Direct == "" {
+		g.Direct = GPUDirectAuto
+	}
+	if g.StageBytes == 0 {
+		g.StageBytes = defaultStageBytes
+	}
+}
+
+// validate checks the GPU options; zero fields are valid (defaults).
 func (g *GPUOptions) validate() error {
 	if _, err := parseGPUDevice(g.Device); err != nil {
 		return wrapf(ErrInvalid, "options", "", err, "GPU.Device")
 	}
 	switch g.Sync {
-	case "":
-		g.Sync = GPUSyncStream
-	case GPUSyncStream, GPUSyncDevice:
+	case "", GPUSyncStream, GPUSyncDevice:
 	default:
 		return errf(ErrInvalid, "options", "", "GPU.Sync %q: want %q or %q", g.Sync, GPUSyncStream, GPUSyncDevice)
 	}
 	switch g.Direct {
-	case "":
-		g.Direct = GPUDirectAuto
-	case GPUDirectAuto, GPUDirectOn, GPUDirectOff:
+	case "", GPUDirectAuto, GPUDirectOn, GPUDirectOff:
 	default:
 		return errf(ErrInvalid, "options", "", "GPU.Direct %q: want %q, %q or %q", g.Direct, GPUDirectAuto, GPUDirectOn, GPUDirectOff)
 	}
-	if g.StageBytes == 0 {
-		g.StageBytes = defaultStageBytes
-	}
-	if g.StageBytes < 1<<10 || g.StageBytes > maxReadBytes {
+	if g.StageBytes != 0 && (g.StageBytes < 1<<10 || g.StageBytes > maxReadBytes) {
 		return errf(ErrInvalid, "options", "", "GPU.StageBytes %d: want 1 KiB to %d bytes", g.StageBytes, maxReadBytes)
 	}
 	return nil

@@ -120,7 +120,7 @@ func storeOptions(mode string, params map[string]string) Options {
 		}
 	}
 	if params["TELEMETRY"] == "0" {
-		o.Telemetry = false
+		o.DisableTelemetry = true
 	}
 	if v := params["WIDTH"]; v != "" {
 		o.Width, _ = strconv.Atoi(v)

@@ -217,7 +217,7 @@ func openLoaderTestStore() (*Store, error) {
 	}
 	o := c.StoreOptions()
 	o.NodeMode = os.Getenv("DDSTORE_LOADER_TEST_MODE")
-	o.Telemetry = true
+	o.DisableTelemetry = false
 	o.TelemetryDir = os.Getenv("DDSTORE_LOADER_TEST_DIR")
 	o.Timeout = 30 * time.Second
 	o.Bootstrap = bootstrap.Options{Method: "dir", Dir: os.Getenv("DDSTORE_LOADER_TEST_DIR"),

@@ -40,7 +40,9 @@ const (
 // ones (single Gets) stay one-sided reads.
 const gatherMinOps = 8
 
-// Options configure Open. Start from DefaultOptions.
+// Options configure Open. The zero value means every default: each field
+// says its default, and a zero field takes it (EnsureDefaults fills them;
+// Open calls it). Booleans are named so that false is the default.
 type Options struct {
 	// Bootstrap: how ranks find each other. A zero Bootstrap.Env (World 0)
 	// is filled by bootstrap.DetectEnv; set Env.Rank/Env.World to override.
@@ -57,9 +59,11 @@ type Options struct {
 	// size must be a multiple of Width. Reads stay inside the caller's group
 	// of Width consecutive ranks, whose shards make up the global rows.
 	Width int
-	// Telemetry: export per-call telemetry in a shared-memory segment.
-	// Default true; the environment variable DDSTORE_TELEMETRY=0 turns it off.
-	Telemetry bool
+	// DisableTelemetry: do not export per-call telemetry. Default false:
+	// every store exports it in a shared-memory segment that ddtop reads.
+	// The environment variable DDSTORE_TELEMETRY=0 (or false, no, off) sets
+	// it; a true DDSTORE_TELEMETRY leaves it as set.
+	DisableTelemetry bool
 	// TelemetryDir: directory of the telemetry segment. Default "/dev/shm";
 	// the environment variable DDSTORE_TELEMETRY_DIR replaces the default.
 	TelemetryDir string
@@ -96,33 +100,73 @@ type Options struct {
 	GPU GPUOptions
 }
 
-// DefaultOptions returns the documented defaults.
+// Defaults of Options (and of fabric.Options where Open fills them).
+const (
+	DefaultTimeout       = 60 * time.Second // Options.Timeout
+	DefaultDir           = "/dev/shm"       // Options.TelemetryDir and ShardDir
+	DefaultWindow        = 128              // Options.Fabric.Window: reads in flight
+	DefaultFabricTimeout = 10 * time.Second // Options.Fabric.Timeout: one fabric operation
+)
+
+// DefaultOptions returns Options{} with every default filled in.
 func DefaultOptions() Options {
-	return Options{
-		Bootstrap:    bootstrap.Options{Method: "auto", Timeout: 60 * time.Second},
-		Fabric:       fabric.Options{Window: 128, Timeout: 10 * time.Second},
-		NodeMode:     NodeModeAuto,
-		ReadMode:     ReadModeAuto,
-		Telemetry:    true,
-		TelemetryDir: "/dev/shm",
-		ShardDir:     "/dev/shm",
-		Timeout:      60 * time.Second,
-	}
+	var o Options
+	o.EnsureDefaults()
+	return o
 }
 
-// Validate checks the options and fills zero values with defaults.
+// EnsureDefaults fills every zero field with its documented default and
+// returns o. It checks nothing (Validate does) and leaves set fields,
+// also invalid ones, as they are.
+func (o *Options) EnsureDefaults() *Options {
+	if o.NodeMode == "" {
+		o.NodeMode = NodeModeAuto
+	}
+	if o.ReadMode == "" {
+		o.ReadMode = ReadModeAuto
+	}
+	if o.Timeout == 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.FailoverAfter == 0 {
+		o.FailoverAfter = DefaultFailoverAfter
+	}
+	if o.TelemetryDir == "" {
+		o.TelemetryDir = DefaultDir
+	}
+	if o.ShardDir == "" {
+		o.ShardDir = DefaultDir
+	}
+	if o.ProfileOutput == nil {
+		o.ProfileOutput = os.Stderr
+	}
+	if o.Fabric.Window == 0 {
+		o.Fabric.Window = DefaultWindow
+	}
+	if o.Fabric.Timeout == 0 {
+		o.Fabric.Timeout = DefaultFabricTimeout
+	}
+	if o.Bootstrap.Method == "" {
+		o.Bootstrap.Method = "auto"
+	}
+	if o.Bootstrap.Timeout == 0 && o.Timeout > 0 {
+		o.Bootstrap.Timeout = o.Timeout
+	}
+	o.GPU.ensureDefaults()
+	return o
+}
+
+// Validate checks the options and changes nothing; a zero field is valid
+// (it means the default). The error is an *Error of class ErrInvalid
+// naming the field.
 func (o *Options) Validate() error {
 	switch o.NodeMode {
-	case "":
-		o.NodeMode = NodeModeAuto
-	case NodeModeAuto, NodeModeFabric:
+	case "", NodeModeAuto, NodeModeFabric:
 	default:
 		return errf(ErrInvalid, "options", "", "NodeMode %q: want %q or %q", o.NodeMode, NodeModeAuto, NodeModeFabric)
 	}
 	switch o.ReadMode {
-	case "":
-		o.ReadMode = ReadModeAuto
-	case ReadModeAuto, ReadModeRMA, ReadModeGather:
+	case "", ReadModeAuto, ReadModeRMA, ReadModeGather:
 	default:
 		return errf(ErrInvalid, "options", "", "ReadMode %q: want %q, %q or %q", o.ReadMode, ReadModeAuto, ReadModeRMA, ReadModeGather)
 	}
@@ -138,29 +182,11 @@ func (o *Options) Validate() error {
 	if o.FailoverAfter < 0 {
 		return errf(ErrInvalid, "options", "", "FailoverAfter %v is negative", o.FailoverAfter)
 	}
-	if o.Timeout == 0 {
-		o.Timeout = 60 * time.Second
-	}
-	if o.TelemetryDir == "" {
-		o.TelemetryDir = "/dev/shm"
-	}
-	if o.ShardDir == "" {
-		o.ShardDir = "/dev/shm"
-	}
-	if o.ProfileOutput == nil {
-		o.ProfileOutput = os.Stderr
-	}
-	if o.Fabric.Window == 0 {
-		o.Fabric.Window = 128
-	}
-	if o.Fabric.Timeout == 0 {
-		o.Fabric.Timeout = 10 * time.Second
-	}
 	if err := o.Fabric.Validate(); err != nil {
 		return wrapf(ErrInvalid, "options", "", err, "Fabric")
 	}
-	if o.Bootstrap.Timeout == 0 {
-		o.Bootstrap.Timeout = o.Timeout
+	if err := o.Bootstrap.Validate(); err != nil {
+		return wrapf(ErrInvalid, "options", "", err, "Bootstrap")
 	}
 	return nil
 }

@@ -25,7 +25,7 @@ func (s *Store) writeProfile(w io.Writer) {
 
 func (s *Store) profileTable(w io.Writer) error {
 	if s.tel == nil {
-		_, err := fmt.Fprintf(w, "ddstore profile, rank %d: telemetry is off (DDSTORE_TELEMETRY=0 or Options.Telemetry false), no profile\n", s.rank)
+		_, err := fmt.Fprintf(w, "ddstore profile, rank %d: telemetry is off (DDSTORE_TELEMETRY=0 or Options.DisableTelemetry), no profile\n", s.rank)
 		return err
 	}
 	seg, err := telemetry.Open(s.tel.Path())

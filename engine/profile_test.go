@@ -17,7 +17,7 @@ func openProfiled(t *testing.T, profile, tel bool, out io.Writer) (*Store, strin
 	t.Helper()
 	o := DefaultOptions()
 	o.TelemetryDir = t.TempDir()
-	o.Telemetry = tel
+	o.DisableTelemetry = !tel
 	o.Profile = profile
 	o.ProfileOutput = out
 	o.Bootstrap.Method = "single"

@@ -79,7 +79,7 @@ func Open(o Options) (*Store, error) {
 	if err := o.applyEnv(); err != nil {
 		return nil, err
 	}
-	if err := o.Validate(); err != nil {
+	if err := o.EnsureDefaults().Validate(); err != nil {
 		return nil, err
 	}
 	env := o.Bootstrap.Env
@@ -111,7 +111,7 @@ func Open(o Options) (*Store, error) {
 // applyEnv applies the environment overrides documented on Options:
 // DDSTORE_FABRIC and FABRIC_IFACE fill an empty Fabric.Provider and
 // Fabric.Domain; DDSTORE_TELEMETRY_DIR replaces the default TelemetryDir
-// ("" or "/dev/shm"); a false DDSTORE_TELEMETRY turns Telemetry off (a true
+// ("" or "/dev/shm"); a false DDSTORE_TELEMETRY sets DisableTelemetry (a true
 // one leaves it as set); DDSTORE_PROFILE sets Profile either way. Booleans
 // accept 1/0, true/false, on/off and yes/no in any case; anything else is
 // an error naming the variable. Unset or empty variables change nothing.
@@ -119,7 +119,7 @@ func (o *Options) applyEnv() error {
 	if on, set, err := envBool("DDSTORE_TELEMETRY"); err != nil {
 		return err
 	} else if set && !on {
-		o.Telemetry = false
+		o.DisableTelemetry = true
 	}
 	if on, set, err := envBool("DDSTORE_PROFILE"); err != nil {
 		return err
@@ -207,7 +207,7 @@ func (s *Store) open() error {
 			addr = s.fab.Address()
 		}
 	}
-	if localErr == nil && o.Telemetry {
+	if localErr == nil && !o.DisableTelemetry {
 		s.tel, localErr = telemetry.Create(telemetry.WriterOptions{
 			Dir: o.TelemetryDir, Job: s.job, Rank: s.rank, World: s.world, Host: host,
 			Provider: s.providerName(), ReaderMode: "shared+readers", Method: s.env.Launcher,

@@ -54,9 +54,35 @@ func TestOptionsValidate(t *testing.T) {
 		if err := o.Validate(); err != nil {
 			t.Errorf("ReadMode %q: %v", m, err)
 		}
-		if m == "" && o.ReadMode != ReadModeAuto {
+		if o.EnsureDefaults(); m == "" && o.ReadMode != ReadModeAuto {
 			t.Errorf(`ReadMode "" became %q, want auto`, o.ReadMode)
 		}
+	}
+	// The zero value is valid and means the defaults: telemetry on,
+	// /dev/shm, 60s, 128 reads in flight. Validate changes nothing.
+	var zero Options
+	if err := zero.Validate(); err != nil {
+		t.Fatalf("Options{} invalid: %v", err)
+	}
+	if zero.Timeout != 0 || zero.NodeMode != "" {
+		t.Fatalf("Validate changed the options: %+v", zero)
+	}
+	zero.EnsureDefaults()
+	if zero.DisableTelemetry || zero.TelemetryDir != "/dev/shm" || zero.ShardDir != "/dev/shm" ||
+		zero.Timeout != 60*time.Second || zero.Bootstrap.Timeout != 60*time.Second || zero.Fabric.Window != 128 ||
+		zero.Fabric.Timeout != 10*time.Second || zero.NodeMode != NodeModeAuto || zero.ReadMode != ReadModeAuto ||
+		zero.GPU.Sync != GPUSyncStream || zero.ProfileOutput == nil {
+		t.Fatalf("EnsureDefaults of Options{}: %+v", zero)
+	}
+	// Set fields stay as set, also invalid ones (Validate reports them).
+	set := Options{Timeout: time.Second, NodeMode: "cluster", TelemetryDir: "/tmp/x"}
+	set.EnsureDefaults()
+	if set.Timeout != time.Second || set.Bootstrap.Timeout != time.Second || set.NodeMode != "cluster" ||
+		set.TelemetryDir != "/tmp/x" {
+		t.Fatalf("EnsureDefaults changed set fields: %+v", set)
+	}
+	if err := set.Validate(); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "NodeMode") {
+		t.Fatalf("Validate of NodeMode cluster: %v", err)
 	}
 	for _, bad := range []func(*Options){
 		func(o *Options) { o.NodeMode = "cluster" },
@@ -163,11 +189,11 @@ func TestOptionsEnv(t *testing.T) {
 		}
 		t.Setenv("DDSTORE_TELEMETRY", c.val)
 		// A false value turns telemetry off; a true one leaves the option.
-		if o := apply(nil); o.Telemetry != c.on {
-			t.Errorf("DDSTORE_TELEMETRY=%q: Telemetry %v", c.val, o.Telemetry)
+		if o := apply(nil); o.DisableTelemetry == c.on {
+			t.Errorf("DDSTORE_TELEMETRY=%q: DisableTelemetry %v", c.val, o.DisableTelemetry)
 		}
-		if o := apply(func(o *Options) { o.Telemetry = false }); o.Telemetry {
-			t.Errorf("DDSTORE_TELEMETRY=%q turned an explicit false on", c.val)
+		if o := apply(func(o *Options) { o.DisableTelemetry = true }); !o.DisableTelemetry {
+			t.Errorf("DDSTORE_TELEMETRY=%q turned an explicit DisableTelemetry off", c.val)
 		}
 	}
 	t.Setenv("DDSTORE_PROFILE", "")

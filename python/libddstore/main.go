@@ -274,7 +274,7 @@ func storeOptions(js string) (engine.Options, error) {
 		so.Fabric.Timeout = time.Duration(o.FabricTimeoutMs) * time.Millisecond
 	}
 	if o.Telemetry != nil {
-		so.Telemetry = *o.Telemetry
+		so.DisableTelemetry = !*o.Telemetry
 	}
 	if o.TelemetryDir != "" {
 		so.TelemetryDir = o.TelemetryDir
