@@ -508,6 +508,13 @@ func (v *Var) flush(c *readCtx, st *callStats) error {
 		st.fab.Copy += ft.Copy
 		st.fab.Regs += ft.Regs
 		if err == nil {
+			if st.timed {
+				// Per-target service times for the peer table: when
+				// each target's last read of this batch completed.
+				for i := range c.ops {
+					st.targets.Served(c.opRank[i], c.ops[i].DoneNs)
+				}
+			}
 			return nil
 		}
 		if !v.canFailover() || !(errors.Is(err, fabric.ErrTimeout) || isPeerFailure(err)) {

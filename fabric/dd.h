@@ -157,7 +157,7 @@ typedef struct dd_op {
 	uint32_t peer;
 	uint32_t skip;   // gather: not part of the gather (read with fi_read instead)
 	uint32_t done;   // set when the op's data is in dst (read back after a failed batch)
-	uint32_t pad;
+	uint32_t done_t; // when it completed: 16 ns units since the batch (or gather) started
 } dd_op;
 
 enum { DD_OK = 0, DD_POST = 1, DD_CQERR = 2, DD_TIMEOUT = 3, DD_CQREAD = 4, DD_NOEP = 5, DD_REJECT = 6, DD_BADREPLY = 7, DD_NOMEM = 8 };

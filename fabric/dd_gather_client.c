@@ -53,6 +53,7 @@ int dd_gather(dd_reader *r, int n, uint64_t cap, int rounds, int64_t timeout_ns)
 	dd_result *res = &r->res;
 	struct fi_cq_entry comp[64];
 	int64_t t = dd_now();
+	const int64_t t0 = t;
 	int64_t deadline = t + timeout_ns;
 	int64_t last_done = t;
 	int64_t sleep_ns = 20000;
@@ -169,6 +170,7 @@ int dd_gather(dd_reader *r, int n, uint64_t cap, int rounds, int64_t timeout_ns)
 						dd_op *op = &r->ops[r->gorder[g->first + k]];
 						memcpy(op->dst, src, op->len);
 						op->done = 1;
+						op->done_t = (uint32_t)((t - t0) >> 4);
 						src += op->len;
 					}
 					res->done += g->count;

@@ -213,6 +213,7 @@ int dd_read_batch(dd_reader *r, int n, int64_t timeout_ns) {
 	dd_result *res = &r->res;
 	struct fi_cq_entry comp[64];
 	int64_t t = dd_now();
+	const int64_t t0 = t;
 	int64_t deadline = t + timeout_ns;
 	int64_t last_done = t;
 	int64_t sleep_ns = 20000;
@@ -247,6 +248,7 @@ int dd_read_batch(dd_reader *r, int n, int64_t timeout_ns) {
 				int slot = (int)((struct fi_context2 *)comp[i].op_context - r->ctx);
 				if (slot < 0 || slot >= r->window || r->slot_op[slot] < 0) continue;
 				r->ops[r->slot_op[slot]].done = 1;
+				r->ops[r->slot_op[slot]].done_t = (uint32_t)((t - t0) >> 4);
 				r->slot_op[slot] = -1;
 				r->free_slots[nfree++] = slot;
 				inflight--;

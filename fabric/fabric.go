@@ -261,6 +261,7 @@ func Open(o Options) (*Fabric, error) {
 		return nil, err
 	}
 	f := &Fabric{opts: o, info: info, exports: map[*Export]struct{}{}, readers: map[*Reader]struct{}{}}
+	f.forceLocalMR = o.RegisterDst
 	f.inf = describe(info)
 	if f.inf.TxSize > 0 && f.opts.Window > f.inf.TxSize {
 		f.opts.Window = f.inf.TxSize

@@ -62,10 +62,22 @@ func readerWith(t *testing.T, f *Fabric, o Options, size int, busy bool, ranks .
 // against the pattern at its offset in its peer's target.
 func readChecked(t *testing.T, what string, read func([]ReadOp) (Timing, error), ops []ReadOp, tgs []*target, peers []Peer) {
 	t.Helper()
+	for i := range ops {
+		ops[i].DoneNs = -1
+	}
+	t0 := time.Now()
 	if _, err := read(ops); err != nil {
 		t.Fatalf("%s: %v", what, err)
 	}
+	took := time.Since(t0)
 	checkOps(t, what, ops, tgs, peers)
+	// Every op has its completion time, inside the call (chunks of up
+	// to 4096 ops each start their own clock).
+	for i, op := range ops {
+		if op.DoneNs <= 0 || op.DoneNs > int64(took) {
+			t.Fatalf("%s: op %d completed at %d ns, the call took %v", what, i, op.DoneNs, took)
+		}
+	}
 }
 
 // allocDsts returns a heap and an off-heap destination of size bytes, by
@@ -458,12 +470,11 @@ func TestErrorPathsClearOps(t *testing.T) {
 }
 
 // TestLocalMRCache forces the FI_MR_LOCAL path (no provider here needs it)
-// and checks that reads stay correct and registrations are bounded and
-// released.
+// with Options.RegisterDst and checks that reads stay correct and
+// registrations are bounded, released and counted.
 func TestLocalMRCache(t *testing.T) {
 	o := Options{Provider: "tcp;ofi_rxm", Domain: "lo"}
-	f := openOrSkip(t, o)
-	f.forceLocalMR = true
+	f := openOrSkip(t, Options{Provider: o.Provider, Domain: o.Domain, RegisterDst: true})
 	tg := startTarget(t, o, 16<<20, false)
 	base := liveLocalMRs.Load()
 	r, err := f.NewReader()

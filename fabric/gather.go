@@ -109,6 +109,7 @@ func (r *Reader) gatherChunk(ops []ReadOp, base int, timeout time.Duration, tm *
 		c.peer = C.uint32_t(op.Peer.id - 1)
 		c.desc = nil
 		c.done = 0
+		c.done_t = 0
 		if uint64(len(op.Dst)) > limit {
 			c.skip = 1
 			c.dst = nil
@@ -141,7 +142,8 @@ func (r *Reader) gatherChunk(ops []ReadOp, base int, timeout time.Duration, tm *
 		r.clearOps(n)
 		return r.batchError(&r.c.res, base, "gather rounds")
 	}
-	r.clearOps(n) // before readChunk reuses r.ops for the big rows
+	r.doneTimes(ops) // the big rows get theirs below
+	r.clearOps(n)    // before readChunk reuses r.ops for the big rows
 	if len(r.big) == 0 {
 		return nil
 	}
@@ -161,6 +163,10 @@ func (r *Reader) gatherChunk(ops []ReadOp, base int, timeout time.Duration, tm *
 	if err != nil {
 		for k, j := range r.bigIdx {
 			ops[int(j)-base].Done = r.big[k].Done
+		}
+	} else {
+		for k, j := range r.bigIdx {
+			ops[int(j)-base].DoneNs = r.big[k].DoneNs
 		}
 	}
 	return err

@@ -33,6 +33,13 @@ type Options struct {
 	// flight (to different peers, or pipelined to one). Default 4, at most 64.
 	// A reader's bounce buffers grow up to GatherRounds × GatherMaxBytes.
 	GatherRounds int
+	// RegisterDst makes readers register every read destination with the
+	// domain, as providers that need FI_MR_LOCAL (some verbs and cxi
+	// setups) make them do, also where the provider does not: it shows on
+	// tcp what unregistered destinations cost there (a registration per
+	// chunk of Go-heap rows; memory from Alloc is registered once and
+	// cached). Timing.Regs counts the registrations.
+	RegisterDst bool
 }
 
 // Defaults.
@@ -137,12 +144,19 @@ type Peer struct{ id uint32 }
 // false where it did not (failed, cancelled at the deadline, or never
 // posted), so that a caller can retry only what is missing. After a
 // successful call every op completed, whatever Done says.
+//
+// DoneNs is an output of a successful ReadBatch or ReadGather: when the op
+// completed, in ns (16 ns resolution) since its chunk of up to 4096 ops
+// started (the call's start for smaller batches). The latest DoneNs of one
+// peer's ops is how long that peer took to serve them: telemetry's
+// per-peer time.
 type ReadOp struct {
-	Dst  []byte
-	Peer Peer
-	Addr uint64
-	Key  uint64
-	Done bool
+	Dst    []byte
+	Peer   Peer
+	Addr   uint64
+	Key    uint64
+	Done   bool
+	DoneNs int64
 }
 
 // Timing splits an operation's time: local memory registration, posting

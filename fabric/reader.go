@@ -229,6 +229,14 @@ func markRest(ops []ReadOp, start, end int) {
 	}
 }
 
+// doneTimes copies the chunk's per-op completion times (set by the C
+// batch loops) into ops[i].DoneNs.
+func (r *Reader) doneTimes(ops []ReadOp) {
+	for i := range ops {
+		ops[i].DoneNs = int64(r.ops[i].done_t) << 4
+	}
+}
+
 // markDone copies the chunk's per-op completion flags (set by the C batch
 // loops) into ops[i].Done; called on a failed chunk, before clearOps.
 func (r *Reader) markDone(ops []ReadOp) {
@@ -289,6 +297,7 @@ func (r *Reader) readChunk(ops []ReadOp, base int, timeout time.Duration, tm *Ti
 		c.peer = C.uint32_t(op.Peer.id - 1)
 		c.desc = nil
 		c.done = 0
+		c.done_t = 0
 	}
 	if r.mrc.enabled {
 		t0 := time.Now()
@@ -321,6 +330,7 @@ func (r *Reader) readChunk(ops []ReadOp, base int, timeout time.Duration, tm *Ti
 		tm.MR += time.Since(t0)
 	}
 	if rc == 0 {
+		r.doneTimes(ops)
 		r.clearOps(n) // the deferred call repeats it: cheap
 		return nil
 	}

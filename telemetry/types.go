@@ -92,6 +92,7 @@ type TargetSet struct {
 	last  int32 // index of the last rank hit, a cache for runs of rows
 	rank  [MaxCallTargets]int32
 	rows  [MaxCallTargets]int64
+	ns    [MaxCallTargets]int64 // measured service time (Served), 0 = not measured
 	other int64
 	bits  [targetBits / 64]uint64
 }
@@ -138,6 +139,33 @@ func (t *TargetSet) addNew(rank int, rows int64) {
 	}
 	t.n++
 }
+
+// Served records that rank's reads of the call completed ns after their
+// fabric batch started (the latest such time is kept): the time the rank
+// took to serve them. Record gives a target with a measured time that
+// time in the peer table; other targets share the rest of the call by rows.
+func (t *TargetSet) Served(rank int, ns int64) {
+	k := int(t.last)
+	if k >= int(t.n) || k >= MaxCallTargets || t.rank[k] != int32(rank) {
+		k = -1
+		for i := 0; i < min(int(t.n), MaxCallTargets); i++ {
+			if t.rank[i] == int32(rank) {
+				k = i
+				break
+			}
+		}
+		if k < 0 {
+			return
+		}
+		t.last = int32(k)
+	}
+	if ns > t.ns[k] {
+		t.ns[k] = ns
+	}
+}
+
+// ServedNs is the measured time of Rank(i) (0: not measured).
+func (t *TargetSet) ServedNs(i int) int64 { return t.ns[i] }
 
 // Len is the number of distinct ranks (see TargetSet for its limits).
 func (t *TargetSet) Len() int { return int(t.n) }

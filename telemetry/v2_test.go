@@ -190,3 +190,37 @@ func TestPeerBuckets(t *testing.T) {
 		t.Errorf("median %v", q)
 	}
 }
+
+// TestPeerServedTimes: targets with a measured service time get it; the
+// rest of the call is split by rows among the others.
+func TestPeerServedTimes(t *testing.T) {
+	w := newTestWriter(t, WriterOptions{Dir: t.TempDir(), Rank: 0, World: 4, MaxVars: 1, MaxReaders: 2, RingSize: 8})
+	id, _ := w.AddVar("x", "uint8", 10, 100, 25)
+	c := Call{Var: int32(id), Reader: 1, Rows: 8, Bytes: 80}
+	c.Targets.Add(1, 2)
+	c.Targets.Add(2, 2)
+	c.Targets.Add(0, 4) // local, not measured
+	c.Targets.Add(1, 0)
+	c.Targets.Served(1, 9000)
+	c.Targets.Served(1, 4000) // the latest completion counts
+	c.Targets.Served(2, 1000)
+	c.Targets.Served(3, 5000) // not a target: ignored
+	c.Phases[PhaseCQWait], c.Phases[PhaseCopy] = 10000, 2000
+	w.Record(&c)
+	snap, err := openTest(t, w.Path()).Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[int]int64{0: 2000, 1: 9000, 2: 1000}
+	if len(snap.Peers) != 3 {
+		t.Fatalf("peers %+v", snap.Peers)
+	}
+	for _, p := range snap.Peers {
+		if p.Ns != want[p.Rank] || p.Calls != 1 {
+			t.Errorf("peer %d: ns %d, want %d", p.Rank, p.Ns, want[p.Rank])
+		}
+	}
+	if c.Targets.ServedNs(0) != 9000 || c.Targets.ServedNs(2) != 0 {
+		t.Errorf("ServedNs %d %d", c.Targets.ServedNs(0), c.Targets.ServedNs(2))
+	}
+}

@@ -466,9 +466,11 @@ func (w *Writer) Record(c *Call) {
 
 // recordPeers adds the call's share to the peer slot of each named
 // target (atomic adds: every reader of the process may read from the same
-// rank at once). The call's time less lock wait and GPU sync is split by
-// rows; bytes likewise. Rows of targets beyond the first MaxCallTargets
-// are not attributed to a peer.
+// rank at once). A target with a measured service time (TargetSet.Served:
+// when the last of its reads completed) gets that time; the call's time
+// less lock wait, GPU sync and the measured times is split among the
+// others by rows. Bytes are split by rows. Rows of targets beyond the
+// first MaxCallTargets are not attributed to a peer.
 func (w *Writer) recordPeers(c *Call, total uint64) {
 	m, g := w.m, &w.g
 	t := &c.Targets
@@ -485,13 +487,26 @@ func (w *Writer) recordPeers(c *Call, total uint64) {
 	}
 	rows += clampNs(t.other)
 	ns := total - min(total, clampNs(c.Phases[PhaseLockWait])+clampNs(c.Phases[PhaseGPUSync]))
+	var measured, mrows uint64
+	for i := 0; i < n; i++ {
+		if t.ns[i] > 0 {
+			measured += uint64(t.ns[i])
+			mrows += clampNs(t.rows[i])
+		}
+	}
+	rest, restRows := ns-min(ns, measured), rows-mrows
 	bytes := clampNs(c.Bytes)
 	for i := 0; i < n; i++ {
 		r := clampNs(t.rows[i])
 		pns, pb := ns, bytes
 		if n > 1 || t.other > 0 {
-			pns = mulDiv(ns, r, rows)
 			pb = mulDiv(bytes, r, rows)
+		}
+		switch {
+		case t.ns[i] > 0:
+			pns = uint64(t.ns[i])
+		case n > 1 || t.other > 0 || measured > 0:
+			pns = mulDiv(rest, r, restRows)
 		}
 		off := g.peer(int64(t.rank[i]))
 		m.add(off+pRows, r)
