@@ -188,7 +188,7 @@ func (v *Var) record(tel int32, st *callStats, rows int64, err error) {
 	total := st.end - st.start
 	c := telemetry.Call{Var: v.telID, Reader: tel, Rows: rows, Bytes: rows * v.rowBytes,
 		LocalRows: st.localRows, RemoteRows: st.remoteRows, Targets: st.targets, Err: err != nil, EndNano: st.end,
-		MRRegs: st.fab.Regs,
+		MRRegs: st.fab.Regs, Failovers: st.failovers,
 		// The shared path (0) and the overflow stripe have several writers.
 		Concurrent: tel == 0 || tel >= maxTelReaders-1}
 	c.Phases[telemetry.PhaseGPUSync] = st.gpuSync
