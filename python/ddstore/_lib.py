@@ -1,0 +1,126 @@
+"""ctypes binding of libddstore.so (the C ABI in python/libddstore/ddstore.h).
+
+Finds the library ($DDSTORE_LIB, next to this package, or the repository's
+bin/), declares every function's types, maps error codes onto the
+exception classes of ddstore.errors and waits for started calls in slices
+so that signals (Ctrl-C) are handled between slices.
+"""
+import ctypes
+import os
+
+from . import errors
+
+DDS_OK, DDS_AGAIN, DDS_EOF = 0, 100, 101
+MAX_VARS = 16
+SLICE_MS = 100  # longest wait inside the library before Python checks signals
+
+u64 = ctypes.c_uint64
+i64 = ctypes.c_int64
+i32 = ctypes.c_int32
+P = ctypes.c_void_p
+S = ctypes.c_char_p
+I64P = ctypes.POINTER(ctypes.c_int64)
+
+
+class Err(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_int32), ("rank", ctypes.c_int32), ("msg", ctypes.c_char * 1024)]
+
+
+class BatchOut(ctypes.Structure):
+    _fields_ = [("batch", u64), ("epoch", i64), ("number", i64), ("rows", i64), ("nvars", i32),
+                ("data", P * MAX_VARS), ("nbytes", i64 * MAX_VARS),
+                ("indices", I64P), ("indices_cap", i64)]
+
+
+ErrP = ctypes.POINTER(Err)
+_SIGS = {
+    "dds_wait": [u64, i32, ctypes.POINTER(u64), ErrP],
+    "dds_handle_free": [u64],
+    "dds_open_start": [S, ctypes.POINTER(u64), ErrP],
+    "dds_close_start": [u64, ctypes.POINTER(u64), ErrP],
+    "dds_add_start": [u64, S, i32, i64, P, i64, ctypes.POINTER(u64), ErrP],
+    "dds_init_start": [u64, S, i32, i64, i64, ctypes.POINTER(u64), ErrP],
+    "dds_free_start": [u64, S, ctypes.POINTER(u64), ErrP],
+    "dds_barrier_start": [u64, ctypes.POINTER(u64), ErrP],
+    "dds_info": [u64, ctypes.POINTER(i32), ErrP],
+    "dds_query": [u64, S, ctypes.c_char_p, i64, ErrP],
+    "dds_update": [u64, S, P, i64, i64, ErrP],
+    "dds_get": [u64, S, i64, i64, P, i64, ErrP],
+    "dds_get_batch": [u64, S, P, i64, P, i64, ErrP],
+    "dds_get_ranges": [u64, S, P, P, i64, P, i64, ErrP],
+    "dds_loader_new": [u64, S, ctypes.POINTER(u64), ErrP],
+    "dds_loader_len": [u64, ctypes.POINTER(i64), ErrP],
+    "dds_loader_close": [u64, ErrP],
+    "dds_loader_epoch": [u64, i64, P, i64, ctypes.POINTER(u64), ErrP],
+    "dds_epoch_next": [u64, i32, ctypes.POINTER(BatchOut), ErrP],
+    "dds_epoch_stats": [u64, ctypes.POINTER(i64), ErrP],
+    "dds_epoch_close": [u64, ErrP],
+    "dds_batch_retain": [u64, ErrP],
+    "dds_batch_release": [u64, ErrP],
+}
+
+
+def _find():
+    env = os.environ.get("DDSTORE_LIB")
+    if env:
+        return env
+    here = os.path.dirname(os.path.abspath(__file__))
+    for p in (os.path.join(here, "libddstore.so"),
+              os.path.join(here, "..", "..", "bin", "libddstore.so")):
+        if os.path.exists(p):
+            return os.path.normpath(p)
+    raise errors.Error(0, -1, "libddstore.so not found: build it with `make python-lib` "
+                       "(bin/libddstore.so) or set DDSTORE_LIB to its path")
+
+
+_lib = None
+
+
+def lib():
+    """The loaded library (loaded on first use)."""
+    global _lib
+    if _lib is None:
+        l = ctypes.CDLL(_find())  # CDLL releases the GIL around every call
+        for name, args in _SIGS.items():
+            f = getattr(l, name)
+            f.argtypes = args
+            f.restype = ctypes.c_int
+        _lib = l
+    return _lib
+
+
+def check(rc, err):
+    """Raises the exception of a failed call's code."""
+    if rc != DDS_OK:
+        raise errors.from_code(rc, err.rank, err.msg.decode("utf-8", "replace"))
+
+
+# Calls abandoned by an exception in wait (KeyboardInterrupt): the buffers
+# they read stay referenced until the library is done with them.
+_abandoned = []
+
+
+def wait(call, keep=None):
+    """Waits for a started call in slices; returns its result handle."""
+    l = lib()
+    res = u64()
+    err = Err()
+    _abandoned[:] = [(c, k) for c, k in _abandoned if l.dds_wait(c, 0, None, None) == DDS_AGAIN]
+    try:
+        while True:
+            rc = l.dds_wait(call, SLICE_MS, ctypes.byref(res), ctypes.byref(err))
+            if rc != DDS_AGAIN:
+                break
+    except BaseException:
+        _abandoned.append((call, keep))
+        raise
+    check(rc, err)
+    return res.value
+
+
+def start(fn, *args, keep=None):
+    """Starts a collective call fn(*args, &call, &err) and waits for it."""
+    call = u64()
+    err = Err()
+    check(fn(*args, ctypes.byref(call), ctypes.byref(err)), err)
+    return wait(call.value, keep)

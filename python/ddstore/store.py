@@ -1,0 +1,351 @@
+"""DDStore: the distributed store, with ORNL pyddstore's names and
+argument order (add, get, init, update, epoch_begin/epoch_end, free) plus
+get_batch, get_ranges, query, barrier, close and a context manager."""
+import ctypes
+import json
+import os
+import secrets
+import socket
+import weakref
+
+import numpy as np
+
+from . import _lib
+from . import errors
+
+# dtype name -> (engine DType code, numpy dtype)
+DTYPES = {
+    "int32": (1, np.dtype(np.int32)),
+    "int64": (2, np.dtype(np.int64)),
+    "uint8": (3, np.dtype(np.uint8)),
+    "float32": (4, np.dtype(np.float32)),
+    "float64": (5, np.dtype(np.float64)),
+    "bool": (6, np.dtype(np.bool_)),
+}
+BYTES_CODE = 7  # raw bytes: init(..., itemsize=k) without a dtype
+_BY_NP = {v[1]: (name, v[0]) for name, v in DTYPES.items()}
+
+
+def _np_dtype(x):
+    try:
+        dt = np.dtype(x)
+    except TypeError:
+        dt = None
+    if dt is None or dt not in _BY_NP:
+        raise errors.DTypeError(4, -1, "ddstore: dtype %r is not one of %s" % (x, ", ".join(DTYPES)))
+    return dt
+
+
+def _as_array(a):
+    """numpy view of an ndarray or a CPU torch tensor."""
+    if not isinstance(a, np.ndarray):
+        if hasattr(a, "numpy") and hasattr(a, "is_contiguous"):
+            a = a.detach().numpy()
+        else:
+            raise errors.DTypeError(4, -1, "ddstore: want a numpy array or a torch tensor, got %s" % type(a).__name__)
+    return a
+
+
+def _ptr(a):
+    return ctypes.c_void_p(a.ctypes.data)
+
+
+class _Var:
+    """What Python knows of a variable: dtype, row shape, sizes."""
+    __slots__ = ("name", "bname", "code", "dtype", "shape", "row_bytes", "global_rows", "itemsize", "info")
+
+    def __init__(self, name, info, shape, itemsize):
+        self.name = name
+        self.bname = name.encode()
+        self.info = info
+        self.code = info["dtype_code"]
+        self.row_bytes = info["row_bytes"]
+        self.global_rows = info["global_rows"]
+        if self.code == BYTES_CODE:
+            self.dtype, self.itemsize = None, itemsize or 1
+        else:
+            self.dtype = DTYPES[info["dtype"]][1]
+            self.itemsize = self.dtype.itemsize
+        if shape is None:
+            shape = (self.row_bytes // self.itemsize,)
+        self.shape = tuple(shape)
+
+    def check_dtype(self, dt, what):
+        if self.dtype is not None and dt != self.dtype:
+            raise errors.DTypeError(4, -1, "ddstore: %s variable %r: array dtype %s, variable dtype %s"
+                                    % (what, self.name, dt, self.dtype))
+        if self.dtype is None and dt.itemsize != self.itemsize:
+            raise errors.DTypeError(4, -1, "ddstore: %s variable %r: array item size %d, variable item size %d"
+                                    % (what, self.name, dt.itemsize, self.itemsize))
+
+    def np_dtype(self):
+        return self.dtype if self.dtype is not None else np.dtype("u%d" % self.itemsize if self.itemsize in (1, 2, 4, 8) else np.uint8)
+
+
+class DDStore:
+    """One rank's view of the distributed store.
+
+    DDStore(comm=None, method=0, **options). comm is an optional mpi4py
+    communicator: its ranks form the store (bootstrap through a TCP
+    rendezvous that rank 0 broadcasts). Without it the engine's own
+    bootstrap reads the launcher's environment (mpiexec's PMI, srun, torchrun
+    variables, ddrun), or makes a single-rank store. method is accepted for
+    pyddstore compatibility; the engine chooses its transport (shared memory
+    on a node, libfabric between nodes).
+
+    options: config (machine YAML), node_mode ("auto" | "fabric"), provider,
+    iface, read_mode, width (ddstore_width), timeout (s), fabric_timeout (s),
+    telemetry (bool), telemetry_dir, shard_dir.
+
+    Only the process that created the store may use it: in a forked child
+    every call raises ForkError.
+    """
+
+    def __init__(self, comm=None, method=0, **options):
+        self._pid = os.getpid()
+        self._h = 0
+        self._closed = False
+        self._vars = {}
+        self._shapes = {}
+        self._itemsize = {}
+        self._loaders = weakref.WeakSet()
+        self.method = method
+        opts = {}
+        keymap = {"config": "config", "node_mode": "node_mode", "provider": "provider", "iface": "iface",
+                  "read_mode": "read_mode", "width": "width", "ddstore_width": "width",
+                  "telemetry": "telemetry", "telemetry_dir": "telemetry_dir", "shard_dir": "shard_dir"}
+        for k, v in options.items():
+            if k in ("timeout", "fabric_timeout"):
+                opts[k + "_ms"] = int(float(v) * 1000)
+            elif k in keymap:
+                if v is not None:
+                    opts[keymap[k]] = v
+            else:
+                raise errors.InvalidError(10, -1, "ddstore: unknown option %r" % k)
+        if comm is not None:
+            opts["bootstrap"] = self._comm_bootstrap(comm)
+        self._h = _lib.start(_lib.lib().dds_open_start, json.dumps(opts).encode())
+        info = (ctypes.c_int32 * 4)()
+        err = _lib.Err()
+        _lib.check(_lib.lib().dds_info(self._h, info, ctypes.byref(err)), err)
+        self.rank, self.size, self.width, self.local_rank = info[0], info[1], info[2], info[3]
+
+    @staticmethod
+    def _comm_bootstrap(comm):
+        rank, size = comm.Get_rank(), comm.Get_size()
+        addr = None
+        if rank == 0:
+            s = socket.socket()
+            s.bind(("", 0))
+            port = s.getsockname()[1]
+            s.close()
+            host = os.environ.get("DDSTORE_BOOTSTRAP_HOST") or socket.gethostbyname(socket.gethostname())
+            addr = ("%s:%d" % (host, port), "py-" + secrets.token_hex(6))
+        addr, job = comm.bcast(addr, root=0)
+        return {"method": "tcp", "addr": addr, "rank": rank, "world": size, "job": job, "token": job}
+
+    # ---- state ----
+
+    def _check(self):
+        if os.getpid() != self._pid:
+            raise errors.ForkError(0, -1, "ddstore: store used in a forked child (pid %d); only the process "
+                                   "that created it (pid %d) may use it: open a new store in the child, or use "
+                                   "DataLoader(num_workers=0) with ddstore.Loader's own workers"
+                                   % (os.getpid(), self._pid))
+        if self._closed:
+            raise errors.ClosedError(8, -1, "ddstore: store closed")
+        return self._h
+
+    @property
+    def closed(self):
+        return self._closed
+
+    def _var(self, name):
+        v = self._vars.get(name)
+        if v is None:
+            info = self.query(name)
+            v = _Var(name, info, self._shapes.get(name), self._itemsize.get(name))
+            self._vars[name] = v
+        return v
+
+    # ---- collectives ----
+
+    def add(self, name, arr):
+        """Creates variable name from this rank's rows arr (collective):
+        rows = arr.shape[0]; every rank passes the same dtype and row shape."""
+        h = self._check()
+        a = np.ascontiguousarray(_as_array(arr))
+        if a.ndim == 0:
+            raise errors.DTypeError(4, -1, "ddstore: add %r: a 0-d array has no rows" % name)
+        code = DTYPES[_BY_NP[_np_dtype(a.dtype)][0]][0]
+        shape = a.shape[1:]
+        elems = int(np.prod(shape)) if shape else 1
+        _lib.start(_lib.lib().dds_add_start, h, name.encode(), code, elems, _ptr(a), a.nbytes, keep=a)
+        self._shapes[name] = shape if shape else (1,)
+        self._vars.pop(name, None)
+
+    def init(self, name, nrows, disp, itemsize=1, dtype=None):
+        """Creates variable name with nrows zero rows on this rank
+        (collective), disp elements per row of itemsize bytes. Without
+        dtype the rows are raw items of itemsize bytes: update and get
+        accept any array of that item size (pyddstore's rule); with dtype
+        the variable is typed."""
+        h = self._check()
+        if dtype is not None:
+            dt = _np_dtype(dtype)
+            code, elems, isz = DTYPES[_BY_NP[dt][0]][0], int(disp), dt.itemsize
+            if itemsize not in (1, dt.itemsize):
+                raise errors.DTypeError(4, -1, "ddstore: init %r: itemsize %d disagrees with dtype %s" % (name, itemsize, dt))
+        else:
+            if int(itemsize) <= 0:
+                raise errors.DTypeError(4, -1, "ddstore: init %r: itemsize %d" % (name, itemsize))
+            code, elems, isz = BYTES_CODE, int(disp) * int(itemsize), int(itemsize)
+        _lib.start(_lib.lib().dds_init_start, h, name.encode(), code, elems, int(nrows))
+        self._shapes[name] = (int(disp),)
+        self._itemsize[name] = isz
+        self._vars.pop(name, None)
+
+    def free(self, name=None):
+        """Frees variable name, or every variable (pyddstore's free()), on
+        every rank (collective)."""
+        h = self._check()
+        names = [name] if name is not None else sorted(self._known_names())
+        for n in names:
+            _lib.start(_lib.lib().dds_free_start, h, n.encode())
+            self._vars.pop(n, None)
+            self._shapes.pop(n, None)
+            self._itemsize.pop(n, None)
+
+    def _known_names(self):
+        return set(self._shapes)
+
+    def barrier(self):
+        """Returns once every rank has called it (collective)."""
+        _lib.start(_lib.lib().dds_barrier_start, self._check())
+
+    def epoch_begin(self):
+        """pyddstore compatibility: reads are one-sided and need no access
+        epoch, so this only checks that the store is usable."""
+        self._check()
+
+    def epoch_end(self):
+        """pyddstore compatibility; see epoch_begin."""
+        self._check()
+
+    def close(self):
+        """Closes the store (collective): its loaders first. Closing twice,
+        or any use after close, raises ClosedError."""
+        h = self._check()
+        for l in list(self._loaders):
+            l.close()
+        self._closed = True
+        try:
+            _lib.start(_lib.lib().dds_close_start, h)
+        finally:
+            _lib.lib().dds_handle_free(h)
+            self._h = 0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if not self._closed and os.getpid() == self._pid:
+            self.close()
+        return False
+
+    # ---- local calls ----
+
+    def query(self, name):
+        """Describes variable name: dtype, row_elems, row_bytes,
+        global_rows, local_rows, local_start, shards, group."""
+        h = self._check()
+        buf = ctypes.create_string_buffer(4096)
+        err = _lib.Err()
+        _lib.check(_lib.lib().dds_query(h, name.encode(), buf, len(buf), ctypes.byref(err)), err)
+        info = json.loads(buf.value)
+        if name in self._shapes:
+            info["shape"] = self._shapes[name]
+        return info
+
+    def update(self, name, arr, offset=0):
+        """Overwrites this rank's local rows from local row offset (local)."""
+        h = self._check()
+        v = self._var(name)
+        a = np.ascontiguousarray(_as_array(arr))
+        v.check_dtype(a.dtype, "update")
+        err = _lib.Err()
+        _lib.check(_lib.lib().dds_update(h, v.bname, _ptr(a), a.nbytes, int(offset), ctypes.byref(err)), err)
+
+    def _out(self, v, out, rows, what):
+        if out is None:
+            return np.empty((rows,) + v.shape, dtype=v.np_dtype())
+        out = _as_array(out)
+        if not out.flags.c_contiguous or not out.flags.writeable:
+            raise errors.InvalidError(10, -1, "ddstore: %s %r: out must be a writable C-contiguous array" % (what, v.name))
+        v.check_dtype(out.dtype, what)
+        if out.nbytes < rows * v.row_bytes:
+            raise errors.ShortBufferError(3, -1, "ddstore: %s %r: %d rows of %d bytes need %d bytes, out has %d"
+                                          % (what, v.name, rows, v.row_bytes, rows * v.row_bytes, out.nbytes))
+        return out
+
+    def get(self, name, out, start=0):
+        """Reads out.shape[0] rows starting at global row start into out
+        (pyddstore's get). Returns out."""
+        h = self._check()
+        v = self._var(name)
+        out = _as_array(out)
+        count = out.shape[0] if out.ndim else 1
+        if out.ndim and out.size and out.nbytes // count != v.row_bytes:
+            raise errors.DTypeError(4, -1, "ddstore: get %r: out rows are %d bytes, variable rows %d bytes"
+                                    % (name, out.nbytes // count, v.row_bytes))
+        out = self._out(v, out, count, "get")
+        err = _lib.Err()
+        _lib.check(_lib.lib().dds_get(h, v.bname, int(start), count, _ptr(out), out.nbytes, ctypes.byref(err)), err)
+        return out
+
+    def get_batch(self, name, indices, out=None):
+        """Reads the global rows indices (any order, duplicates allowed) in
+        one call; returns out (allocated when None), shape (n, *row shape)."""
+        h = self._check()
+        v = self._var(name)
+        idx = np.ascontiguousarray(indices, dtype=np.int64).reshape(-1)
+        out = self._out(v, out, len(idx), "get_batch")
+        err = _lib.Err()
+        _lib.check(_lib.lib().dds_get_batch(h, v.bname, _ptr(idx), len(idx), _ptr(out), out.nbytes,
+                                            ctypes.byref(err)), err)
+        return out
+
+    def get_ranges(self, name, starts, lengths, out=None):
+        """Reads variable-length records in one call: record i is rows
+        [starts[i], starts[i]+lengths[i]) (bytes, for a uint8 variable of
+        one byte per row). Returns (buf, offsets): the records packed in
+        buf (shape (sum(lengths), *row shape)), record i at
+        buf[offsets[i]:offsets[i+1]]."""
+        h = self._check()
+        v = self._var(name)
+        st = np.ascontiguousarray(starts, dtype=np.int64).reshape(-1)
+        ln = np.ascontiguousarray(lengths, dtype=np.int64).reshape(-1)
+        if len(st) != len(ln):
+            raise errors.InvalidError(10, -1, "ddstore: get_ranges %r: %d starts and %d lengths" % (name, len(st), len(ln)))
+        offsets = np.zeros(len(ln) + 1, dtype=np.int64)
+        np.cumsum(ln, out=offsets[1:])
+        if len(ln) and ln.min() < 0:
+            i = int(np.argmin(ln))
+            raise errors.OutOfRangeError(1, -1, "ddstore: get_ranges %r: record %d has length %d" % (name, i, ln[i]))
+        out = self._out(v, out, int(offsets[-1]), "get_ranges")
+        err = _lib.Err()
+        _lib.check(_lib.lib().dds_get_ranges(h, v.bname, _ptr(st), _ptr(ln), len(st), _ptr(out), out.nbytes,
+                                             ctypes.byref(err)), err)
+        return out, offsets
+
+    def __del__(self):
+        # Never call into the library from a forked child or at shutdown:
+        # an unclosed store's resources go with the process.
+        pass
+
+    def __repr__(self):
+        state = "closed" if self._closed else "rank %d of %d" % (self.rank, self.size)
+        return "<ddstore.DDStore %s>" % state
+
+
+PyDDStore = DDStore
