@@ -22,4 +22,15 @@ python-deps:
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq \
 	    python3-numpy python3-torch python3-pytest; }
 
-TEST_EXTRA += python-ctest
+# The package's tests: single rank, then 4 real ranks under MPICH's mpiexec
+# (PMI bootstrap) and under ddrun (TCP rendezvous). pytest exits non-zero
+# when it collects nothing, so an empty run fails too.
+PYTEST := /usr/bin/python3 -m pytest -q -p no:cacheprovider $(CURDIR)/python/tests
+
+python-test: python-deps python-lib
+	$(GO) build -o $(BIN)/ ./cmd/ddrun
+	cd /tmp && timeout 300 $(PYTEST)
+	cd /tmp && timeout 300 mpiexec -n 4 $(PYTEST)
+	cd /tmp && timeout 300 $(CURDIR)/$(BIN)/ddrun -n 4 $(PYTEST)
+
+TEST_EXTRA += python-ctest python-test

@@ -7,6 +7,8 @@ so that signals (Ctrl-C) are handled between slices.
 """
 import ctypes
 import os
+import signal
+import threading
 
 from . import errors
 
@@ -80,7 +82,16 @@ def lib():
     """The loaded library (loaded on first use)."""
     global _lib
     if _lib is None:
+        # libfabric pulls in libinfinipath (PSM), whose constructor replaces
+        # the SIGINT handler by one that exits the process: ask it not to,
+        # and put Python's handler back, so that Ctrl-C stays
+        # KeyboardInterrupt.
+        os.environ.setdefault("IPATH_NO_BACKTRACE", "1")
+        main = threading.current_thread() is threading.main_thread()
+        before = signal.getsignal(signal.SIGINT) if main else None
         l = ctypes.CDLL(_find())  # CDLL releases the GIL around every call
+        if main and before is not None:
+            signal.signal(signal.SIGINT, before)
         for name, args in _SIGS.items():
             f = getattr(l, name)
             f.argtypes = args

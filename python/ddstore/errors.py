@@ -6,7 +6,10 @@ class Error(Exception):
     """Any ddstore error. .code is the C ABI's DDS_ERR_* code, .rank the
     rank concerned (or -1)."""
 
-    def __init__(self, code, rank, msg):
+    def __init__(self, *args):
+        # (code, rank, msg) from the library; (msg) when re-raised by
+        # torch's DataLoader from a worker.
+        code, rank, msg = args if len(args) == 3 else (0, -1, " ".join(map(str, args)))
         super().__init__(msg)
         self.code, self.rank, self.msg = code, rank, msg
 

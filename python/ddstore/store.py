@@ -95,7 +95,8 @@ class DDStore:
 
     options: config (machine YAML), node_mode ("auto" | "fabric"), provider,
     iface, read_mode, width (ddstore_width), timeout (s), fabric_timeout (s),
-    telemetry (bool), telemetry_dir, shard_dir.
+    telemetry (bool), telemetry_dir, shard_dir, bootstrap (a dict: method,
+    addr, dir, token, rank, world, job; overrides the launcher's view).
 
     Only the process that created the store may use it: in a forked child
     every call raises ForkError.
@@ -113,7 +114,8 @@ class DDStore:
         opts = {}
         keymap = {"config": "config", "node_mode": "node_mode", "provider": "provider", "iface": "iface",
                   "read_mode": "read_mode", "width": "width", "ddstore_width": "width",
-                  "telemetry": "telemetry", "telemetry_dir": "telemetry_dir", "shard_dir": "shard_dir"}
+                  "telemetry": "telemetry", "telemetry_dir": "telemetry_dir", "shard_dir": "shard_dir",
+                  "bootstrap": "bootstrap"}
         for k, v in options.items():
             if k in ("timeout", "fabric_timeout"):
                 opts[k + "_ms"] = int(float(v) * 1000)
@@ -181,7 +183,7 @@ class DDStore:
         shape = a.shape[1:]
         elems = int(np.prod(shape)) if shape else 1
         _lib.start(_lib.lib().dds_add_start, h, name.encode(), code, elems, _ptr(a), a.nbytes, keep=a)
-        self._shapes[name] = shape if shape else (1,)
+        self._shapes[name] = shape
         self._vars.pop(name, None)
 
     def init(self, name, nrows, disp, itemsize=1, dtype=None):
@@ -294,6 +296,8 @@ class DDStore:
         h = self._check()
         v = self._var(name)
         out = _as_array(out)
+        if not out.flags.c_contiguous or not out.flags.writeable:
+            raise errors.InvalidError(10, -1, "ddstore: get %r: out must be a writable C-contiguous array" % name)
         count = out.shape[0] if out.ndim else 1
         if out.ndim and out.size and out.nbytes // count != v.row_bytes:
             raise errors.DTypeError(4, -1, "ddstore: get %r: out rows are %d bytes, variable rows %d bytes"

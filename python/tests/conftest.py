@@ -1,0 +1,48 @@
+"""Fixtures: one store per session, opened from the launcher's environment
+(single rank without a launcher; mpiexec -n 4 or ddrun -n 4 for real ranks)."""
+import os
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import ddstore  # noqa: E402
+
+
+def local_rows(rank, base=37):
+    """Rows of rank's shard: uneven (base + 5·rank)."""
+    return base + 5 * rank
+
+
+def pattern(g, row_shape, dtype):
+    """The rows of global indices g (array) of a variable: exact in every dtype."""
+    g = np.asarray(g, dtype=np.int64).reshape((-1,) + (1,) * len(row_shape))
+    j = np.arange(int(np.prod(row_shape)), dtype=np.int64).reshape(row_shape)[None]
+    v = g * 1009 + j * 7
+    dt = np.dtype(dtype)
+    if dt == np.bool_:
+        return (v % 3) == 0
+    if dt == np.uint8:
+        return (v % 251).astype(np.uint8)
+    if dt.kind == "f":
+        return (v % 100003).astype(dt) * dt.type(0.5)
+    return v.astype(dt)
+
+
+def add_pattern(store, name, row_shape, dtype, base=37):
+    """Adds name with this rank's rows of the global pattern; returns global rows."""
+    rank, width = store.rank % store.width, store.width
+    first = sum(local_rows(r, base) for r in range(rank))
+    n = local_rows(rank, base)
+    store.add(name, pattern(np.arange(first, first + n), row_shape, dtype).reshape((n,) + tuple(row_shape)))
+    return sum(local_rows(r, base) for r in range(width))
+
+
+@pytest.fixture(scope="session")
+def store():
+    s = ddstore.DDStore(timeout=60)
+    yield s
+    if not s.closed:
+        s.close()
