@@ -67,6 +67,12 @@ type benchCluster struct {
 }
 
 func startBenchCluster(b *testing.B, mode string, telemetryOn bool, rows []int64) *benchCluster {
+	return startBenchClusterWith(b, mode, telemetryOn, rows, nil)
+}
+
+// startBenchClusterWith is startBenchCluster with more scenario parameters
+// (both ranks).
+func startBenchClusterWith(b *testing.B, mode string, telemetryOn bool, rows []int64, more map[string]string) *benchCluster {
 	b.Helper()
 	port := freePort(b)
 	job := testJob("bench" + mode)
@@ -77,6 +83,9 @@ func startBenchCluster(b *testing.B, mode string, telemetryOn bool, rows []int64
 	params := map[string]string{"MODE": mode, "ROWS": strings.Join(rs, ","), "TIMEOUT": "15m", "TELDIR": b.TempDir()}
 	if !telemetryOn {
 		params["TELEMETRY"] = "0"
+	}
+	for k, v := range more {
+		params[k] = v
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(cleanEnv(), workerEnv+"=benchpeer", "RANK=1", "WORLD_SIZE=2", "LOCAL_RANK=1",

@@ -77,25 +77,18 @@ func gpuParams(t testing.TB, runtime string, params map[string]string) map[strin
 	return params
 }
 
-// gpuOptions are the GPU options a rank's scenario parameters ask for.
-func (w *worker) gpuOptions() GPUOptions {
-	g := GPUOptions{Device: w.param("GPUDEV", "auto"), Sync: w.param("GPUSYNC", ""),
-		StageBytes: w.intParam("STAGE", 16<<10)}
-	if lib := w.param("GPULIB", ""); lib != "" {
+// gpuOptionsFrom are the GPU options that scenario parameters ask for
+// (storeOptions applies them to every test store; device reads open the
+// GPU only when called).
+func gpuOptionsFrom(params map[string]string) GPUOptions {
+	g := GPUOptions{Device: params["GPUDEV"], Sync: params["GPUSYNC"], StageBytes: 16 << 10}
+	if v, err := strconv.Atoi(params["STAGE"]); err == nil {
+		g.StageBytes = v
+	}
+	if lib := params["GPULIB"]; lib != "" {
 		g.Libraries = []string{lib}
 	}
 	return g
-}
-
-func (w *worker) openGPU() (*Store, error) {
-	o := storeOptions(w.mode, w.params)
-	o.GPU = w.gpuOptions()
-	s, err := Open(o)
-	if err != nil {
-		return nil, err
-	}
-	w.rank, w.world = s.Rank(), s.World()
-	return s, nil
 }
 
 // deviceGetter is the device read API shared by Store and Reader.
@@ -118,7 +111,7 @@ func gpuSpec(rb int64) varSpec {
 // batches many times the staging half; every row read back and checked;
 // no allocation per call; bad input; gpu_sync in telemetry.
 func scenarioGPU(w *worker) error {
-	s, err := w.openGPU()
+	s, err := w.open()
 	if err != nil {
 		return err
 	}
@@ -399,7 +392,7 @@ const busyFor = 400 * time.Millisecond
 // and checks: with sync=stream the busy default stream does not delay the
 // reader; with sync=device every call waits for it.
 func scenarioGPUBusy(w *worker) error {
-	s, err := w.openGPU()
+	s, err := w.open()
 	if err != nil {
 		return err
 	}
@@ -703,7 +696,7 @@ func init() { scenarios["gpuloader"] = scenarioGPULoader }
 // consumer's stream after WaitOn, matches its pattern. One batch is held
 // across the next three and checked again: its slot was not reused.
 func scenarioGPULoader(w *worker) error {
-	s, err := w.openGPU()
+	s, err := w.open()
 	if err != nil {
 		return err
 	}

@@ -122,6 +122,7 @@ func storeOptions(mode string, params map[string]string) Options {
 	if params["TELEMETRY"] == "0" {
 		o.DisableTelemetry = true
 	}
+	o.GPU = gpuOptionsFrom(params)
 	if v := params["WIDTH"]; v != "" {
 		o.Width, _ = strconv.Atoi(v)
 	}
