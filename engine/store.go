@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/ddstore/ddstore/configs"
 	"github.com/ddstore/ddstore/fabric/fault"
 	"math"
 	"os"
@@ -138,20 +139,18 @@ func (o *Options) applyEnv() error {
 	return nil
 }
 
-// envBool reads boolean environment variable key; set is false when it is
-// unset or empty.
+// envBool reads boolean environment variable key with configs.ParseBool,
+// the one boolean syntax; set is false when it is unset or empty.
 func envBool(key string) (on, set bool, err error) {
 	v := strings.TrimSpace(os.Getenv(key))
 	if v == "" {
 		return false, false, nil
 	}
-	switch strings.ToLower(v) {
-	case "1", "true", "on", "yes":
-		return true, true, nil
-	case "0", "false", "off", "no":
-		return false, true, nil
+	on, err = configs.ParseBool(v)
+	if err != nil {
+		return false, false, errf(ErrInvalid, "options", "", "environment variable %s=%q: want 1/0, true/false, yes/no or on/off", key, v)
 	}
-	return false, false, errf(ErrInvalid, "options", "", "environment variable %s=%q: want 1/0, true/false, on/off or yes/no", key, v)
+	return on, true, nil
 }
 
 func (s *Store) open() error {

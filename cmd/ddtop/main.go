@@ -6,17 +6,19 @@
 // ui.Once for --once/--json). It imports ui and telemetry, never the engine
 // or the fabric, so it builds without libfabric.
 //
-// Settings, strongest first: flags, DDSTORE_TELEMETRY_DIR, the config file
-// (--config or DDSTORE_CONFIG; key telemetry.dir, and ddtop.job,
-// ddtop.interval), defaults.
+// Settings, strongest first: flags, the environment (DDSTORE_TELEMETRY_DIR),
+// the config file, the embedded local.yaml. The config file is the
+// trainers' own (package configs: one schema, with a ddtop section for
+// ddtop.interval, ddtop.history, ddtop.job and ddtop.nice; the directory
+// is telemetry.dir): --config or DDSTORE_CONFIG, a path or a machine name
+// such as "frontier" (embedded, so it works from any directory), else the
+// detected machine.
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -25,8 +27,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/viper"
 
+	"github.com/ddstore/ddstore/configs"
 	"github.com/ddstore/ddstore/ui"
 	"github.com/ddstore/ddstore/ui/data"
 )
@@ -46,7 +48,6 @@ func main() {
 
 // newCommand builds the ddtop command writing reports to out.
 func newCommand(out, errOut io.Writer) *cobra.Command {
-	v := viper.New()
 	cmd := &cobra.Command{
 		Use:   "ddtop",
 		Short: "live monitor of ddstore telemetry: where data-loading time goes, per rank and variable",
@@ -59,19 +60,34 @@ enter drill in, esc back, s sort, / filter, p pause, ? help, q quit.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := readConfig(v); err != nil {
+			f := cmd.Flags()
+			name, _ := f.GetString("config")
+			c, err := configs.Load(name)
+			if err != nil {
 				return err
 			}
-			o := ui.Options{
-				Dir:      v.GetString("telemetry.dir"),
-				Job:      v.GetString("ddtop.job"),
-				Interval: v.GetDuration("ddtop.interval"),
-				History:  v.GetInt("ddtop.history"),
+			o := ui.Options{Dir: c.Telemetry.Dir, Job: c.Ddtop.Job, Interval: c.Ddtop.Interval, History: c.Ddtop.History}
+			nice := c.Ddtop.Nice
+			// Flags given on the command line win over the config.
+			if f.Changed("dir") {
+				o.Dir, _ = f.GetString("dir")
+			}
+			if f.Changed("job") {
+				o.Job, _ = f.GetString("job")
+			}
+			if f.Changed("interval") {
+				o.Interval, _ = f.GetDuration("interval")
+			}
+			if f.Changed("history") {
+				o.History, _ = f.GetInt("history")
+			}
+			if f.Changed("nice") {
+				nice, _ = f.GetInt("nice")
 			}
 			if err := o.Validate(); err != nil {
 				return err
 			}
-			if nice, _ := cmd.Flags().GetInt("nice"); nice != 0 {
+			if nice != 0 {
 				if err := lowerPriority(nice); err != nil {
 					return err
 				}
@@ -95,49 +111,14 @@ enter drill in, esc back, s sort, / filter, p pause, ? help, q quit.`,
 	f.String("dir", data.DefaultDir, "telemetry segment directory (env DDSTORE_TELEMETRY_DIR, config telemetry.dir)")
 	f.String("job", "", "show only this job id (config ddtop.job)")
 	f.Duration("interval", time.Second, "refresh interval (config ddtop.interval)")
-	f.Int("history", 300, "throughput points kept per rank for the sparkline")
-	f.String("config", "", "config file: a YAML path or a machine name under configs/ (env DDSTORE_CONFIG)")
+	f.Int("history", 300, "throughput points kept per rank for the sparkline (config ddtop.history)")
+	f.String("config", "", "config: a YAML path or an embedded machine name ("+strings.Join(configs.Machines(), ", ")+") (env DDSTORE_CONFIG)")
 	f.Bool("once", false, "print the ranks and variables tables once and exit")
 	f.Bool("json", false, "print one snapshot as JSON and exit (implies --once)")
 	f.Duration("window", time.Second, "with --once/--json: time between the two snapshots that give rates; 0 = cumulative only")
 	f.Int("width", 120, "with --once: table width")
-	f.Int("nice", 19, "niceness ddtop gives itself (0-19), so that the kernel always runs the trainers it watches first; 0 keeps the inherited one")
-	for key, flag := range map[string]string{
-		"telemetry.dir": "dir", "ddtop.job": "job", "ddtop.interval": "interval",
-		"ddtop.history": "history", "config": "config",
-	} {
-		_ = v.BindPFlag(key, f.Lookup(flag))
-	}
-	_ = v.BindEnv("telemetry.dir", "DDSTORE_TELEMETRY_DIR")
-	_ = v.BindEnv("config", "DDSTORE_CONFIG")
+	f.Int("nice", 19, "niceness ddtop gives itself (0-19), so that the kernel always runs the trainers it watches first; 0 keeps the inherited one (config ddtop.nice)")
 	return cmd
-}
-
-// errConfig reports a config file that cannot be used.
-var errConfig = errors.New("ddtop: config")
-
-// readConfig reads the config file named by --config or DDSTORE_CONFIG, if
-// any: a path, or a machine name resolved to configs/<name>.yaml.
-func readConfig(v *viper.Viper) error {
-	name := v.GetString("config")
-	if name == "" {
-		return nil
-	}
-	path := name
-	if _, err := os.Stat(path); err != nil {
-		if strings.ContainsRune(name, os.PathSeparator) || filepath.Ext(name) != "" {
-			return fmt.Errorf("%w: %s: %w", errConfig, name, err)
-		}
-		path = filepath.Join("configs", name+".yaml")
-		if _, err := os.Stat(path); err != nil {
-			return fmt.Errorf("%w: %q is neither a file nor a machine in configs/: %w", errConfig, name, err)
-		}
-	}
-	v.SetConfigFile(path)
-	if err := v.ReadInConfig(); err != nil {
-		return fmt.Errorf("%w: read %s: %w", errConfig, path, err)
-	}
-	return nil
 }
 
 // lowerPriority sets the niceness of every thread of ddtop to nice. Linux

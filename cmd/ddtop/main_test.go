@@ -285,6 +285,31 @@ func TestConfigPrecedence(t *testing.T) {
 	}
 }
 
+// --config takes a machine name from any directory (the files are
+// embedded), a trainer's file with a ddtop section is ddtop's config, and
+// a bad ddtop key is refused naming it.
+func TestConfigMachineAnyDirectory(t *testing.T) {
+	dir := t.TempDir()
+	create(t, dir, "j1", 0, 1, "")
+	wd, _ := os.Getwd()
+	t.Cleanup(func() { os.Chdir(wd) })
+	if err := os.Chdir(t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	if rep := runJSON(t, "--config", "frontier", "--dir", dir, "--window", "0"); rep.Dir != dir || len(rep.Ranks) != 1 {
+		t.Fatalf("--config frontier: dir %s ranks %+v", rep.Dir, rep.Ranks)
+	}
+	cfg := filepath.Join(t.TempDir(), "m.yaml")
+	os.WriteFile(cfg, []byte("fabric:\n  window: 64\ntelemetry:\n  dir: "+dir+"\nddtop:\n  job: nope\n  nice: 3\n"), 0o600)
+	if rep := runJSON(t, "--config", cfg, "--window", "0"); rep.Dir != dir || len(rep.Ranks) != 0 {
+		t.Fatalf("ddtop.job from a trainer's file: ranks %+v", rep.Ranks)
+	}
+	os.WriteFile(cfg, []byte("ddtop:\n  interval: 1ms\n"), 0o600)
+	if _, err := run(t, "--json", "--config", cfg); err == nil || !strings.Contains(err.Error(), "ddtop.interval") {
+		t.Fatalf("bad ddtop.interval: %v", err)
+	}
+}
+
 func TestErrors(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "gone")
 	if _, err := run(t, "--json", "--dir", missing, "--window", "0"); err == nil || !strings.Contains(err.Error(), missing) {
