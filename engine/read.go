@@ -476,6 +476,9 @@ func (v *Var) drain(c *readCtx, st *callStats, deadRank int) error {
 	// gather bounce buffer.
 	st.copyTime = st.end - st.start - st.lockWait - st.fabTime + int64(st.fab.Copy)
 	if deadRank >= 0 {
+		if v.canFailover() { // every replica of the shard is dead too
+			return v.errNoReplica(st, deadRank-v.s.groupLo, v.errDead(deadRank))
+		}
 		return v.errDead(deadRank)
 	}
 	return nil

@@ -25,8 +25,10 @@ package engine
 // the same rows is the caller's part (see Store.UpdateReplicas).
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"sort"
 	"sync/atomic"
 	"time"
@@ -351,3 +353,85 @@ func (s *Store) Failovers() FailoverStats {
 // Failovers is the number of this variable's row reads served by a
 // replica instead of their owner on this rank.
 func (v *Var) Failovers() int64 { return v.failovers.Load() }
+
+// UpdateReplicas is Update for a variable with replica groups, and the
+// guarantee that goes with failover: every replica of a shard holds the
+// same rows. It is collective (every rank calls it, in the same order as
+// the other collectives): each rank passes the rows for its own shard, and
+// the ranks that hold the same shard (member o of every group) must pass
+// the same local offset and the same bytes. The call compares them (a
+// digest of the rows) before anything is written: if any rank's update is
+// invalid or replicas disagree, every rank returns an error (ErrMismatch
+// naming the ranks, or the invalid rank's error) and no shard changes.
+// Otherwise every rank writes its shard and meets the others at a barrier,
+// so that once UpdateReplicas returns on any rank, every replica holds the
+// new rows and reads (failed over or not) see them.
+//
+// Plain Update stays local and unchecked: it changes this rank's copy
+// only, and a read that fails over may then see another group's rows.
+func (s *Store) UpdateReplicas(name string, rows []byte, localOffset int64) error {
+	const op = "UpdateReplicas"
+	v, err := s.acquire(op, name)
+	if err != nil {
+		return err
+	}
+	defer v.inflight.Add(-1)
+	type rec struct {
+		Off    int64  `json:"off"`
+		Digest uint64 `json:"digest"`
+		N      int    `json:"n"`
+		Err    string `json:"err,omitempty"`
+	}
+	me := rec{Off: localOffset, Digest: digest(rows), N: len(rows)}
+	localErr := v.checkUpdate(op, rows, localOffset)
+	if localErr != nil {
+		me.Err = localErr.Error()
+	}
+	b, err := json.Marshal(me)
+	if err != nil {
+		return wrapf(ErrInvalid, op, name, err, "encode")
+	}
+	blobs, err := s.allGather("update-replicas", name, b)
+	if err != nil {
+		return err
+	}
+	recs := make([]rec, len(blobs))
+	var failed, differ []int
+	for r, blob := range blobs {
+		if json.Unmarshal(blob, &recs[r]) != nil {
+			return errf(ErrMismatch, op, name, "rank %d sent a bad record", r)
+		}
+		if recs[r].Err != "" {
+			failed = append(failed, r)
+		}
+	}
+	if localErr != nil {
+		return localErr
+	}
+	if len(failed) > 0 {
+		return &Error{Op: op, Var: name, Ranks: failed, Kind: ErrMismatch,
+			Detail: "the update failed on " + fault.RankList(failed) + ": " + recs[failed[0]].Err}
+	}
+	// Every rank checks every shard, so that all return the same error.
+	for o := 0; o < s.width && len(differ) == 0; o++ {
+		for r := o + s.width; r < s.world; r += s.width {
+			if recs[r] != recs[o] {
+				differ = append(differ, o, r)
+				break
+			}
+		}
+	}
+	if len(differ) > 0 {
+		return &Error{Op: op, Var: name, Ranks: differ, Kind: ErrMismatch,
+			Detail: fmt.Sprintf("replicas of shard %d were given different rows or offsets (%s)", differ[0]%s.width, fault.RankList(differ))}
+	}
+	copy(v.own.data[localOffset*v.rowBytes:], rows)
+	return s.Barrier()
+}
+
+// digest is FNV-1a over b (the replicas' agreement check).
+func digest(b []byte) uint64 {
+	h := fnv.New64a()
+	h.Write(b)
+	return h.Sum64()
+}

@@ -422,16 +422,25 @@ func (s *Store) Update(name string, rows []byte, localOffset int64) error {
 		return err
 	}
 	defer v.inflight.Add(-1)
+	if err := v.checkUpdate("Update", rows, localOffset); err != nil {
+		return err
+	}
+	copy(v.own.data[localOffset*v.rowBytes:], rows)
+	return nil
+}
+
+// checkUpdate checks that rows are whole rows that fit in the local shard
+// at localOffset.
+func (v *Var) checkUpdate(op string, rows []byte, localOffset int64) error {
 	if int64(len(rows))%v.rowBytes != 0 {
-		return errf(ErrDType, "Update", name, "%d bytes is not a multiple of the row size %d", len(rows), v.rowBytes)
+		return errf(ErrDType, op, v.name, "%d bytes is not a multiple of the row size %d", len(rows), v.rowBytes)
 	}
 	n := int64(len(rows)) / v.rowBytes
 	// n ≤ nLocal first, so that nLocal-n cannot overflow (nor localOffset+n).
 	if localOffset < 0 || n > v.nLocal || localOffset > v.nLocal-n {
-		return errf(ErrIndex, "Update", name, "%d rows at local row %d outside the local shard [0,%d)",
+		return errf(ErrIndex, op, v.name, "%d rows at local row %d outside the local shard [0,%d)",
 			n, localOffset, v.nLocal)
 	}
-	copy(v.own.data[localOffset*v.rowBytes:], rows)
 	return nil
 }
 
