@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Package gpu against the REAL driver, on a GPU machine (about a minute on
-# one H200; at most 4 minutes even when every step runs to its timeout).
+# Package gpu and the engine's device read path against the REAL driver, on
+# a GPU machine (a few minutes on one H200; at most 9 minutes even when
+# every step runs to its timeout).
 #
 #   1. probe:       runtime, device, name, PCI bus id, compute capability,
 #                   driver version, the library loaded
@@ -14,35 +15,60 @@
 #                   batch copy and its wait), default stream busy (2 ms PTX
 #                   spin per call) ÷ idle, measured side by side, medians:
 #                   sync=stream goal ≤ 1.5, sync=device goal ≥ 10
+#   4. engine:      the engine's device path on the real driver, real ranks
+#                   over tcp;ofi_rxm and mapped shards (TestDeviceRead: every
+#                   row copied back and checked, odd sizes, batches larger
+#                   than the staging halves, async form, no allocation per
+#                   call; TestDeviceSyncBusy; TestDeviceLoader)
+#   5. engine benchmarks, side by side in one run, medians where noted:
+#                   BenchmarkGetDevice: GetBatch of 128 rows into device ÷
+#                   into host memory, goals ≤ 1.3 at 3 KB and 12.5 KB, ≤ 1.1
+#                   at 1 MiB (path=tcp; path=local printed too);
+#                   BenchmarkGPUSync: the telemetry gpu_sync phase per call,
+#                   default stream busy ÷ idle: stream ≤ 1.5, device ≥ 10
 #
 # Usage (from anywhere in the repository):
-#   examples/gpu/check.sh                  builds bin/gpu-check/gpu.test (needs Go), runs it
-#   GPU_CHECK_BIN=bin/gpu-check/gpu.test examples/gpu/check.sh
-#                                          runs a binary built elsewhere (make gpu-check-build),
+#   examples/gpu/check.sh                  builds bin/gpu-check/{gpu,engine}.test (needs Go), runs them
+#   GPU_CHECK_BIN=bin/gpu-check/gpu.test ENGINE_CHECK_BIN=bin/gpu-check/engine.test examples/gpu/check.sh
+#                                          runs binaries built elsewhere (make gpu-check-build),
 #                                          for machines without Go; no CUDA toolkit is needed
+#                                          (the engine binary needs libfabric.so.1 at run time)
 #   DDSTORE_GPU_RUNTIME=cuda|hip DDSTORE_GPU_INDEX=N
-#                                          picks the device (default: CUDA, else HIP; device 0)
-#   BENCHTIME=500x                         iterations of each benchmark
+#                                          picks the device (default: CUDA, else HIP; device 0);
+#                                          the engine steps get DDSTORE_GPU_DEVICE=runtime:N from them
+#   BENCHTIME=500x ENGINE_BENCHTIME=50x    iterations of each benchmark (gpu; engine)
 # Exit status: 0 when every test passes and both goals are met.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
 bin=${GPU_CHECK_BIN:-}
+ebin=${ENGINE_CHECK_BIN:-}
+if [ -z "$bin" ] || [ -z "$ebin" ]; then
+  PATH=$PATH:/usr/local/go/bin
+  command -v go >/dev/null || { echo "check.sh: no Go here; build with 'make gpu-check-build' elsewhere and set GPU_CHECK_BIN and ENGINE_CHECK_BIN" >&2; exit 2; }
+fi
 if [ -z "$bin" ]; then
   bin=bin/gpu-check/gpu.test
-  PATH=$PATH:/usr/local/go/bin
-  command -v go >/dev/null || { echo "check.sh: no Go here; build with 'make gpu-check-build' elsewhere and set GPU_CHECK_BIN" >&2; exit 2; }
   go test -c -o "$bin" ./gpu || exit 2
 fi
+if [ -z "$ebin" ]; then
+  ebin=bin/gpu-check/engine.test
+  go test -c -o "$ebin" ./engine || exit 2
+fi
 case $bin in /*) ;; *) bin=$root/$bin ;; esac
+case $ebin in /*) ;; *) ebin=$root/$ebin ;; esac
 [ -x "$bin" ] || { echo "check.sh: $bin is not an executable test binary" >&2; exit 2; }
+[ -x "$ebin" ] || { echo "check.sh: $ebin is not an executable test binary" >&2; exit 2; }
 
 # Containers often mount the driver outside the loader's default path.
 for d in /usr/local/nvidia/lib64 /usr/local/nvidia/lib /opt/rocm/lib; do
   [ -d "$d" ] && LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d
 done
 export LD_LIBRARY_PATH DDSTORE_GPU_REAL=1
-cd gpu # the tests read testdata/ from the package directory
+if [ -z "${DDSTORE_GPU_DEVICE:-}" ] && [ -n "${DDSTORE_GPU_RUNTIME:-}${DDSTORE_GPU_INDEX:-}" ]; then
+  export DDSTORE_GPU_DEVICE=${DDSTORE_GPU_RUNTIME:-auto}:${DDSTORE_GPU_INDEX:-0}
+fi
+cd gpu
 
 status=0
 echo "== gpu check on $(hostname), $(date -u +%Y-%m-%dT%H:%M:%SZ)"
@@ -78,6 +104,38 @@ goal() { # goal NAME PATTERN OP LIMIT
 }
 goal "sync=stream (per-reader stream sync)" '^BenchmarkSync/sync=stream' '<=' 1.5
 goal "sync=device (context-wide sync, the seed's)" '^BenchmarkSync/sync=device' '>=' 10
+
+# Engine steps: real ranks are this binary re-executed; they need libfabric.
+cd "$root/engine"
+if ! ldd "$ebin" | grep -q 'libfabric.so.1 => /'; then
+  echo "FAIL: engine steps: $ebin cannot load libfabric.so.1 here (install libfabric1)"; status=1
+else
+  echo "== 4. engine device path against the real driver"
+  timeout 240 "$ebin" -test.run '^(TestDeviceRead|TestDeviceSyncBusy|TestDeviceLoader)$' -test.v -test.count=1 -test.timeout 230s 2>&1 |
+    grep -E '^(--- |\s+--- |\s+\S+_test\.go:|\s+rank [0-9]+: (FAIL|device)|\s+GPU BUSY|PASS|FAIL|ok|panic)'
+  rc=${PIPESTATUS[0]}
+  if [ "$rc" -ne 0 ]; then echo "FAIL: engine device tests (exit $rc)"; status=1; else echo "PASS: engine device tests"; fi
+
+  echo "== 5. engine benchmarks: GetBatch 128 rows device ÷ host; gpu_sync busy ÷ idle"
+  out=$(timeout 180 "$ebin" -test.run '^$' -test.bench '^(BenchmarkGetDevice|BenchmarkGPUSync)$' -test.benchtime "${ENGINE_BENCHTIME:-50x}" -test.v 2>&1)
+  rc=$?
+  echo "$out" | grep -E '^(Benchmark|\s+device_bench_test\.go|--- SKIP)'
+  egoal() { # egoal NAME PATTERN METRIC OP LIMIT
+    local v
+    v=$(metric "$2" "$3")
+    if [ -z "$v" ]; then echo "FAIL: $1: no figure (benchmark exit $rc)"; status=1; return; fi
+    if awk -v v="$v" -v l="$5" -v op="$4" 'BEGIN { exit !(op == "<=" ? v <= l : v >= l) }'; then
+      echo "PASS: $1: $3 = $v (goal $4 $5)"
+    else
+      echo "FAIL: $1: $3 = $v (goal $4 $5)"; status=1
+    fi
+  }
+  egoal "GetBatch 128 × 3 KB, tcp" '^BenchmarkGetDevice/path=tcp/row=3072' gpu/host '<=' 1.3
+  egoal "GetBatch 128 × 12.5 KB, tcp" '^BenchmarkGetDevice/path=tcp/row=12800' gpu/host '<=' 1.3
+  egoal "GetBatch 128 × 1 MiB, tcp" '^BenchmarkGetDevice/path=tcp/row=1048576' gpu/host '<=' 1.1
+  egoal "engine gpu_sync, sync=stream" '^BenchmarkGPUSync/sync=stream' busy/idle '<=' 1.5
+  egoal "engine gpu_sync, sync=device" '^BenchmarkGPUSync/sync=device' busy/idle '>=' 10
+fi
 
 echo "== result: $([ $status -eq 0 ] && echo PASS || echo FAIL)"
 exit $status
