@@ -5,7 +5,10 @@
 //     rows of 3 KB, 12.5 KB, 200 KB and 1 MiB, on each path: local (a
 //     same-node shard mapped into the reader, memcpy), tcp ("tcp;ofi_rxm",
 //     every rank its own node) and shm (libfabric shm, every rank its own
-//     node). Rank 0 reads rows owned by rank 1, in random order.
+//     node). Rank 0 reads rows owned by rank 1, in random order. With --gpu,
+//     the seed's host-vs-GPU columns: GetBatch of 128 into device memory
+//     (GetBatchDevice on the GPU that machine.gpu and gpu.device choose),
+//     alternating call by call with the host batches, and device ÷ host.
 //   - bench_threads: rows/s of 1, 2 and 4 goroutines reading batches of 64
 //     rows, sharing the store (its locked default path) or each with its
 //     own Reader, over tcp.
@@ -40,6 +43,7 @@ import (
 	"github.com/ddstore/ddstore/engine"
 	"github.com/ddstore/ddstore/engine/bootstrap"
 	"github.com/ddstore/ddstore/examples/train/model"
+	"github.com/ddstore/ddstore/gpu"
 )
 
 func main() {
@@ -55,6 +59,7 @@ type options struct {
 	quick  bool
 	only   []string
 	paths  []string
+	gpu    bool
 }
 
 func newCommand(stdout io.Writer) *cobra.Command {
@@ -74,6 +79,7 @@ func newCommand(stdout io.Writer) *cobra.Command {
 	fl.BoolVar(&o.quick, "quick", false, "fast sanity run: fewer rows and repetitions")
 	fl.StringSliceVar(&o.only, "only", []string{"get", "threads", "loader"}, "suites to run: get, threads, loader")
 	fl.StringSliceVar(&o.paths, "paths", []string{"local", "tcp", "shm"}, "bench_get paths: local, tcp, shm")
+	fl.BoolVar(&o.gpu, "gpu", false, "bench_get also reads batches into GPU memory (host-vs-GPU columns; needs a GPU)")
 	return cmd
 }
 
@@ -83,6 +89,7 @@ type GetResult struct {
 	Row      int     `json:"row"`
 	Batch    int     `json:"batch"`
 	USPerRow float64 `json:"us_per_row"`
+	Dest     string  `json:"dest,omitempty"` // "gpu" for device batches; host otherwise
 }
 
 // ThreadResult is one bench_threads figure.
@@ -164,7 +171,7 @@ func run(o options, stdout io.Writer) error {
 		}
 		if has(o.only, "get") && has(o.paths, path) {
 			for _, rb := range rowSizes {
-				r, err := benchGet(st, path, rb, o.quick)
+				r, err := benchGet(st, path, rb, o.quick, o.gpu)
 				if err != nil {
 					st.Close()
 					return fmt.Errorf("bench_get %s %d B: %w", path, rb, err)
@@ -352,7 +359,7 @@ func remoteIndices(n, rows int, seed uint64) []int64 {
 	return idx
 }
 
-func benchGet(st *engine.Store, path string, rb int, quick bool) ([]GetResult, error) {
+func benchGet(st *engine.Store, path string, rb int, quick, gpuToo bool) ([]GetResult, error) {
 	rows := rowsFor(rb, quick)
 	name := fmt.Sprintf("bench_get_%d", rb)
 	if err := addVar(st, name, rb, rows); err != nil {
@@ -368,15 +375,36 @@ func benchGet(st *engine.Store, path string, rb int, quick bool) ([]GetResult, e
 		reads = (reads + 127) / 128 * 128
 		idx := remoteIndices(reads, rows, uint64(rb))
 		dst := make([]byte, 128*rb)
+		var dev *gpu.Buffer // the device batch, with --gpu
+		var back *gpu.Stream
+		if gpuToo {
+			d, err := st.Device()
+			if err == nil {
+				dev, err = d.Alloc(128 * rb)
+			}
+			if err == nil {
+				defer dev.Free()
+				back, err = d.NewStream()
+			}
+			if err != nil {
+				runErr = fmt.Errorf("--gpu: %w", err)
+			} else {
+				defer back.Close()
+				runErr = st.GetBatchDevice(name, idx[:128], dev, 0) // warm up: stream, staging
+			}
+		}
 		// warm up both paths (connections, registrations)
-		runErr = st.GetBatch(name, idx[:128], dst)
+		if runErr == nil {
+			runErr = st.GetBatch(name, idx[:128], dst)
+		}
 		for i := 0; i < 8 && runErr == nil; i++ {
 			runErr = st.Get(name, idx[i], 1, dst[:rb])
 		}
 		if runErr == nil {
 			// Timed runs; every checkEvery-th read (and the last) is poisoned
-			// before and verified after, outside the clock.
-			var single, batched time.Duration
+			// before and verified after, outside the clock. Device batches
+			// alternate with host batches and are checked after a copy back.
+			var single, batched, device time.Duration
 			for i := 0; i < reads && runErr == nil; i++ {
 				check := i%checkEvery == 0 || i == reads-1
 				if check {
@@ -402,10 +430,24 @@ func benchGet(st *engine.Store, path string, rb int, quick bool) ([]GetResult, e
 				if check && runErr == nil {
 					runErr = checkRows(dst, part, rb)
 				}
+				if dev != nil && runErr == nil {
+					t0 := time.Now()
+					runErr = st.GetBatchDevice(name, part, dev, 0)
+					device += time.Since(t0)
+					if check && runErr == nil {
+						poison(dst)
+						if runErr = back.ReadBack(dst, dev, 0); runErr == nil {
+							runErr = checkRows(dst, part, rb)
+						}
+					}
+				}
 			}
 			out = append(out,
-				GetResult{path, rb, 1, float64(single.Microseconds()) / float64(reads)},
-				GetResult{path, rb, 128, float64(batched.Microseconds()) / float64(reads)})
+				GetResult{Path: path, Row: rb, Batch: 1, USPerRow: float64(single.Microseconds()) / float64(reads)},
+				GetResult{Path: path, Row: rb, Batch: 128, USPerRow: float64(batched.Microseconds()) / float64(reads)})
+			if dev != nil {
+				out = append(out, GetResult{Path: path, Row: rb, Batch: 128, Dest: "gpu", USPerRow: float64(device.Microseconds()) / float64(reads)})
+			}
 		}
 	}
 	if err := st.Free(name); err != nil && runErr == nil {
@@ -616,22 +658,34 @@ func printTables(w io.Writer, rep *Report) {
 		var paths []string
 		seen := map[string]bool{}
 		get := map[string]float64{}
+		gpuCols := false
 		for _, r := range rep.BenchGet {
 			if !seen[r.Path] {
 				seen[r.Path] = true
 				paths = append(paths, r.Path)
 			}
-			get[fmt.Sprint(r.Path, r.Row, r.Batch)] = r.USPerRow
+			get[fmt.Sprint(r.Path, r.Row, r.Batch, r.Dest)] = r.USPerRow
+			if r.Dest == "gpu" {
+				gpuCols = true
+			}
 		}
 		fmt.Fprint(tw, "row")
 		for _, p := range paths {
 			fmt.Fprintf(tw, "\t%s, 1 / 128", p)
+			if gpuCols {
+				fmt.Fprintf(tw, "\t%s, GPU 128 (GPU÷host)", p)
+			}
 		}
 		fmt.Fprintln(tw)
 		for _, rb := range rowSizes {
 			fmt.Fprint(tw, rowName(rb))
 			for _, p := range paths {
-				fmt.Fprintf(tw, "\t%.2f / %.2f", get[fmt.Sprint(p, rb, 1)], get[fmt.Sprint(p, rb, 128)])
+				host := get[fmt.Sprint(p, rb, 128, "")]
+				fmt.Fprintf(tw, "\t%.2f / %.2f", get[fmt.Sprint(p, rb, 1, "")], host)
+				if gpuCols {
+					g := get[fmt.Sprint(p, rb, 128, "gpu")]
+					fmt.Fprintf(tw, "\t%.2f (%.2f×)", g, g/max(host, 1e-9))
+				}
 			}
 			fmt.Fprintln(tw)
 		}
