@@ -205,6 +205,14 @@ func (s *Store) open() error {
 		if localErr == nil {
 			addr = s.fab.Address()
 		}
+	} else if o.Fabric.Provider != "" {
+		// No rank of the group needs the fabric on this run, but a provider
+		// this libfabric lacks (a typo in DDSTORE_FABRIC) is still an error
+		// here, not on the first multi-node run. Without libfabric at all a
+		// single-node store works: only a missing provider fails.
+		if err := fabric.CheckProvider(o.Fabric.Provider); err != nil && !errors.Is(err, fabric.ErrNoLibrary) {
+			localErr = wrapf(nil, "", "", err, "Fabric.Provider (DDSTORE_FABRIC, config fabric.provider)")
+		}
 	}
 	if localErr == nil && !o.DisableTelemetry {
 		s.tel, localErr = telemetry.Create(telemetry.WriterOptions{
@@ -212,7 +220,7 @@ func (s *Store) open() error {
 			Provider: s.providerName(), ReaderMode: "shared+readers", Method: s.env.Launcher,
 		})
 		if localErr != nil {
-			localErr = wrapf(nil, "Open", "", localErr, "telemetry")
+			localErr = wrapf(nil, "", "", localErr, "telemetry")
 		}
 	}
 	type round2 struct {

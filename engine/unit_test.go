@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ddstore/ddstore/engine/bootstrap"
+	"github.com/ddstore/ddstore/fabric"
 )
 
 func TestOwnerSearch(t *testing.T) {
@@ -235,5 +236,46 @@ func TestOptionsEnv(t *testing.T) {
 	o = apply(func(o *Options) { o.TelemetryDir, o.Fabric.Provider, o.Fabric.Domain = "/mine", "verbs", "mlx5_0" })
 	if o.TelemetryDir != "/mine" || o.Fabric.Provider != "verbs" || o.Fabric.Domain != "mlx5_0" {
 		t.Errorf("environment overrode explicit options: dir %q provider %q domain %q", o.TelemetryDir, o.Fabric.Provider, o.Fabric.Domain)
+	}
+}
+
+// TestOpenUnknownProvider: a provider this libfabric lacks fails Open even
+// when no rank needs the fabric (one rank, shared mapping only), from the
+// option and from DDSTORE_FABRIC; a provider it has opens.
+func TestOpenUnknownProvider(t *testing.T) {
+	if _, err := fabric.LibraryVersion(); err != nil {
+		t.Skipf("libfabric not loadable: %v", err)
+	}
+	t.Setenv("DDSTORE_FABRIC", "")
+	open := func(provider string) (*Store, error) {
+		o := Options{TelemetryDir: t.TempDir()}
+		o.Fabric.Provider = provider
+		o.Bootstrap.Method = "single"
+		o.Bootstrap.Env = bootstrap.Env{Rank: 0, World: 1, LocalWorld: 1, Launcher: "none", Job: testJob("prov")}
+		return Open(o)
+	}
+	for _, p := range []string{"tcp", "shm"} {
+		s, err := open(p)
+		if err != nil {
+			t.Fatalf("provider %q: %v", p, err)
+		}
+		s.Close()
+	}
+	for _, env := range []bool{false, true} {
+		p := "tpc"
+		if env {
+			t.Setenv("DDSTORE_FABRIC", p)
+			p = ""
+		}
+		s, err := open(p)
+		if err == nil {
+			s.Close()
+			t.Fatalf("provider typo (env %v): Open succeeded", env)
+		}
+		if !errors.Is(err, fabric.ErrNoProvider) || !strings.Contains(err.Error(), `"tpc"`) ||
+			!strings.Contains(err.Error(), "DDSTORE_FABRIC") {
+			t.Fatalf("provider typo (env %v): %v, want ErrNoProvider naming it", env, err)
+		}
+		t.Log(err)
 	}
 }
