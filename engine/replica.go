@@ -153,6 +153,7 @@ func (v *Var) countFailover(st *callStats, owner, r int, n int64) {
 	s.repl.to[r].Add(n)
 	v.failovers.Add(n)
 	st.failovers += n
+	s.tel.Failover(owner, r, n) // the peer table names the failed owner (nil-safe)
 }
 
 // canFailover reports whether reads of v may move to another group.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ddstore/ddstore/fabric/fault"
+	"github.com/ddstore/ddstore/telemetry"
 )
 
 func init() { scenarios["replicas"] = scenarioReplicas }
@@ -160,6 +161,24 @@ func scenarioReplicas(w *worker) error {
 		}
 		v, _ := s.Var(spec.name)
 		w.logf("rank 1 dead: %d row reads of %q served by rank 3", v.Failovers(), spec.name)
+		// Telemetry: the variable's stripes count the failovers, and the
+		// peer table names rank 1 as the failed owner and rank 3 as the
+		// replica that served (what ddtop shows).
+		seg, err := telemetry.Open(s.Telemetry().Path())
+		if err != nil {
+			return err
+		}
+		snap, err := seg.Snapshot()
+		seg.Close()
+		if err != nil {
+			return err
+		}
+		if tot := snap.Total(); tot.Failovers != v.Failovers() {
+			return fmt.Errorf("telemetry counts %d failovers, the variable %d", tot.Failovers, v.Failovers())
+		}
+		if p1, p3 := snap.Peer(1), snap.Peer(3); p1 == nil || p3 == nil || p1.FailedFrom != f.From[1] || p3.ServedFor != f.To[3] {
+			return fmt.Errorf("peer table: rank 1 %+v, rank 3 %+v; want failedFrom %d, servedFor %d", p1, p3, f.From[1], f.To[3])
+		}
 	}
 	if err := filesMeet(dir, "c", s.Rank(), []int{0, 2, 3}, 60*time.Second); err != nil {
 		return err

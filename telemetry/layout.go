@@ -79,7 +79,8 @@ package telemetry
 // Peer slot (192 B, v2), one per target rank (ranks >= MaxPeers share the
 // last); atomic adds from every reader:
 //
-//  | 0 calls | 8 rows | 16 bytes | 24 errors | 32 ns | 40..63 pad
+//  | 0 calls | 8 rows | 16 bytes | 24 errors | 32 ns | 40 failedFrom
+//  | 48 servedFor | 56 pad
 //  | 64 hist[16]: ns per row, bucket i>0 holds [4^(i-1), 4^i) ns
 //
 // Ring slot (192 B in v2, 128 B in v1), slot = position & (RingSize-1):
@@ -215,6 +216,8 @@ const (
 	pBytes  = 16
 	pErrors = 24
 	pNs     = 32
+	pFailed = 40 // row reads moved away from the rank to a replica
+	pServed = 48 // row reads the rank served for a failed owner
 	pHist   = 64
 
 	// limits accepted by readers (and writers)

@@ -455,11 +455,12 @@ func (s *Segment) Snapshot() (snap *Snapshot, err error) {
 		for r := int64(0); r < g.maxPeers; r++ {
 			off := g.peerOff + r*peerSlotBytes
 			calls := m.loadI(off + pCalls) // first: see Counters
-			if calls == 0 && m.loadI(off+pErrors) == 0 {
+			failed, served := m.loadI(off+pFailed), m.loadI(off+pServed)
+			if calls == 0 && m.loadI(off+pErrors) == 0 && failed == 0 && served == 0 {
 				continue
 			}
 			p := PeerCounters{Rank: int(r), Calls: calls, Rows: m.loadI(off + pRows), Bytes: m.loadI(off + pBytes),
-				Errors: m.loadI(off + pErrors), Ns: m.loadI(off + pNs)}
+				Errors: m.loadI(off + pErrors), Ns: m.loadI(off + pNs), FailedFrom: failed, ServedFor: served}
 			for i := int64(0); i < NumPeerBuckets; i++ {
 				p.Hist[i] = m.load(off + pHist + i*8)
 			}

@@ -332,6 +332,10 @@ type PeerCounters struct {
 	Bytes  int64
 	Errors int64 // failed calls blamed on the rank (Call.ErrPeer)
 	Ns     int64 // time attributed to the rank
+	// FailedFrom: row reads moved away from the rank (their owner: dead,
+	// unreachable or past the failover deadline) to a replica; ServedFor:
+	// row reads the rank served as that replica (Writer.Failover).
+	FailedFrom, ServedFor int64
 	Hist   PeerHistogram
 }
 
@@ -342,6 +346,8 @@ func (p PeerCounters) Sub(prev PeerCounters) PeerCounters {
 	p.Bytes -= prev.Bytes
 	p.Errors -= prev.Errors
 	p.Ns -= prev.Ns
+	p.FailedFrom -= prev.FailedFrom
+	p.ServedFor -= prev.ServedFor
 	for i := range p.Hist {
 		p.Hist[i] -= prev.Hist[i]
 	}

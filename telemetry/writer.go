@@ -464,6 +464,19 @@ func (w *Writer) Record(c *Call) {
 	m.put(slot+rSeq, lock+1) // publish, after every field
 }
 
+// Failover counts rows row reads that moved from owner (dead, unreachable
+// or past the failover deadline) to replica, in both ranks' peer slots
+// (atomic adds; never blocks, never allocates). No-op on a version 1
+// segment or for negative ranks.
+func (w *Writer) Failover(owner, replica int, rows int64) {
+	if w == nil || w.closed.Load() || w.g.maxPeers == 0 || owner < 0 || replica < 0 || rows <= 0 {
+		return
+	}
+	m, g := w.m, &w.g
+	m.add(g.peer(int64(owner))+pFailed, uint64(rows))
+	m.add(g.peer(int64(replica))+pServed, uint64(rows))
+}
+
 // recordPeers adds the call's share to the peer slot of each named
 // target (atomic adds: every reader of the process may read from the same
 // rank at once). A target with a measured service time (TargetSet.Served:

@@ -224,14 +224,23 @@ func (d *detail) content(off int) string {
 		pt := columns.New([]columns.Column{
 			{Title: "TARGET", Width: 6, Right: true}, {Title: "CALLS", Width: 7, Right: true}, {Title: "ROWS", Width: 7, Right: true},
 			{Title: "ROW/S", Width: 7, Right: true}, {Title: "MB", Width: 7, Right: true}, {Title: "µS/ROW", Width: 7, Right: true},
-			{Title: "P50", Width: 7, Right: true}, {Title: "P99", Width: 7, Right: true}, {Title: "ERR", Width: 4, Right: true}})
+			{Title: "P50", Width: 7, Right: true}, {Title: "P99", Width: 7, Right: true}, {Title: "ERR", Width: 4, Right: true},
+			{Title: "MOVED", Width: 6, Right: true}, {Title: "SERVED", Width: 6, Right: true}})
 		pt.SetStatic(true)
 		prows := make([][]string, len(r.Peers))
 		for i, p := range r.Peers {
 			win := p.Window()
 			prows[i] = []string{fmt.Sprint(p.Total.Rank), si(float64(p.Total.Calls)), si(float64(p.Total.Rows)),
 				si(p.RowsPerSec()), mbps(float64(p.Total.Bytes)), us(p.NsPerRow()),
-				dur(win.Hist.Quantile(0.5)), dur(win.Hist.Quantile(0.99)), fmt.Sprint(p.Total.Errors)}
+				dur(win.Hist.Quantile(0.5)), dur(win.Hist.Quantile(0.99)), fmt.Sprint(p.Total.Errors),
+				si(float64(p.Total.FailedFrom)), si(float64(p.Total.ServedFor))}
+		}
+		// Name the failed owners: reads of their rows went to a replica.
+		for _, p := range r.Peers {
+			if p.Total.FailedFrom > 0 {
+				line(styles.Warn.Render(fmt.Sprintf("  failed owner: rank %d (%s row reads moved to a replica)",
+					p.Total.Rank, si(float64(p.Total.FailedFrom)))))
+			}
 		}
 		pt.SetSize(w, len(prows)+1)
 		pt.SetRows(prows, nil)

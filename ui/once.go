@@ -107,6 +107,7 @@ type JSONCounters struct {
 	LocalRows  int64            `json:"local_rows"`
 	RemoteRows int64            `json:"remote_rows"`
 	Errors     int64            `json:"errors"`
+	Failovers  int64            `json:"failovers"` // row reads served by a replica instead of their owner
 	PhasesNs   map[string]int64 `json:"phases_ns"`
 	CallsPerS  float64          `json:"calls_per_s"`
 	RowsPerS   float64          `json:"rows_per_s"`
@@ -132,6 +133,10 @@ type JSONRank struct {
 	Loader  *JSONLoader  `json:"loader,omitempty"`
 	Readers []JSONReader `json:"readers"`
 	Dropped uint64       `json:"ring_dropped"`
+	// FailedOwners names the owners whose rows this rank read from a
+	// replica instead (dead, unreachable or past reads.failover_after):
+	// rank → row reads moved (format v2 peer table).
+	FailedOwners map[int]int64 `json:"failed_owners,omitempty"`
 }
 
 // JSONLoader is a rank's loader block.
@@ -174,7 +179,7 @@ func jsonCounters(s data.Stat) JSONCounters {
 	}
 	return JSONCounters{
 		Calls: t.Calls, Rows: t.Rows, Bytes: t.Bytes, LocalRows: t.LocalRows, RemoteRows: t.RemoteRows,
-		Errors: t.Errors, PhasesNs: ph,
+		Errors: t.Errors, Failovers: t.Failovers, PhasesNs: ph,
 		CallsPerS: s.CallsPerSec(), RowsPerS: s.RowsPerSec(), BytesPerS: s.BytesPerSec(),
 		UsPerRow: s.NsPerRow() / 1e3, RowP50Us: s.RowQuantile(0.5) / 1e3, RowP99Us: s.RowQuantile(0.99) / 1e3,
 		CallP50Us: s.CallQuantile(0.5) / 1e3, CallP99Us: s.CallQuantile(0.99) / 1e3,
@@ -199,6 +204,14 @@ func Report(f *data.Frame) JSONReport {
 		}
 		for _, rs := range r.Readers {
 			jr.Readers = append(jr.Readers, JSONReader{Var: rs.Var, Reader: rs.Reader, JSONCounters: jsonCounters(rs.Stat)})
+		}
+		for _, p := range r.Peers {
+			if p.Total.FailedFrom > 0 {
+				if jr.FailedOwners == nil {
+					jr.FailedOwners = map[int]int64{}
+				}
+				jr.FailedOwners[p.Total.Rank] = p.Total.FailedFrom
+			}
 		}
 		out.Ranks = append(out.Ranks, jr)
 	}
