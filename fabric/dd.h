@@ -82,35 +82,8 @@ typedef struct dd_infodesc {
 	uint32_t addr_format;
 } dd_infodesc;
 
-// ---- gather: batched reads served by the target's CPU ----------------------
-//
-// On software-RMA providers (tcp, sockets, udp, net) every fi_read is a
-// request the target's progress thread answers anyway, so a batch is cheaper
-// as one tagged request per peer: the reader sends its endpoint name, a
-// request id and the (key, address, length) list to the server endpoint; the
-// server validates every entry against its exports, packs the rows into a
-// send buffer and fi_tsend's them back with tag DD_GREP_BIT|id. An invalid
-// entry gets an error reply naming it, never an out-of-bounds copy.
+#include "dd_proto.h"
 
-#define DD_GREQ_TAG   0x0DD0000000000000ULL // requests (to server endpoints)
-#define DD_GREP_BIT   0x4000000000000000ULL // replies: DD_GREP_BIT | request id
-#define DD_GMAGIC_REQ 0x51524444u
-#define DD_GMAGIC_REP 0x50524444u
-#define DD_GMAX_ENT   1024           // entries per request
-#define DD_GMAX_NAME  256            // endpoint name bytes
-#define DD_GMAX_BYTES (64ULL << 20)  // largest reply a server builds
-#define DD_GSRV_RECVS 4              // requests a server keeps receives posted for
-#define DD_GSRV_SENDS 4              // replies a server keeps in flight
-#define DD_GTEXT      240            // error text in a reply
-
-typedef struct dd_greq_hdr { uint32_t magic, nent; uint64_t id; uint32_t namelen, pad; uint64_t total; } dd_greq_hdr;
-typedef struct dd_gent { uint64_t key, addr, len; } dd_gent;
-typedef struct dd_grep_hdr { uint32_t magic; int32_t status; uint64_t id; uint64_t bytes; uint32_t textlen, entry; } dd_grep_hdr;
-
-#define DD_ALIGN8(x) (((x) + 7) & ~(size_t)7)
-#define DD_GREQ_MAX (sizeof(dd_greq_hdr) + DD_GMAX_NAME + DD_GMAX_ENT * sizeof(dd_gent))
-
-typedef struct dd_gexport { uint64_t key, base, size; char *ptr; } dd_gexport;
 typedef struct dd_gpeer { char name[DD_GMAX_NAME]; uint32_t namelen; fi_addr_t fa; int inflight; int used; } dd_gpeer;
 
 enum { DD_R_POSTED = 0, DD_R_READY = 1, DD_R_REPOST = 2 };
@@ -119,6 +92,8 @@ enum { DD_S_FREE = 0, DD_S_INFLIGHT = 1, DD_S_PENDING = 2 };
 typedef struct dd_gsrv {
 	struct fi_context2 rctx[DD_GSRV_RECVS];
 	char *rbuf[DD_GSRV_RECVS];
+	size_t rlen[DD_GSRV_RECVS]; // bytes received (from the completion)
+	uint32_t namelen;           // endpoint name length of this provider
 	int rstate[DD_GSRV_RECVS];
 	struct fi_context2 sctx[DD_GSRV_SENDS];
 	char *sbuf[DD_GSRV_SENDS];
@@ -229,7 +204,7 @@ uint32_t dd_lib_version(void);
 void dd_freeinfo(struct fi_info *i);
 
 // dd_info.c
-int dd_getinfo(struct fi_info **out);
+int dd_getinfo(struct fi_info **out, int threading);
 void dd_describe(struct fi_info *i, dd_infodesc *d);
 struct fi_info *dd_info_next(struct fi_info *i);
 struct fi_info *dd_dupinfo(struct fi_info *i);
@@ -240,7 +215,7 @@ int dd_close_fabric(struct fid_fabric *f);
 int dd_close_domain(struct fid_domain *d);
 int dd_close_mr(struct fid_mr *m);
 int dd_endpoint(struct fid_domain *dom, struct fi_info *info, size_t cq_size, size_t av_count,
-		int wait_fd, struct fid_ep **ep, struct fid_cq **cq, struct fid_av **av, int *got_fd, const char **stage);
+		int wait_fd, int cq_format, struct fid_ep **ep, struct fid_cq **cq, struct fid_av **av, int *got_fd, const char **stage);
 int dd_mr_reg(struct fid_domain *dom, struct fid_ep *ep, void *buf, size_t len, uint64_t access,
 		uint64_t key, int bind_ep, struct fid_mr **mr, uint64_t *out_key, void **desc);
 const char *dd_strerror(int err);
@@ -266,8 +241,8 @@ int dd_gsrv_peer(dd_server *s, const char *name, uint32_t len);
 int dd_gsrv_post_send(dd_server *s, int k);
 void dd_gsrv_handle(dd_server *s, int i, int k);
 int dd_gsrv_kick(dd_server *s);
-void dd_gsrv_complete(dd_server *s, void *ctx);
-int dd_gsrv_progress(dd_server *s, struct fi_cq_entry *e, ssize_t n);
+void dd_gsrv_complete(dd_server *s, void *ctx, size_t len);
+int dd_gsrv_progress(dd_server *s, struct fi_cq_tagged_entry *e, ssize_t n);
 int dd_gsrv_error(dd_server *s, struct fi_cq_err_entry *err);
 uint64_t dd_gsrv_served(dd_server *s);
 uint64_t dd_gsrv_rejected(dd_server *s);

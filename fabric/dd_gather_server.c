@@ -100,42 +100,22 @@ int dd_gsrv_post_send(dd_server *s, int k) {
 }
 
 // dd_gsrv_handle serves the request in receive buffer i with send buffer k.
+// dd_greq_parse and dd_greq_check (dd_gcheck.c) validate it first: nothing
+// outside the received bytes is read, and nothing outside an export copied.
 void dd_gsrv_handle(dd_server *s, int i, int k) {
 	dd_gsrv *g = s->g;
-	char *b = g->rbuf[i];
-	dd_greq_hdr *h = (dd_greq_hdr *)b;
+	dd_greq_view v;
 	g->rstate[i] = DD_R_REPOST;
-	if (h->magic != DD_GMAGIC_REQ || h->namelen == 0 || h->namelen > DD_GMAX_NAME || h->nent > DD_GMAX_ENT) {
+	if (dd_greq_parse(g->rbuf[i], g->rlen[i], g->namelen, &v) != 0) {
 		atomic_fetch_add(&g->rejected, 1); // not ours, or garbled: nobody to answer
 		return;
 	}
-	int pi = dd_gsrv_peer(s, b + sizeof *h, h->namelen);
+	int pi = dd_gsrv_peer(s, v.name, v.namelen);
 	if (pi < 0) { atomic_fetch_add(&g->rejected, 1); return; }
-	const dd_gent *ent = (const dd_gent *)(b + sizeof *h + DD_ALIGN8(h->namelen));
 	char text[DD_GTEXT];
-	int status = 0;
 	uint32_t bad = 0;
 	uint64_t total = 0;
-	int last = -1;
-	text[0] = 0;
-	for (uint32_t e = 0; e < h->nent && !status; e++) {
-		const dd_gent *x = &ent[e];
-		dd_gexport *ex = last >= 0 && g->ex[last].key == x->key ? &g->ex[last] : NULL;
-		for (int j = 0; !ex && j < g->nex; j++)
-			if (g->ex[j].key == x->key) { ex = &g->ex[j]; last = j; }
-		if (!ex) {
-			status = FI_EINVAL; bad = e;
-			snprintf(text, sizeof text, "entry %u: no exported region with key %#llx", e, (unsigned long long)x->key);
-		} else if (x->len == 0 || x->addr < ex->base || x->addr - ex->base > ex->size || x->len > ex->size - (x->addr - ex->base)) {
-			status = FI_EINVAL; bad = e;
-			snprintf(text, sizeof text, "entry %u: %llu bytes at address %#llx outside region key %#llx [%#llx, +%llu)", e,
-				(unsigned long long)x->len, (unsigned long long)x->addr, (unsigned long long)x->key,
-				(unsigned long long)ex->base, (unsigned long long)ex->size);
-		} else if ((total += x->len) > DD_GMAX_BYTES) {
-			status = FI_EMSGSIZE; bad = e;
-			snprintf(text, sizeof text, "entry %u: reply exceeds the target's limit of %llu bytes", e, (unsigned long long)DD_GMAX_BYTES);
-		}
-	}
+	int status = dd_greq_check(&v, g->ex, g->nex, DD_GMAX_BYTES, &total, &bad, text, sizeof text);
 	size_t need = sizeof(dd_grep_hdr) + (status ? strlen(text) + 1 : total);
 	if (g->scap[k] < need) {
 		char *nb = realloc(g->sbuf[k], need);
@@ -149,7 +129,7 @@ void dd_gsrv_handle(dd_server *s, int i, int k) {
 		}
 	}
 	dd_grep_hdr *rh = (dd_grep_hdr *)g->sbuf[k];
-	rh->magic = DD_GMAGIC_REP; rh->status = status; rh->id = h->id; rh->entry = bad;
+	rh->magic = DD_GMAGIC_REP; rh->status = status; rh->id = v.h->id; rh->entry = bad;
 	char *out = g->sbuf[k] + sizeof *rh;
 	if (status) {
 		rh->textlen = (uint32_t)strlen(text) + 1; rh->bytes = 0;
@@ -157,12 +137,10 @@ void dd_gsrv_handle(dd_server *s, int i, int k) {
 		atomic_fetch_add(&g->rejected, 1);
 	} else {
 		rh->textlen = 0; rh->bytes = total;
-		last = -1;
-		for (uint32_t e = 0; e < h->nent; e++) {
-			const dd_gent *x = &ent[e];
-			dd_gexport *ex = last >= 0 && g->ex[last].key == x->key ? &g->ex[last] : NULL;
-			for (int j = 0; !ex && j < g->nex; j++)
-				if (g->ex[j].key == x->key) { ex = &g->ex[j]; last = j; }
+		int last = -1;
+		for (uint32_t e = 0; e < v.nent; e++) {
+			const dd_gent *x = &v.ent[e];
+			const dd_gexport *ex = dd_gexport_find(g->ex, g->nex, x->key, &last);
 			memcpy(out, ex->ptr + (x->addr - ex->base), x->len);
 			out += x->len;
 		}
@@ -170,7 +148,7 @@ void dd_gsrv_handle(dd_server *s, int i, int k) {
 	}
 	g->slen[k] = need;
 	g->speer[k] = pi;
-	g->stag[k] = DD_GREP_BIT | h->id;
+	g->stag[k] = DD_GREP_BIT | v.h->id;
 	g->peers[pi].inflight++;
 	dd_gsrv_post_send(s, k);
 }
@@ -194,10 +172,10 @@ int dd_gsrv_kick(dd_server *s) {
 	return stuck;
 }
 
-void dd_gsrv_complete(dd_server *s, void *ctx) {
+void dd_gsrv_complete(dd_server *s, void *ctx, size_t len) {
 	dd_gsrv *g = s->g;
 	for (int i = 0; i < DD_GSRV_RECVS; i++)
-		if (ctx == &g->rctx[i]) { g->rstate[i] = DD_R_READY; return; }
+		if (ctx == &g->rctx[i]) { g->rstate[i] = DD_R_READY; g->rlen[i] = len; return; }
 	for (int k = 0; k < DD_GSRV_SENDS; k++)
 		if (ctx == &g->sctx[k] && g->sstate[k] == DD_S_INFLIGHT) {
 			g->sstate[k] = DD_S_FREE;
@@ -206,8 +184,8 @@ void dd_gsrv_complete(dd_server *s, void *ctx) {
 		}
 }
 
-int dd_gsrv_progress(dd_server *s, struct fi_cq_entry *e, ssize_t n) {
-	for (ssize_t i = 0; i < n; i++) dd_gsrv_complete(s, e[i].op_context);
+int dd_gsrv_progress(dd_server *s, struct fi_cq_tagged_entry *e, ssize_t n) {
+	for (ssize_t i = 0; i < n; i++) dd_gsrv_complete(s, e[i].op_context, e[i].len);
 	return dd_gsrv_kick(s);
 }
 
@@ -215,7 +193,7 @@ int dd_gsrv_error(dd_server *s, struct fi_cq_err_entry *err) {
 	dd_gsrv *g = s->g;
 	for (int i = 0; i < DD_GSRV_RECVS; i++)
 		if (err->op_context == &g->rctx[i]) { g->rstate[i] = DD_R_REPOST; return dd_gsrv_kick(s); } // e.g. truncated: drop it
-	dd_gsrv_complete(s, err->op_context); // a failed send frees its buffer
+	dd_gsrv_complete(s, err->op_context, 0); // a failed send frees its buffer
 	return dd_gsrv_kick(s);
 }
 

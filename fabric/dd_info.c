@@ -7,14 +7,15 @@
 // dd_getinfo lists every provider/domain that can do one-sided reads on a
 // reliable datagram endpoint with the memory-registration modes we handle.
 // Data progress is left unspecified on purpose (asking for AUTO drops shm).
-int dd_getinfo(struct fi_info **out) {
+// threading is the FI_THREAD_* level asked for.
+int dd_getinfo(struct fi_info **out, int threading) {
 	struct fi_info *hints = dd_fi.dupinfo(NULL);
 	if (!hints) return -FI_ENOMEM;
 	hints->ep_attr->type = FI_EP_RDM;
 	hints->caps = DD_CAPS;
 	hints->mode = FI_CONTEXT | FI_CONTEXT2;
 	hints->domain_attr->mr_mode = DD_MR_MODES;
-	hints->domain_attr->threading = FI_THREAD_DOMAIN;
+	hints->domain_attr->threading = threading;
 	int rc = dd_fi.getinfo(FI_VERSION(1, 11), NULL, NULL, 0, hints, out);
 	dd_fi.freeinfo(hints);
 	return rc;
@@ -71,15 +72,17 @@ int dd_close_mr(struct fid_mr *m) { return m ? fi_close(&m->fid) : 0; }
 
 // dd_endpoint opens an endpoint with its own CQ and AV. wait_fd asks for a
 // CQ with an FI_WAIT_FD wait object; if the provider refuses (shm: -38) the
-// CQ is opened without one and *got_fd is left 0.
+// CQ is opened without one and *got_fd is left 0. cq_format is
+// FI_CQ_FORMAT_CONTEXT (readers) or FI_CQ_FORMAT_TAGGED (the server, whose
+// gather receives need the received length).
 int dd_endpoint(struct fid_domain *dom, struct fi_info *info, size_t cq_size, size_t av_count,
-		int wait_fd, struct fid_ep **ep, struct fid_cq **cq, struct fid_av **av, int *got_fd, const char **stage) {
+		int wait_fd, int cq_format, struct fid_ep **ep, struct fid_cq **cq, struct fid_av **av, int *got_fd, const char **stage) {
 	struct fi_cq_attr cqa;
 	struct fi_av_attr ava;
 	int rc;
 	*ep = NULL; *cq = NULL; *av = NULL; *got_fd = 0;
 	memset(&cqa, 0, sizeof cqa);
-	cqa.format = FI_CQ_FORMAT_CONTEXT;
+	cqa.format = cq_format;
 	cqa.size = cq_size;
 	cqa.wait_obj = FI_WAIT_NONE;
 	rc = -FI_ENOSYS;

@@ -21,7 +21,7 @@ dd_server *dd_server_new(void) {
 
 int dd_server_open(dd_server *s, struct fi_info *info, size_t av_count, int gather, char *name, size_t *namelen, const char **stage) {
 	int got_fd = 0;
-	int rc = dd_endpoint(s->domain, info, 1024, av_count, 1, &s->ep, &s->cq, &s->av, &got_fd, stage);
+	int rc = dd_endpoint(s->domain, info, 1024, av_count, 1, FI_CQ_FORMAT_TAGGED, &s->ep, &s->cq, &s->av, &got_fd, stage);
 	if (rc) return rc;
 	if (gather) {
 		*stage = "gather service (fi_trecv)";
@@ -37,8 +37,9 @@ int dd_server_open(dd_server *s, struct fi_info *info, size_t av_count, int gath
 	*stage = "fi_getname";
 	rc = fi_getname(&s->ep->fid, name, namelen);
 	if (rc) return rc;
+	if (s->g) s->g->namelen = (uint32_t)*namelen; // readers' names have this length
 	// Progress once before anyone reads from us (shm first-contact).
-	struct fi_cq_entry e[4];
+	struct fi_cq_tagged_entry e[4];
 	fi_cq_read(s->cq, e, 4);
 	return 0;
 }
@@ -49,7 +50,7 @@ int dd_server_open(dd_server *s, struct fi_info *info, size_t av_count, int gath
 // it says there is work (-FI_EAGAIN), and -1 when sleeping on the fd is not
 // possible (fi_cq_read or fi_trywait failed otherwise): back off then.
 ssize_t dd_server_poll(dd_server *s, int *can_sleep) {
-	struct fi_cq_entry e[16];
+	struct fi_cq_tagged_entry e[16];
 	ssize_t n;
 	*can_sleep = 0;
 	pthread_mutex_lock(&s->lock);

@@ -114,11 +114,36 @@ func threadingName(t int) string {
 	return "FI_THREAD_UNSPEC"
 }
 
-// selectInfo walks the fi_getinfo list and picks the provider/domain asked
-// for (the domain hint is ignored by some providers, so we match ourselves).
+// threadingLevels are the FI_THREAD_* levels asked for, strongest first.
+// With FI_THREAD_SAFE (tcp, shm, sockets, udp grant it here) or
+// FI_THREAD_COMPLETION (objects sharing a CQ serialised: each reader has its
+// own endpoint and CQ) the process shares one domain between the server and
+// all readers. A provider that grants only FI_THREAD_DOMAIN, FI_THREAD_FID
+// or FI_THREAD_ENDPOINT requires every object of a domain (or the domain
+// object itself, for fi_mr_reg) to be used by one thread at a time, which
+// concurrent readers cannot promise: there each reader opens its own domain
+// (Info.ReaderDomains).
+var threadingLevels = []C.int{C.FI_THREAD_SAFE, C.FI_THREAD_COMPLETION, C.FI_THREAD_DOMAIN}
+
+// selectInfo picks the provider/domain asked for at the strongest threading
+// level that offers it.
 func selectInfo(o Options) (*C.struct_fi_info, error) {
+	var err error
+	for _, lvl := range threadingLevels {
+		var info *C.struct_fi_info
+		if info, err = selectAt(o, lvl); err == nil {
+			return info, nil
+		}
+	}
+	return nil, err
+}
+
+// selectAt walks the fi_getinfo list for one threading level and picks the
+// provider/domain asked for (the domain hint is ignored by some providers,
+// so we match ourselves).
+func selectAt(o Options, threading C.int) (*C.struct_fi_info, error) {
 	var list *C.struct_fi_info
-	if rc := C.dd_getinfo(&list); rc != 0 {
+	if rc := C.dd_getinfo(&list, threading); rc != 0 {
 		if -rc == C.FI_ENODATA {
 			return nil, &fault.Error{Op: "fi_getinfo", Side: fault.Local, Kind: ErrNoProvider, Detail: "no provider offers FI_EP_RDM with FI_RMA reads", Err: errno(int(rc))}
 		}
@@ -228,7 +253,7 @@ type Fabric struct {
 	srv      *C.dd_server // nil once closed (under mu)
 	addr     []byte
 	avCount  int
-	ownDom   bool // readers get their own domain (threading weaker than FI_THREAD_SAFE)
+	ownDom   bool // readers get their own domain (threading weaker than FI_THREAD_COMPLETION)
 	progDone chan struct{}
 	nextKey  atomic.Uint64
 
@@ -276,9 +301,14 @@ func Open(o Options) (*Fabric, error) {
 	}
 	f.inf.AVCount = f.avCount
 	switch f.inf.threading {
-	case C.FI_THREAD_FID, C.FI_THREAD_DOMAIN, C.FI_THREAD_COMPLETION, C.FI_THREAD_ENDPOINT:
-		// Readers register destinations (fi_mr_reg on the domain) while
-		// the progress goroutine and Export use the server's domain.
+	case C.FI_THREAD_SAFE, C.FI_THREAD_COMPLETION:
+		// One domain per process: the server endpoint and every reader's
+		// endpoint and CQ (see threadingLevels).
+	default:
+		// FI_THREAD_DOMAIN, FI_THREAD_FID, FI_THREAD_ENDPOINT: readers
+		// register destinations (fi_mr_reg on the domain) and post while the
+		// progress goroutine and Export use the server's domain, which
+		// these models forbid within one domain: a domain per reader.
 		f.ownDom = true
 	}
 	f.inf.ReaderDomains = f.ownDom

@@ -1,0 +1,70 @@
+// dd_proto.h: the gather wire protocol, shared by the reader (dd_gather_client.c),
+// the target (dd_gather_server.c) and the Go side (through cgo). Pure C:
+// no libfabric call, so its validator (dd_gcheck.c) is built and tested on
+// its own (testdata/ctest, make test-asan).
+#ifndef DD_PROTO_H
+#define DD_PROTO_H
+
+#include <stdint.h>
+#include <stddef.h>
+#include <rdma/fi_errno.h>
+
+// ---- gather: batched reads served by the target's CPU ----------------------
+//
+// On software-RMA providers (tcp, sockets, udp, net) every fi_read is a
+// request the target's progress thread answers anyway, so a batch is cheaper
+// as one tagged request per peer: the reader sends its endpoint name, a
+// request id and the (key, address, length) list to the server endpoint; the
+// server validates every entry against its exports, packs the rows into a
+// send buffer and fi_tsend's them back with tag DD_GREP_BIT|id. An invalid
+// entry gets an error reply naming it, never an out-of-bounds copy.
+
+#define DD_GREQ_TAG   0x0DD0000000000000ULL // requests (to server endpoints)
+#define DD_GREP_BIT   0x4000000000000000ULL // replies: DD_GREP_BIT | request id
+#define DD_GMAGIC_REQ 0x51524444u
+#define DD_GMAGIC_REP 0x50524444u
+#define DD_GMAX_ENT   1024           // entries per request
+#define DD_GMAX_NAME  256            // endpoint name bytes
+#define DD_GMAX_BYTES (64ULL << 20)  // largest reply a server builds
+#define DD_GSRV_RECVS 4              // requests a server keeps receives posted for
+#define DD_GSRV_SENDS 4              // replies a server keeps in flight
+#define DD_GTEXT      240            // error text in a reply
+
+typedef struct dd_greq_hdr { uint32_t magic, nent; uint64_t id; uint32_t namelen, pad; uint64_t total; } dd_greq_hdr;
+typedef struct dd_gent { uint64_t key, addr, len; } dd_gent;
+typedef struct dd_grep_hdr { uint32_t magic; int32_t status; uint64_t id; uint64_t bytes; uint32_t textlen, entry; } dd_grep_hdr;
+
+#define DD_ALIGN8(x) (((x) + 7) & ~(size_t)7)
+#define DD_GREQ_MAX (sizeof(dd_greq_hdr) + DD_GMAX_NAME + DD_GMAX_ENT * sizeof(dd_gent))
+
+typedef struct dd_gexport { uint64_t key, base, size; char *ptr; } dd_gexport;
+// dd_greq_view is a request that dd_greq_parse accepted: every pointer
+// lies inside the received bytes.
+typedef struct dd_greq_view {
+	const dd_greq_hdr *h;
+	const char *name;
+	uint32_t namelen;
+	const dd_gent *ent;
+	uint32_t nent;
+} dd_greq_view;
+
+// dd_greq_parse checks the framing of a request of len bytes at buf (magic,
+// name length, entry count, and that header, name and entries lie within
+// len, exactly). want_namelen, when not 0, is the only name length
+// accepted (every endpoint of a provider has the same address length).
+// Returns 0 and fills *v, or -1: a garbled request nobody can be answered for.
+int dd_greq_parse(const char *buf, size_t len, uint32_t want_namelen, dd_greq_view *v);
+
+// dd_greq_check validates every entry of a parsed request against the
+// exports ex[0..nex): a known key, a non-empty range inside the region, and
+// a reply of at most max_bytes in total. Returns 0 with *total set, or
+// FI_EINVAL / FI_EMSGSIZE with the first bad entry in *bad and a message in
+// text (textlen bytes, NUL-terminated).
+int dd_greq_check(const dd_greq_view *v, const dd_gexport *ex, int nex, uint64_t max_bytes,
+	uint64_t *total, uint32_t *bad, char *text, size_t textlen);
+
+// dd_gexport_find is the export with key, or NULL; *last caches the index of
+// the previous hit (consecutive entries usually share a region).
+const dd_gexport *dd_gexport_find(const dd_gexport *ex, int nex, uint64_t key, int *last);
+
+#endif
