@@ -336,7 +336,7 @@ type PeerCounters struct {
 	// unreachable or past the failover deadline) to a replica; ServedFor:
 	// row reads the rank served as that replica (Writer.Failover).
 	FailedFrom, ServedFor int64
-	Hist   PeerHistogram
+	Hist                  PeerHistogram
 }
 
 // Sub returns p - prev.
