@@ -19,7 +19,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ddstore/ddstore/engine/bootstrap"
 	"github.com/ddstore/ddstore/fabric/fault"
 	"github.com/ddstore/ddstore/gpu"
 	"github.com/ddstore/ddstore/gpu/gputest"
@@ -525,21 +524,7 @@ func TestDeviceSyncBusy(t *testing.T) {
 // openSingleGPU opens a one-rank store with GPU options g.
 func openSingleGPU(t *testing.T, tag string, g GPUOptions) *Store {
 	t.Helper()
-	o := DefaultOptions()
-	o.TelemetryDir = t.TempDir()
-	o.Bootstrap.Method = "single"
-	job := testJob(tag)
-	o.Bootstrap.Env = bootstrap.Env{Rank: 0, World: 1, LocalWorld: 1, Launcher: "none", Job: job}
-	o.GPU = g
-	s, err := Open(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		s.Close()
-		checkNoShardFiles(t, job)
-	})
-	return s
+	return openSingle(t, tag, func(o *Options) { o.GPU = g })
 }
 
 // TestDeviceOpenErrors: what goes wrong opening the GPU is a clear error at

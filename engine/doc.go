@@ -15,6 +15,12 @@
 // fabric's own. Variables are found through an immutable, copy-on-write map
 // behind an atomic pointer.
 //
+// Get and GetBatch also read into GPU memory (GetBatchDevice, GetDevice and
+// a Reader's async forms; device.go): rows land in a reader's two pinned
+// staging halves and are copied on its own non-blocking stream while the
+// next half fills, and a call waits for its own copies only (the gpu_sync
+// phase). The loader's Device option puts batches in device memory.
+//
 // Subpackages: engine/bootstrap (launcher environment and the exchange of
 // addresses between ranks) and engine/launch (a local launcher).
 package engine

@@ -942,14 +942,17 @@ func fileBarrier(dir, tag string, rank, n int, timeout time.Duration) error {
 }
 
 // openSingle opens a one-rank store (every shard mapped, no fabric) with
-// telemetry in a temporary directory.
-func openSingle(t *testing.T, tag string) *Store {
+// telemetry in a temporary directory; change, if any, edits the options.
+func openSingle(t *testing.T, tag string, change ...func(*Options)) *Store {
 	t.Helper()
 	o := DefaultOptions()
 	o.TelemetryDir = t.TempDir()
 	o.Bootstrap.Method = "single"
 	job := testJob(tag)
 	o.Bootstrap.Env = bootstrap.Env{Rank: 0, World: 1, LocalWorld: 1, Launcher: "none", Job: job}
+	for _, c := range change {
+		c(&o)
+	}
 	s, err := Open(o)
 	if err != nil {
 		t.Fatal(err)

@@ -768,13 +768,18 @@ func (r *Reader) Close() error {
 		return nil
 	}
 	delete(r.s.readers, r)
-	r.release()
-	return nil
+	return r.release()
 }
 
-func (r *Reader) release() {
+// release closes the reader's endpoint and its device path (stream,
+// staging), whose error it returns.
+func (r *Reader) release() error {
 	r.closed.Store(true)
 	r.c.close()
-	_ = r.dc.close() // nothing to report it to; the stream is drained either way
+	err := r.dc.close()
 	r.dc = nil
+	if err != nil {
+		return gpuError("Reader.Close", "", "device path", err)
+	}
+	return nil
 }
