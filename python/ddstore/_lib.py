@@ -57,6 +57,7 @@ _SIGS = {
     "dds_epoch_next": [u64, i32, ctypes.POINTER(BatchOut), ErrP],
     "dds_epoch_stats": [u64, ctypes.POINTER(i64), ErrP],
     "dds_epoch_close": [u64, ErrP],
+    "dds_epoch_drain": [u64, ctypes.POINTER(i64), ErrP],
     "dds_batch_retain": [u64, ErrP],
     "dds_batch_release": [u64, ErrP],
 }

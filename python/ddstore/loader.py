@@ -223,6 +223,14 @@ class _Epoch:
         _lib.check(_lib.lib().dds_epoch_stats(self.h, st, ctypes.byref(self.err)), self.err)
         return st[0] / 1e9, st[1] / 1e9, st[2], st[3]
 
+    def drain_in_go(self):
+        """Consumes the rest of the epoch in Go without Python tensors
+        (the Go consumer's rate): (batches, rows, seconds)."""
+        self.loader._check()
+        st = (_lib.i64 * 3)()
+        _lib.check(_lib.lib().dds_epoch_drain(self.h, st, ctypes.byref(self.err)), self.err)
+        return st[0], st[1], st[2] / 1e9
+
     def __next__(self):
         ld = self.loader
         ld._check()

@@ -123,6 +123,9 @@ int dds_epoch_next(uint64_t ep, int32_t slice_ms, dds_batch *out, dds_error *err
 /* Wait in Next (ns), step (ns), batches, rows so far. */
 int dds_epoch_stats(uint64_t ep, int64_t out[4], dds_error *err);
 int dds_epoch_close(uint64_t ep, dds_error *err);
+/* Consumes the rest of the epoch in Go, releasing every batch (the Go
+ * consumer's rate, for comparisons): batches, rows, nanoseconds. */
+int dds_epoch_drain(uint64_t ep, int64_t out[3], dds_error *err);
 int dds_batch_retain(uint64_t batch, dds_error *err);
 /* Drops one reference; the last returns the buffers and ends the handle. */
 int dds_batch_release(uint64_t batch, dds_error *err);

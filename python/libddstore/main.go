@@ -664,6 +664,32 @@ func dds_epoch_next(h C.uint64_t, sliceMs C.int32_t, out *C.dds_batch, e *C.dds_
 	return C.DDS_OK
 }
 
+//export dds_epoch_drain
+func dds_epoch_drain(h C.uint64_t, out *C.int64_t, e *C.dds_error) (rc C.int) {
+	defer guard(e, &rc)
+	eo, err := value[*epochObj](h, "epoch")
+	if err != nil {
+		return fail(e, err)
+	}
+	o := unsafe.Slice(out, 3)
+	t0 := time.Now()
+	var batches, rows int64
+	for {
+		b, err := eo.e.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return fail(e, err)
+		}
+		batches++
+		rows += int64(len(b.Indices))
+		b.Release()
+	}
+	o[0], o[1], o[2] = C.int64_t(batches), C.int64_t(rows), C.int64_t(time.Since(t0))
+	return C.DDS_OK
+}
+
 //export dds_epoch_stats
 func dds_epoch_stats(h C.uint64_t, out *C.int64_t, e *C.dds_error) (rc C.int) {
 	defer guard(e, &rc)

@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""The Python binding's goals, measured side by side in one run (issue 14).
+Run on 2 ranks, under the bench lock:
+
+    flock /work/bench.lock bin/ddrun -n 2 /usr/bin/python3 examples/torch/bench.py
+
+handoff   batches/s through ddstore.Loader in Python ÷ the same loader
+          drained by a Go consumer (dds_epoch_drain), same store and
+          settings: 3 KB rows, batch 64, 1 worker, prefetch 2. Epochs alternate.
+fetchwait fetch wait per epoch (time inside next()) of a map-style Dataset
+          whose __getitem__ calls get() for one sample, under
+          DataLoader(num_workers=0) with the default collate, ÷ that of
+          ddstore.Loader, both feeding the same small training step.
+ranges    128 records of 1–16 KB owned by the other rank, read over the
+          fabric (node_mode fabric, tcp on lo): 128 single get() calls ÷
+          one get_ranges call, per record.
+Medians of --reps runs. Rank 0 measures; rank 1 serves its shard.
+"""
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.utils.data as tud
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+import ddstore  # noqa: E402
+
+ELEMS = 768  # 3 KB float32 rows
+
+
+def rows(g):
+    g = np.asarray(g, dtype=np.int64)
+    return ((g[:, None] * 31 + np.arange(ELEMS)[None]) % 1009).astype(np.float32)
+
+
+def handoff(store, reps, rows_per_rank):
+    ld = ddstore.Loader(store, ["x"], batch_size=64, workers=1, prefetch=2, shuffle=True, seed=1)
+    py, go = [], []
+    for r in range(reps):
+        for kind in ("py", "go"):
+            ld.set_epoch(r)
+            it = iter(ld)
+            if kind == "go":
+                n, _, secs = it.drain_in_go()
+                go.append(n / secs)
+            else:
+                t0 = time.perf_counter()
+                n = 0
+                for b in it:
+                    n += 1
+                py.append(n / (time.perf_counter() - t0))
+    ld.close()
+    ratios = [p / g for p, g in zip(py, go)]
+    return statistics.median(py), statistics.median(go), statistics.median(ratios)
+
+
+class PerSample(tud.Dataset):
+    def __init__(self, store, n):
+        self.store, self.n = store, n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        out = np.empty((1, ELEMS), dtype=np.float32)
+        self.store.get("x", out, int(i))
+        return torch.from_numpy(out[0])
+
+
+def fetchwait(store, reps, n):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(ELEMS, 256), nn.ReLU(), nn.Linear(256, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def step(x):
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+
+    ds = PerSample(store, n)
+    sampler = tud.DistributedSampler(ds, num_replicas=store.width, rank=store.rank, shuffle=True, seed=1)
+    dl = tud.DataLoader(ds, batch_size=64, sampler=sampler, num_workers=0)
+    ld = ddstore.Loader(store, ["x"], batch_size=64, workers=1, prefetch=2, shuffle=True, seed=1)
+    waits = {"map": [], "loader": []}
+    for r in range(reps):
+        for kind, src in (("map", dl), ("loader", ld)):
+            if kind == "map":
+                sampler.set_epoch(r)
+            else:
+                ld.set_epoch(r)
+            it = iter(src)
+            wait = 0.0
+            while True:
+                t0 = time.perf_counter()
+                try:
+                    b = next(it)
+                except StopIteration:
+                    break
+                wait += time.perf_counter() - t0
+                step(b if kind == "map" else b["x"])
+                del b
+            waits[kind].append(wait)
+    ld.close()
+    ratios = [m / l for m, l in zip(waits["map"], waits["loader"])]
+    return statistics.median(waits["map"]), statistics.median(waits["loader"]), statistics.median(ratios)
+
+
+def ranges(store, reps, starts, lens):
+    """Records owned by rank 1, read by rank 0 over the fabric."""
+    bufs = [np.empty(n, dtype=np.uint8) for n in lens]
+    single, batched = [], []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for s, b in zip(starts, bufs):
+            store.get("rec", b, int(s))
+        single.append((time.perf_counter() - t0) / len(lens))
+        t0 = time.perf_counter()
+        buf, off = store.get_ranges("rec", starts, lens)
+        batched.append((time.perf_counter() - t0) / len(lens))
+    for i, b in enumerate(bufs):  # the values are right
+        assert np.array_equal(b, buf[off[i]:off[i + 1]])
+        assert np.array_equal(b, ((starts[i] + np.arange(lens[i])) * 2654435761 >> 5).astype(np.uint8))
+    ratios = [s / b for s, b in zip(single, batched)]
+    return statistics.median(single), statistics.median(batched), statistics.median(ratios)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--reps", type=int, default=7)
+    p.add_argument("--rows", type=int, default=8192, help="3 KB rows per rank")
+    p.add_argument("--only", default="handoff,fetchwait,ranges")
+    a = p.parse_args()
+    only = a.only.split(",")
+    store = ddstore.DDStore(timeout=1800)
+    rank = store.rank
+    assert store.size == 2, "run on 2 ranks"
+    store.add("x", rows(np.arange(rank * a.rows, (rank + 1) * a.rows)))
+    store.barrier()
+    if rank == 0:
+        if "handoff" in only:
+            py, go, r = handoff(store, a.reps, a.rows)
+            print("handoff  (same node, 3 KB rows, batch 64, 1 worker, prefetch 2): Python %.0f batches/s, "
+                  "Go %.0f batches/s, Python/Go %.2f" % (py, go, r), flush=True)
+        if "fetchwait" in only:
+            m, l, r = fetchwait(store, a.reps, 2 * a.rows)
+            print("fetchwait (same node, 3 KB rows, batch 64): map-style get() per sample %.4f s/epoch, "
+                  "ddstore.Loader %.4f s/epoch, ratio %.1f" % (m, l, r), flush=True)
+    store.barrier()
+    store.close()
+
+    if "ranges" in only:
+        fab = ddstore.DDStore(node_mode="fabric", timeout=1800)
+        lens = np.random.default_rng(3).integers(1 << 10, 16 << 10, 256)
+        mine = lens[:128] if rank == 0 else lens[128:]
+        first = 0 if rank == 0 else int(lens[:128].sum())
+        fab.add("rec", ((first + np.arange(int(mine.sum()))) * 2654435761 >> 5).astype(np.uint8))
+        fab.barrier()
+        if rank == 0:
+            starts = int(lens[:128].sum()) + np.concatenate([[0], np.cumsum(lens[128:])[:-1]])
+            order = np.random.default_rng(4).permutation(128)
+            s, b, r = ranges(fab, a.reps * 3, starts[order], lens[128:][order])
+            print("ranges   (fabric %s, 128 records of 1-16 KB on the other rank): single get %.1f us/record, "
+                  "get_ranges %.1f us/record, ratio %.1f" % (fab.query("rec").get("dtype"), s * 1e6, b * 1e6, r),
+                  flush=True)
+        fab.barrier()
+        fab.close()
+
+
+if __name__ == "__main__":
+    main()
