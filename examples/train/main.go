@@ -14,6 +14,13 @@
 // store print its per-phase profile table to stderr at Close.
 //
 // Run it under any launcher: ddrun -n 4 train, mpiexec -n 4 train, srun train.
+//
+// Switches that cause the pathologies ddtop diagnoses, for real (README):
+// --workers 4 --thread-readers=false (lock wait on the shared reader),
+// --batch-get=false (one row per call), --throttle-rank R (rank R is
+// stopped part of every period, like a CPU-throttled node: a straggler
+// target), --register-dst --fast-collate=false (a registration per call),
+// --workers 0 --node-mode fabric --image-scale 4 (slow reads, no prefetch).
 package main
 
 import (
@@ -36,6 +43,9 @@ import (
 )
 
 func main() {
+	if throttleMain() {
+		return
+	}
 	if err := newCommand(os.Stdout, os.Stderr).Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "train:", err)
 		os.Exit(1)
@@ -63,6 +73,8 @@ type flags struct {
 	noProgress  bool
 	hidden      int
 	check       bool
+	registerDst bool
+	throttle    throttleFlags
 }
 
 func newCommand(stdout, stderr io.Writer) *cobra.Command {
@@ -99,6 +111,10 @@ the detected machine, else the embedded local.yaml; DDSTORE_* overrides).`,
 	fl.IntVar(&f.hidden, "hidden", 64, "hidden units of the MLP (0: softmax regression)")
 	fl.BoolVar(&f.noProgress, "no-progress", false, "no progress bar even on a terminal")
 	fl.BoolVar(&f.check, "check", false, "check every row of every batch against the pattern of its global index")
+	fl.BoolVar(&f.registerDst, "register-dst", false, "the fabric registers every read destination, as FI_MR_LOCAL providers need (registration costs on tcp)")
+	fl.IntVar(&f.throttle.rank, "throttle-rank", -1, "stop this rank --throttle-duty of every --throttle-period (a throttled node: a straggler)")
+	fl.Float64Var(&f.throttle.duty, "throttle-duty", 0.5, "share of each period the throttled rank is stopped, in (0, 1)")
+	fl.DurationVar(&f.throttle.period, "throttle-period", 20*time.Millisecond, "throttling period")
 	return cmd
 }
 
@@ -151,14 +167,25 @@ func run(cmd *cobra.Command, f flags, stdout, stderr io.Writer) error {
 	switch {
 	case f.epochs < 1 || f.batchSize < 1 || f.scale < 1 || f.rowsPerRank < 1 || f.syncEvery < 0 || f.hidden < 0:
 		return errors.New("--epochs, --batch-size, --image-scale and --rows-per-rank must be ≥ 1, --sync-every and --hidden ≥ 0")
+	case f.throttle.rank >= 0 && (f.throttle.duty <= 0 || f.throttle.duty >= 1 || f.throttle.period < time.Millisecond):
+		return errors.New("--throttle-duty must be in (0, 1) and --throttle-period ≥ 1ms")
 	}
 
-	st, err := engine.Open(cfg.StoreOptions())
+	so := cfg.StoreOptions()
+	so.Fabric.RegisterDst = f.registerDst
+	st, err := engine.Open(so)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
 	rank, width := st.Rank(), st.Width()
+	if rank == f.throttle.rank {
+		stop, err := startThrottle(f.throttle)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	// With store.width < world every group of width ranks holds the whole
 	// data set (member m of each group the same rows), so a read can fail
 	// over to another group; the model is still averaged over the world.

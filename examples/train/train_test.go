@@ -21,6 +21,9 @@ import (
 const envArgs = "DDTRAIN_TEST_ARGS"
 
 func TestMain(m *testing.M) {
+	if throttleMain() {
+		os.Exit(0)
+	}
 	if a, ok := os.LookupEnv(envArgs); ok {
 		cmd := newCommand(os.Stdout, os.Stderr)
 		cmd.SetArgs(strings.Fields(a))

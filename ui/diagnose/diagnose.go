@@ -86,14 +86,14 @@ type Thresholds struct {
 	StragglerMinNs float64 // and at least this much slower per row (ns); default 5000
 	MinPeerCalls   int64   // calls a target needs before it is compared; default 5
 	LoaderWait     float64 // consumer wait over step time; default 0.05
-	MinBatches     int64   // batches the loader needs in the window; default 3
+	MinBatches     int64   // batches the loader needs in the window; default 2
 }
 
 // Defaults are the thresholds used for zero fields.
 var Defaults = Thresholds{
 	MinCalls: 20, GPUSyncShare: 0.25, LockWaitShare: 0.20, RowsPerCall: 1.5, SmallRowBytes: 64 << 10,
 	MRShare: 0.10, RegsPerCall: 0.1, StragglerRatio: 3, StragglerMinNs: 5000, MinPeerCalls: 5,
-	LoaderWait: 0.05, MinBatches: 3,
+	LoaderWait: 0.05, MinBatches: 2,
 }
 
 func (t Thresholds) withDefaults() Thresholds {
@@ -418,68 +418,85 @@ func Process(r *data.Rank, t *Thresholds) []Finding {
 	return out
 }
 
-// Straggler: summed over the job's ranks, one target rank's reads take at
-// least StragglerRatio times the median µs/row of the other targets (and
-// StragglerMinNs more per row). Reads of a rank by itself are left out
-// (they are memory copies). Needs peer tables (format v2).
+// Straggler: a target rank whose reads take at least StragglerRatio
+// times the median µs/row of the reader's other targets (and
+// StragglerMinNs more per row), as seen by at least half of the ranks that
+// read from it and from another target. Judging each reader against its
+// own other targets keeps a slow reader (one that is itself throttled
+// sees every target slow) from blaming its peers. Reads of a rank by
+// itself are left out (memory copies). Needs peer tables (format v2).
 func Straggler(job string, ranks []*data.Rank, t *Thresholds) []Finding {
-	type acc struct{ calls, rows, ns int64 }
-	by := map[int]*acc{}
+	type tgt struct {
+		rank        int
+		perNs       float64
+		rows, calls int64
+	}
 	host := map[int]string{}
+	type vote struct {
+		readers, slow int
+		ratios        []float64
+		rows, ns      int64
+		otherNs       []float64
+	}
+	votes := map[int]*vote{}
 	for _, r := range ranks {
 		host[r.Rank] = r.Host
+		var ts []tgt
 		for _, p := range r.Peers {
-			if p.Total.Rank == r.Rank {
+			w := p.Window()
+			if p.Total.Rank == r.Rank || w.Calls < t.MinPeerCalls || w.Rows <= 0 {
 				continue
 			}
-			w := p.Window()
-			a := by[p.Total.Rank]
-			if a == nil {
-				a = &acc{}
-				by[p.Total.Rank] = a
-			}
-			a.calls += w.Calls
-			a.rows += w.Rows
-			a.ns += w.Ns
+			ts = append(ts, tgt{p.Total.Rank, float64(w.Ns) / float64(w.Rows), w.Rows, w.Calls})
 		}
-	}
-	type tgt struct {
-		rank  int
-		perNs float64
-		rows  int64
-	}
-	var ts []tgt
-	for rank, a := range by {
-		if a.calls >= t.MinPeerCalls && a.rows > 0 {
-			ts = append(ts, tgt{rank, float64(a.ns) / float64(a.rows), a.rows})
-		}
-	}
-	if len(ts) < 2 {
-		return nil
-	}
-	sort.Slice(ts, func(i, j int) bool { return ts[i].rank < ts[j].rank })
-	var out []Finding
-	for i, x := range ts {
-		others := make([]float64, 0, len(ts)-1)
-		for j, y := range ts {
-			if j != i {
-				others = append(others, y.perNs)
-			}
-		}
-		med := median(others)
-		if x.perNs < t.StragglerRatio*med || x.perNs-med < t.StragglerMinNs {
+		if len(ts) < 2 {
 			continue
 		}
-		f := Finding{Rule: RuleStraggler, Job: job, Rank: x.rank, Host: host[x.rank], Reader: -1}
-		ratio := x.perNs / math.Max(med, 1)
-		f.Severity = math.Min(0.3+ratio/20, 1)
-		hs := host[x.rank]
+		for i, x := range ts {
+			others := make([]float64, 0, len(ts)-1)
+			for j, y := range ts {
+				if j != i {
+					others = append(others, y.perNs)
+				}
+			}
+			med := median(others)
+			v := votes[x.rank]
+			if v == nil {
+				v = &vote{}
+				votes[x.rank] = v
+			}
+			v.readers++
+			v.rows += x.rows
+			v.ns += int64(x.perNs * float64(x.rows))
+			v.otherNs = append(v.otherNs, med)
+			if x.perNs >= t.StragglerRatio*med && x.perNs-med >= t.StragglerMinNs {
+				v.slow++
+				v.ratios = append(v.ratios, x.perNs/math.Max(med, 1))
+			}
+		}
+	}
+	var order []int
+	for rank := range votes {
+		order = append(order, rank)
+	}
+	sort.Ints(order)
+	var out []Finding
+	for _, rank := range order {
+		v := votes[rank]
+		if v.slow == 0 || 2*v.slow < v.readers {
+			continue
+		}
+		ratio := median(v.ratios)
+		per := float64(v.ns) / float64(v.rows)
+		hs := host[rank]
 		if hs == "" {
 			hs = "host unknown (no segment of that rank here)"
 		}
-		f.Evidence = fmt.Sprintf("reads from rank %d (%s) take %s/row over %d rows, %.1f× the median %s/row of the other %d targets (threshold %.1f×)",
-			x.rank, hs, us(x.perNs), x.rows, ratio, us(med), len(others), t.StragglerRatio)
-		f.Fix = fmt.Sprintf("look at rank %d on %s: CPU or NIC contention, a slow link, or a throttled node", x.rank, hs)
+		f := Finding{Rule: RuleStraggler, Job: job, Rank: rank, Host: host[rank], Reader: -1}
+		f.Severity = math.Min(0.3+ratio/20, 1)
+		f.Evidence = fmt.Sprintf("reads from rank %d (%s) take %s/row over %d rows; %d of %d readers see it %.1f× slower (median) than their other targets' %s/row (threshold %.1f×)",
+			rank, hs, us(per), v.rows, v.slow, v.readers, ratio, us(median(v.otherNs)), t.StragglerRatio)
+		f.Fix = fmt.Sprintf("look at rank %d on %s: CPU or NIC contention, a slow link, or a throttled node", rank, hs)
 		out = append(out, f)
 	}
 	return out

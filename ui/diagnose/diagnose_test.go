@@ -242,8 +242,23 @@ func TestStraggler(t *testing.T) {
 	if f.Rank != 2 || f.Host != host() || f.Job != "train" {
 		t.Fatalf("%+v", f)
 	}
-	contains(t, "evidence", f.Evidence, "reads from rank 2", "take 10.1 µs/row over 3200 rows, 9.6× the median 1.1 µs/row of the other 3 targets (threshold 3.0×)")
+	contains(t, "evidence", f.Evidence, "reads from rank 2", "take 10.1 µs/row over 3200 rows; 3 of 3 readers see it 9.6× slower (median) than their other targets' 1.1 µs/row (threshold 3.0×)")
 	contains(t, "fix", f.Fix, "rank 2 on "+host())
+}
+
+// A reader that is itself slow sees all its targets slow: no straggler.
+func TestSlowReaderIsNoStraggler(t *testing.T) {
+	j := newJob(t, 4, 4, 64)
+	for r := range 4 {
+		wl := healthy()
+		if r == 3 {
+			wl.nsPerRow *= 20
+		}
+		j.run(r, wl)
+	}
+	if fs := Diagnose(j.frame(), Thresholds{}); len(fs) != 0 {
+		t.Fatalf("slow reader: %v", fs)
+	}
 }
 
 func TestLoaderWait(t *testing.T) {
