@@ -450,7 +450,9 @@ func (s *Store) release() error {
 	}
 	s.readersMu.Lock()
 	for r := range s.readers {
-		r.release()
+		if err := r.release(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	s.readers = map[*Reader]struct{}{}
 	s.readersMu.Unlock()
