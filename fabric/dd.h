@@ -214,6 +214,9 @@ int dd_close(struct fid *f);
 int dd_close_fabric(struct fid_fabric *f);
 int dd_close_domain(struct fid_domain *d);
 int dd_close_mr(struct fid_mr *m);
+// dd_hmem.c: the GPUDirect probe (FI_HMEM offered, device memory registers).
+int dd_hmem_probe(struct fi_info *info, struct fid_domain *dom, struct fid_ep *ep, int bind_ep,
+		uint64_t addr, size_t len, int iface, int device, int *stage);
 int dd_endpoint(struct fid_domain *dom, struct fi_info *info, size_t cq_size, size_t av_count,
 		int wait_fd, int cq_format, struct fid_ep **ep, struct fid_cq **cq, struct fid_av **av, int *got_fd, const char **stage);
 int dd_mr_reg(struct fid_domain *dom, struct fid_ep *ep, void *buf, size_t len, uint64_t access,
