@@ -21,6 +21,7 @@
 #include <poll.h>
 #include <time.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 #include <errno.h>
@@ -135,7 +136,7 @@ typedef struct dd_op {
 	uint32_t done_t; // when it completed: 16 ns units since the batch (or gather) started
 } dd_op;
 
-enum { DD_OK = 0, DD_POST = 1, DD_CQERR = 2, DD_TIMEOUT = 3, DD_CQREAD = 4, DD_NOEP = 5, DD_REJECT = 6, DD_BADREPLY = 7, DD_NOMEM = 8 };
+enum { DD_OK = 0, DD_POST = 1, DD_CQERR = 2, DD_TIMEOUT = 3, DD_CQREAD = 4, DD_NOEP = 5, DD_REJECT = 6, DD_BADREPLY = 7, DD_NOMEM = 8, DD_STUCK = 9 };
 
 // One gather round in flight: a request to one peer and its reply.
 typedef struct dd_gslot {
@@ -193,6 +194,13 @@ typedef struct dd_reader {
 	dd_gslot *gslots;
 	int ngslots;
 	uint64_t gnext_id;
+	// watchdog (dd_watchdog.c): set while a guarded call is inside the provider
+	int guarded, wd_slot;
+	pthread_t wd_thread;
+	atomic_llong wd_deadline; // ns (dd_now), 0 outside a call
+	atomic_int wd_fired;
+	volatile int wd_op;       // op being posted (the one blamed if a call never returns)
+	int fail_close;           // tests: dd_reader_teardown fails without closing
 } dd_reader;
 
 extern atomic_int dd_active;
@@ -202,6 +210,18 @@ extern int dd_spin_limit;
 int dd_load(char *err, size_t n);
 uint32_t dd_lib_version(void);
 void dd_freeinfo(struct fi_info *i);
+
+// dd_watchdog.c
+#define DD_WD_SIGNAL (SIGRTMIN + 6)
+#define DD_WD_GRACE_NS 250000000LL // past the deadline before abandoning
+int dd_wd_register(dd_reader *r);
+void dd_wd_unregister(dd_reader *r);
+int dd_guarded_read_batch(dd_reader *r, int n, int64_t timeout_ns);
+int dd_guarded_gather(dd_reader *r, int n, uint64_t cap, int rounds, int64_t timeout_ns);
+uint64_t dd_quarantined_count(void);
+uint64_t dd_leaked_eps_count(void);
+void dd_set_test_stuck(int on);
+extern atomic_ullong dd_leaked_eps;
 
 // dd_info.c
 int dd_getinfo(struct fi_info **out, int threading);

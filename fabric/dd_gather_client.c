@@ -105,6 +105,7 @@ int dd_gather(dd_reader *r, int n, uint64_t cap, int rounds, int64_t timeout_ns)
 				ent[k].key = op->key; ent[k].addr = op->addr; ent[k].len = op->len;
 			}
 			size_t reqlen = sizeof *h + DD_ALIGN8(r->namelen) + cnt * sizeof(dd_gent);
+			r->wd_op = r->gorder[pos]; // named if this call never returns
 			ssize_t rc = fi_trecv(r->ep, g->bounce, need, NULL, FI_ADDR_UNSPEC, DD_GREP_BIT | h->id, 0, &g->rctx);
 			if (rc == -FI_EAGAIN) break;
 			if (rc) { res->failed_op = r->gorder[pos]; res->err = (int)-rc; res->stage = DD_POST; strcpy(res->text, "fi_trecv"); goto fail; }

@@ -54,11 +54,17 @@ int dd_reader_setup(dd_reader *r, const char **stage) {
 // returns the first failure (the endpoint's, else the AV's or CQ's).
 int dd_reader_teardown(dd_reader *r) {
 	int rc = 0, rc2;
+	if (r->fail_close && r->ep) { // tests: a close that fails leaves everything open
+		r->ep = NULL; r->av = NULL; r->cq = NULL; r->waitfd = -1;
+		atomic_fetch_add(&dd_leaked_eps, 1);
+		return -FI_EBUSY;
+	}
 	if (r->ep) rc = fi_close(&r->ep->fid);
 	if (r->av && (rc2 = fi_close(&r->av->fid)) != 0 && rc == 0) rc = rc2;
 	if (r->cq && (rc2 = fi_close(&r->cq->fid)) != 0 && rc == 0) rc = rc2;
 	r->ep = NULL; r->av = NULL; r->cq = NULL;
 	r->waitfd = -1;
+	if (rc) atomic_fetch_add(&dd_leaked_eps, 1);
 	return rc;
 }
 
@@ -170,6 +176,7 @@ int64_t dd_reader_wait(dd_reader *r, int64_t t, int64_t last_done, int64_t deadl
 }
 
 void dd_reader_free(dd_reader *r) {
+	dd_wd_unregister(r);
 	dd_reader_teardown(r);
 	for (int i = 0; i < r->ngslots; i++) { free(r->gslots[i].req); free(r->gslots[i].bounce); }
 	free(r->gslots); free(r->gorder); free(r->gcount);
@@ -229,6 +236,7 @@ int dd_read_batch(dd_reader *r, int n, int64_t timeout_ns) {
 			int slot = r->free_slots[--nfree];
 			dd_op *op = &r->ops[next];
 			r->slot_op[slot] = next;
+			r->wd_op = next; // named if this call never returns
 			ssize_t rc = fi_read(r->ep, op->dst, op->len, op->desc, r->peers[op->peer], op->addr, op->key, &r->ctx[slot]);
 			int64_t t2 = dd_now();
 			res->post_ns += t2 - t;

@@ -17,9 +17,13 @@
 //     and its export (Fabric.Export: FI_REMOTE_READ only; provider key with
 //     FI_MR_PROV_KEY, else a unique requested key; Base is the virtual
 //     address only with FI_MR_VIRT_ADDR).
+//   - libfabric itself, loaded at run time (dlopen of libfabric.so.1, six
+//     real symbols; dd_lib.c): without it Open fails with ErrNoLibrary
+//     saying what to install, and everything else still works.
 //   - Readers (Fabric.NewReader): one per goroutine, each with its own
-//     endpoint, CQ and AV, and its own domain when the provider's threading
-//     is weaker than FI_THREAD_SAFE (shm reports FI_THREAD_DOMAIN).
+//     endpoint, CQ and AV on the process's one domain (fi_getinfo is asked
+//     for FI_THREAD_SAFE, then FI_THREAD_COMPLETION); a reader gets its own
+//     domain only at weaker threading, and on shm (see the watchdog below).
 //     ReadBatch keeps up to Options.Window reads in flight (default 128,
 //     clamped to the tx queue size), drains the CQ on -FI_EAGAIN, reports
 //     per-read errors from the error CQ with fi_strerror/fi_cq_strerror text
@@ -30,6 +34,13 @@
 //     registration of destinations happens only when the provider requires
 //     FI_MR_LOCAL, through a bounded per-reader cache. A batch makes no heap
 //     allocation; posting and CQ draining run in one cgo call per chunk.
+//     On shm, whose fi_read can spin forever on a stopped peer's lock, calls
+//     run under a watchdog (dd_watchdog.c) that abandons a call still inside
+//     the provider 250ms past its deadline: ErrTimeout naming the peer, and
+//     the reader is quarantined (QuarantinedReaders). An endpoint whose close
+//     fails keeps its destinations pinned and registered (LeakedEndpoints).
+//   - Errors: every error is a *fault.Error with the libfabric call, the
+//     peer, Side Local or Remote and an Errno carrying fi_strerror's text.
 //   - Gather reads (Reader.ReadGather) for software-RMA providers
 //     (Info.SoftwareRMA: tcp, sockets, udp, net), where every fi_read is a
 //     message the target's CPU answers anyway: the reader sends each peer one

@@ -266,6 +266,12 @@ type Fabric struct {
 	// forceLocalMR makes readers register destinations as if the provider
 	// required FI_MR_LOCAL (tests exercise the registration cache with it).
 	forceLocalMR bool
+	// guarded: readers' provider calls run under the watchdog
+	// (dd_watchdog.c), which abandons a call that never returns. On for
+	// shm, whose fi_read can spin forever on a stopped peer's lock; such
+	// readers also get their own domain, so that whatever lock an abandoned
+	// call holds belongs to the quarantined reader alone.
+	guarded bool
 	// failLocalMR makes every local registration fail as if fi_mr_reg
 	// returned -FI_ENOMEM (tests: a local failure must not blame the peer).
 	failLocalMR bool
@@ -311,7 +317,8 @@ func Open(o Options) (*Fabric, error) {
 		// these models forbid within one domain: a domain per reader.
 		f.ownDom = true
 	}
-	f.inf.ReaderDomains = f.ownDom
+	f.guarded = strings.HasPrefix(f.inf.Provider, "shm")
+	f.inf.ReaderDomains = f.ownDom || f.guarded
 	f.inf.SoftwareRMA = softwareRMA(f.inf.Provider)
 	f.inf.GatherMaxBytes = f.opts.GatherMaxBytes
 	f.inf.GatherRounds = f.opts.GatherRounds

@@ -48,7 +48,7 @@ func (r *Reader) ReadGather(ops []ReadOp) (tm Timing, err error) {
 		return r.readBatch(ops)
 	}
 	if r.closed {
-		return tm, errClosedReader
+		return tm, r.closedErr()
 	}
 	if err := r.ensureEndpoint(); err != nil {
 		return tm, err
@@ -125,16 +125,13 @@ func (r *Reader) gatherChunk(ops []ReadOp, base int, timeout time.Duration, tm *
 	var rc C.int
 	if len(r.big) < n {
 		t0 := time.Now()
-		rc = C.dd_gather(r.c, C.int(n), C.uint64_t(limit), C.int(r.f.opts.GatherRounds), C.int64_t(timeout))
+		rc = C.dd_guarded_gather(r.c, C.int(n), C.uint64_t(limit), C.int(r.f.opts.GatherRounds), C.int64_t(timeout))
 		res := &r.c.res
 		tm.Post += time.Duration(res.post_ns)
 		tm.CQWait += time.Duration(res.wait_ns)
 		tm.Copy += time.Duration(res.copy_ns)
 		r.gathered += uint64(res.done)
-		if res.torn_down != 0 {
-			r.broken = true
-			r.mrc.purgeEndpointBound(r)
-		}
+		r.afterCall(res)
 		timeout -= time.Since(t0)
 	}
 	if rc != 0 {

@@ -173,6 +173,16 @@ func (c *mrCache) purge(r *Reader) {
 	c.n = 0
 }
 
+// abandon forgets every registration without closing it: the provider may
+// still use them (a failed endpoint close, an abandoned call).
+func (c *mrCache) abandon() {
+	clear(c.temp)
+	c.temp = c.temp[:0]
+	clear(c.ents[:])
+	c.n = 0
+	c.tick++
+}
+
 func (c *mrCache) purgeEndpointBound(r *Reader) {
 	if c.epBound {
 		c.purge(r)

@@ -23,20 +23,21 @@ import (
 // a Close from elsewhere, e.g. Fabric.Close, wait for a running batch (at
 // most its deadline) instead of freeing the endpoint under it.
 type Reader struct {
-	mu      sync.Mutex
-	f       *Fabric
-	dom     *C.struct_fid_domain
-	ownDom  bool
-	c       *C.dd_reader
-	ops     []C.dd_op // view of c.ops
-	peers   []peerEntry
-	window  int
-	timeout time.Duration
-	broken  bool // endpoint torn down after a timeout; recreated lazily
-	closed  bool
-	pin     pinSet
-	mrc     mrCache
-	one     [1]ReadOp
+	mu          sync.Mutex
+	f           *Fabric
+	dom         *C.struct_fid_domain
+	ownDom      bool
+	c           *C.dd_reader
+	ops         []C.dd_op // view of c.ops
+	peers       []peerEntry
+	window      int
+	timeout     time.Duration
+	broken      bool // endpoint torn down after a timeout; recreated lazily
+	quarantined bool // a provider call was abandoned: never used or freed again
+	closed      bool
+	pin         *pinSet
+	mrc         mrCache
+	one         [1]ReadOp
 
 	// gather state: ops too large for a round, read with fi_read after
 	// the gather (allocated on first use), and counters for tests.
@@ -59,8 +60,8 @@ func (f *Fabric) NewReader() (*Reader, error) {
 	if f.closed {
 		return nil, &fault.Error{Op: "new reader", Kind: ErrClosed, Detail: "fabric is closed"}
 	}
-	r := &Reader{f: f, dom: f.dom, window: f.opts.Window, timeout: f.opts.Timeout}
-	if f.ownDom {
+	r := &Reader{f: f, dom: f.dom, window: f.opts.Window, timeout: f.opts.Timeout, pin: &pinSet{}}
+	if f.ownDom || f.guarded {
 		if rc := C.dd_open_domain(f.fab, f.info, &r.dom); rc != 0 {
 			return nil, fiErr("fi_domain(reader)", rc)
 		}
@@ -76,6 +77,11 @@ func (f *Fabric) NewReader() (*Reader, error) {
 		C.dd_reader_free(r.c)
 		r.closeDomain()
 		return nil, fiErr("reader "+C.GoString(stage), rc)
+	}
+	if f.guarded && C.dd_wd_register(r.c) != 0 {
+		C.dd_reader_free(r.c)
+		r.closeDomain()
+		return nil, localErr("new reader", int(C.FI_ENOSPC), "cannot start the provider-call watchdog (or 4096 readers watched)")
 	}
 	r.ops = unsafe.Slice(r.c.ops, chunkOps)
 	r.mrc.init(f.forceLocalMR || f.inf.MRLocal, f.inf.MREndpoint)
@@ -101,6 +107,9 @@ func (r *Reader) Close() error {
 		return nil
 	}
 	r.closed = true
+	if r.quarantined {
+		return nil // never closed or freed: see quarantine
+	}
 	r.mrc.purge(r)
 	var err error
 	if rc := C.dd_reader_teardown(r.c); rc != 0 {
@@ -193,7 +202,7 @@ func (r *Reader) ReadBatch(ops []ReadOp) (Timing, error) {
 func (r *Reader) readBatch(ops []ReadOp) (Timing, error) {
 	var tm Timing
 	if r.closed {
-		return tm, errClosedReader
+		return tm, r.closedErr()
 	}
 	if err := r.ensureEndpoint(); err != nil {
 		return tm, err
@@ -316,14 +325,11 @@ func (r *Reader) readChunk(ops []ReadOp, base int, timeout time.Duration, tm *Ti
 		}
 		tm.MR += time.Since(t0)
 	}
-	rc := C.dd_read_batch(r.c, C.int(n), C.int64_t(timeout))
+	rc := C.dd_guarded_read_batch(r.c, C.int(n), C.int64_t(timeout))
 	res := &r.c.res
 	tm.Post += time.Duration(res.post_ns)
 	tm.CQWait += time.Duration(res.wait_ns)
-	if res.torn_down != 0 {
-		r.broken = true
-		r.mrc.purgeEndpointBound(r)
-	}
+	r.afterCall(res)
 	if r.mrc.enabled {
 		t0 := time.Now()
 		r.mrc.releaseTemp(r)
@@ -337,6 +343,76 @@ func (r *Reader) readChunk(ops []ReadOp, base int, timeout time.Duration, tm *Ti
 	r.markDone(ops)
 	r.clearOps(n) // before building the error
 	return r.batchError(res, base, "reads")
+}
+
+// afterCall handles what a batch call left behind: a provider call that
+// never returned (the watchdog abandoned it: quarantine the reader), or an
+// endpoint that was torn down (recreated by the next call) and whose close
+// failed: then the provider may still write the destinations, so they stay
+// pinned and registered for the life of the process (leaked, and counted).
+func (r *Reader) afterCall(res *C.dd_result) {
+	if res.stage == C.DD_STUCK {
+		r.quarantine()
+		return
+	}
+	if res.torn_down == 0 {
+		return
+	}
+	r.broken = true
+	if res.teardown_rc != 0 {
+		r.leakBuffers()
+		return
+	}
+	r.mrc.purgeEndpointBound(r)
+}
+
+// leaked holds what a provider might still write: pins of destinations and
+// registrations of readers whose endpoint could not be closed or whose call
+// was abandoned. Never released (an unreachable Pinner with pins panics).
+var leaked struct {
+	sync.Mutex
+	pins []*pinSet
+}
+
+// leakBuffers keeps the current call's destinations pinned forever and
+// forgets (without closing) the reader's local registrations.
+func (r *Reader) leakBuffers() {
+	leaked.Lock()
+	leaked.pins = append(leaked.pins, r.pin)
+	leaked.Unlock()
+	r.pin = &pinSet{}
+	r.mrc.abandon()
+}
+
+// quarantine retires a reader whose provider call did not return: its
+// endpoint, CQ, AV, domain, C state, pinned destinations and registrations
+// are never used, closed or freed again, since the provider may still hold
+// its locks or write its buffers. Every later call fails.
+func (r *Reader) quarantine() {
+	r.quarantined = true
+	r.closed = true // every later call fails (closedErr); Close frees nothing
+	r.broken = true
+	r.leakBuffers()
+	r.f.mu.Lock()
+	delete(r.f.readers, r)
+	r.f.mu.Unlock()
+}
+
+// QuarantinedReaders counts the readers of this process abandoned inside a
+// provider call that overran its deadline (telemetry: each holds an
+// endpoint and buffers forever).
+func QuarantinedReaders() uint64 { return uint64(C.dd_quarantined_count()) }
+
+// LeakedEndpoints counts reader endpoints whose close failed after an error
+// or deadline; their destinations stay pinned and registered (telemetry).
+func LeakedEndpoints() uint64 { return uint64(C.dd_leaked_eps_count()) }
+
+func (r *Reader) closedErr() error {
+	if r.quarantined {
+		return &fault.Error{Op: "read", Side: fault.Local, Kind: ErrClosed,
+			Detail: "reader quarantined: a provider call overran its deadline and never returned; open a new reader"}
+	}
+	return errClosedReader
 }
 
 // opIndex is the caller's index of op i of a chunk that starts at base
@@ -430,6 +506,12 @@ func (r *Reader) batchError(res *C.dd_result, base int, inflight string) error {
 		if res.torn_down != 0 {
 			detail += ", endpoint torn down"
 		}
+	case C.DD_STUCK:
+		e.Op = "read"
+		e.Kind = ErrTimeout
+		e.Err = nil
+		detail += fmt.Sprintf("; a provider call was still running %v past the deadline %v: abandoned, reader quarantined "+
+			"(its endpoint and buffers are kept, never reused)", time.Duration(C.DD_WD_GRACE_NS), r.timeout)
 	case C.DD_NOEP:
 		e.Op = "read"
 		e.Side = fault.Local
@@ -494,7 +576,7 @@ func (r *Reader) baselineRead(p Peer, dst []byte, rowLen int, offs []uint64, bas
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
-		return 0, errClosedReader
+		return 0, r.closedErr()
 	}
 	if err := r.ensureEndpoint(); err != nil {
 		return 0, err
@@ -519,4 +601,23 @@ func (r *Reader) baselineRead(p Peer, dst []byte, rowLen int, offs []uint64, bas
 		return 0, fiErr("baseline fi_read", C.int(el))
 	}
 	return time.Duration(el), nil
+}
+
+// setTestStuck makes guarded calls spin as if stuck in the provider (tests).
+func setTestStuck(on bool) {
+	v := C.int(0)
+	if on {
+		v = 1
+	}
+	C.dd_set_test_stuck(v)
+}
+
+// setFailClose makes the reader's endpoint close fail (tests).
+func (r *Reader) setFailClose(on bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.c.fail_close = 0
+	if on {
+		r.c.fail_close = 1
+	}
 }

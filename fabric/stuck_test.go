@@ -1,0 +1,91 @@
+package fabric
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ddstore/ddstore/fabric/fault"
+)
+
+// TestStuckCallQuarantined: a provider call that never returns (simulated:
+// the guarded call spins as fi_read does on a stopped shm peer's lock) is
+// abandoned by the watchdog soon after its deadline: the call returns
+// ErrTimeout naming the peer, the reader is quarantined (counted, every
+// later call refused), and a new reader works.
+func TestStuckCallQuarantined(t *testing.T) {
+	o := Options{Provider: "tcp;ofi_rxm", Domain: "lo", Timeout: 300 * time.Millisecond}
+	f := openOrSkip(t, o)
+	f.guarded = true
+	r, tgs, peers := readerWith(t, f, o, 1<<20, false, 6)
+	dst := make([]byte, 4096)
+	op := ReadOp{Dst: dst, Peer: peers[0], Addr: tgs[0].base, Key: tgs[0].key}
+	readChecked(t, "before", r.ReadBatch, []ReadOp{op}, tgs, peers)
+	q0 := QuarantinedReaders()
+	setTestStuck(true)
+	start := time.Now()
+	_, err := r.Read(op)
+	el := time.Since(start)
+	setTestStuck(false)
+	t.Logf("after %v: %v", el, err)
+	if !errors.Is(err, ErrTimeout) || !fault.IsRemote(err) || fault.RankOf(err) != 6 || !strings.Contains(err.Error(), "quarantined") {
+		t.Fatalf("want a timeout naming rank 6 and the quarantine, got %v", err)
+	}
+	// Deadline 300ms + grace 250ms + a 50ms scan: generous margin for load.
+	if el > 5*time.Second {
+		t.Fatalf("abandoned after %v", el)
+	}
+	if q := QuarantinedReaders() - q0; q != 1 {
+		t.Fatalf("%d readers quarantined, want 1", q)
+	}
+	if _, err := r.Read(op); !errors.Is(err, ErrClosed) || !strings.Contains(err.Error(), "quarantined") {
+		t.Fatalf("quarantined reader used again: %v", err)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r2, err := f.NewReader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r2.Close()
+	p2, err := r2.AddPeer(6, tgs[0].addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	op.Peer = p2
+	readChecked(t, "new reader", r2.ReadBatch, []ReadOp{op}, tgs, []Peer{p2})
+}
+
+// TestFailedCloseKeepsBuffers injects a failing endpoint close after a
+// failed read: the destinations stay pinned (leaked, counted) instead of
+// being handed back to the Go runtime, the error says so, and the reader
+// recovers with a fresh endpoint.
+func TestFailedCloseKeepsBuffers(t *testing.T) {
+	o := Options{Provider: "tcp;ofi_rxm", Domain: "lo", Timeout: 3 * time.Second}
+	f := openOrSkip(t, o)
+	r, tgs, peers := readerWith(t, f, o, 1<<20, false, 5)
+	dst := make([]byte, 4096)
+	l0 := LeakedEndpoints()
+	leaked.Lock()
+	p0 := len(leaked.pins)
+	leaked.Unlock()
+	r.setFailClose(true)
+	_, err := r.Read(ReadOp{Dst: dst, Peer: peers[0], Addr: tgs[0].base, Key: tgs[0].key + 999}) // refused: teardown
+	r.setFailClose(false)
+	if err == nil || !strings.Contains(err.Error(), "fi_close(endpoint) failed") {
+		t.Fatalf("want the failed close reported, got %v", err)
+	}
+	if n := LeakedEndpoints() - l0; n != 1 {
+		t.Fatalf("%d leaked endpoints counted, want 1", n)
+	}
+	leaked.Lock()
+	kept := len(leaked.pins) - p0
+	pinned := kept == 1 && leaked.pins[len(leaked.pins)-1].pinned
+	leaked.Unlock()
+	if !pinned {
+		t.Fatalf("destination not kept pinned after the failed close (%d pin sets kept)", kept)
+	}
+	readChecked(t, "after the failed close", r.ReadBatch, []ReadOp{{Dst: make([]byte, 4096), Peer: peers[0], Addr: tgs[0].base, Key: tgs[0].key}}, tgs, peers)
+}
