@@ -429,7 +429,7 @@ func (v *Var) readDevice(c *readCtx, dc *devCtx, rd *devRead) (ev *gpu.Event, er
 				g = rd.idx[i]
 			}
 			o := v.owner(g)
-			rank := s.home(o)
+			rank := v.home[o]
 			soff := (g-v.offsets[o])*rb + inrow
 			rowsStarted := int64(0)
 			if inrow == 0 {
@@ -475,7 +475,7 @@ func (v *Var) readDevice(c *readCtx, dc *devCtx, rd *devRead) (ev *gpu.Event, er
 			if c == nil {
 				c = v.lockShared(&st) // first remote row of a Store call
 			}
-			op := fabric.ReadOp{Dst: d, Peer: c.peers[o], Addr: v.remote[o].base + uint64(soff), Key: v.remote[o].key}
+			op := fabric.ReadOp{Dst: d, Peer: c.rpeers[rank], Addr: v.remote[o].base + uint64(soff), Key: v.remote[o].key}
 			if err = v.enqueue(c, &st, op, rank, o, soff); err != nil {
 				return nil, err
 			}

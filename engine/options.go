@@ -89,6 +89,12 @@ type Options struct {
 	// replica left. Config key reads.failover_after, environment variable
 	// DDSTORE_FAILOVER_AFTER.
 	FailoverAfter time.Duration
+	// Role: "train" (default; "" means it) or "storage": a storage-only
+	// rank that loads shards from Storage.Dir and serves them until the
+	// job closes (storage.go). Environment variable DDSTORE_ROLE.
+	Role string
+	// Storage: storage-only ranks joined to the trainers (storage.go).
+	Storage StorageOptions
 	// ReadMode: "auto" (default; "" means auto), "rma" or "gather"; see
 	// ReadModeAuto. The config key reads.mode and the environment variable
 	// DDSTORE_READ_MODE set it through LoadConfig. Rounds of a gather are
@@ -178,6 +184,9 @@ func (o *Options) Validate() error {
 	}
 	if o.Timeout < 0 {
 		return errf(ErrInvalid, "options", "", "Timeout %v is negative", o.Timeout)
+	}
+	if err := o.validateStorage(); err != nil {
+		return err
 	}
 	if o.FailoverAfter < 0 {
 		return errf(ErrInvalid, "options", "", "FailoverAfter %v is negative", o.FailoverAfter)

@@ -51,7 +51,7 @@ type readCtx struct {
 // newReadCtx opens a fabric reader and connects it to every group member
 // whose shards are read through the fabric.
 func (s *Store) newReadCtx(telReader int32) (*readCtx, error) {
-	c := &readCtx{s: s, tel: telReader, peers: make([]fabric.Peer, s.width), rpeers: make([]fabric.Peer, s.world)}
+	c := &readCtx{s: s, tel: telReader, peers: make([]fabric.Peer, s.width), rpeers: make([]fabric.Peer, s.nranks)}
 	if s.fab == nil {
 		return c, nil
 	}
@@ -61,7 +61,7 @@ func (s *Store) newReadCtx(telReader int32) (*readCtx, error) {
 	}
 	c.fr = fr
 	for i := 0; i < s.width; i++ {
-		r := s.home(i)
+		r := s.groupLo + i
 		if s.peers[r].sameNode {
 			continue
 		}
@@ -71,6 +71,21 @@ func (s *Store) newReadCtx(telReader int32) (*readCtx, error) {
 			return nil, &Error{Op: "NewReader", Ranks: []int{r}, Detail: "connect to the peer", Err: err}
 		}
 		c.peers[i] = p
+		c.rpeers[r] = p
+	}
+	// Storage-only ranks (storage.go): every reader reaches them all, so
+	// that reads of their shards and failover between their groups never
+	// connect on the hot path.
+	for r := s.world; r < len(s.peers); r++ {
+		if s.peers[r].sameNode {
+			continue
+		}
+		p, err := fr.AddPeer(r, s.peers[r].Addr)
+		if err != nil {
+			fr.Close()
+			return nil, wrapf(nil, "NewReader", "", err, "connect reader to storage rank %d", r)
+		}
+		c.rpeers[r] = p
 	}
 	switch s.opts.ReadMode {
 	case ReadModeGather:
@@ -255,7 +270,7 @@ func (v *Var) getBatch(c *readCtx, idx []int64, dst []byte) (err error) {
 	}
 	for i, g := range idx {
 		o := v.owner(g)
-		rank := s.home(o)
+		rank := v.home[o]
 		off := (g - v.offsets[o]) * rb
 		// Full capacity on purpose: the fabric pins a destination once and
 		// recognises later rows of the same buffer by [ptr, ptr+cap).
@@ -285,7 +300,7 @@ func (v *Var) getBatch(c *readCtx, idx []int64, dst []byte) (err error) {
 		if c == nil {
 			c = v.lockShared(&st) // first remote row of a Store call
 		}
-		op := fabric.ReadOp{Dst: d, Peer: c.peers[o], Addr: v.remote[o].base + uint64(off), Key: v.remote[o].key}
+		op := fabric.ReadOp{Dst: d, Peer: c.rpeers[rank], Addr: v.remote[o].base + uint64(off), Key: v.remote[o].key}
 		if err = v.enqueue(c, &st, op, rank, o, off); err != nil {
 			return err
 		}
@@ -402,7 +417,7 @@ func (v *Var) readRun(c *readCtx, st *callStats, start, count int64, dst []byte,
 		if hi <= g {
 			continue
 		}
-		rank := s.home(o)
+		rank := v.home[o]
 		n := hi - g
 		d := dst[(g-start)*rb : (hi-start)*rb]
 		off := (g - v.offsets[o]) * rb
@@ -438,7 +453,7 @@ func (v *Var) readRun(c *readCtx, st *callStats, start, count int64, dst []byte,
 			if m > chunkRows {
 				m = chunkRows
 			}
-			op := fabric.ReadOp{Dst: d[k*rb : (k+m)*rb], Peer: c.peers[o],
+			op := fabric.ReadOp{Dst: d[k*rb : (k+m)*rb], Peer: c.rpeers[rank],
 				Addr: v.remote[o].base + uint64(off+k*rb), Key: v.remote[o].key}
 			if err := v.enqueue(c, st, op, rank, o, off+k*rb); err != nil {
 				return c, err
@@ -477,7 +492,7 @@ func (v *Var) drain(c *readCtx, st *callStats, deadRank int) error {
 	st.copyTime = st.end - st.start - st.lockWait - st.fabTime + int64(st.fab.Copy)
 	if deadRank >= 0 {
 		if v.canFailover() { // every replica of the shard is dead too
-			return v.errNoReplica(st, deadRank-v.s.groupLo, v.errDead(deadRank))
+			return v.errNoReplica(st, v.memberOf(deadRank), v.errDead(deadRank))
 		}
 		return v.errDead(deadRank)
 	}

@@ -66,9 +66,9 @@ type replicaState struct {
 func (s *Store) initReplicas() {
 	rs := &s.repl
 	rs.groups = s.world / s.width
-	rs.suspect = make([]atomic.Int64, s.world)
-	rs.from = make([]atomic.Int64, s.world)
-	rs.to = make([]atomic.Int64, s.world)
+	rs.suspect = make([]atomic.Int64, s.nranks)
+	rs.from = make([]atomic.Int64, s.nranks)
+	rs.to = make([]atomic.Int64, s.nranks)
 	if rs.groups < 2 {
 		return
 	}
@@ -119,7 +119,7 @@ func (s *Store) avoid(r int) bool {
 
 // suspectRank marks r as having missed the failover deadline.
 func (s *Store) suspectRank(r int) {
-	if r >= 0 && r < s.world {
+	if r >= 0 && r < s.nranks {
 		s.repl.suspect[r].Store(telemetry.Nanotime() + int64(suspectFactor*s.repl.after))
 	}
 }
@@ -127,7 +127,7 @@ func (s *Store) suspectRank(r int) {
 // replica returns the first rank holding shard o (of the home group) that
 // reads need not avoid, or -1. Only for variables with v.replicated.
 func (v *Var) replica(o int) int {
-	for _, r := range v.s.repl.alt[o] {
+	for _, r := range v.alt[o] {
 		if !v.s.avoid(r) {
 			return r
 		}
@@ -144,6 +144,23 @@ func (v *Var) shun(r int) bool {
 		return true
 	}
 	return v.replicated && s.repl.suspect[r].Load() != 0 && s.avoid(r)
+}
+
+// memberOf is the shard (home member index) rank r holds, or -1.
+func (v *Var) memberOf(r int) int {
+	for o, h := range v.home {
+		if h == r {
+			return o
+		}
+	}
+	for o, l := range v.alt {
+		for _, a := range l {
+			if a == r {
+				return o
+			}
+		}
+	}
+	return -1
 }
 
 // countFailover records that a read of owner's rows went to replica r.
@@ -168,7 +185,7 @@ func (v *Var) readTimeout(c *readCtx) time.Duration {
 	}
 	for i := range c.ops {
 		o := int(c.opMember[i])
-		if c.opRank[i] == v.s.home(o) {
+		if c.opRank[i] == v.home[o] {
 			continue // the owner: the replicas are untried
 		}
 		if v.replica(o) < 0 {
@@ -207,7 +224,7 @@ func (v *Var) retarget(c *readCtx, st *callStats, cause error) error {
 			if r2 < 0 {
 				return v.errNoReplica(st, o, cause)
 			}
-			owner := s.home(o)
+			owner := v.home[o]
 			rows := int64(len(op.Dst)) / v.rowBytes
 			v.countFailover(st, owner, r2, rows)
 			st.targets.Add(r2, rows)
@@ -243,7 +260,7 @@ func (v *Var) routeAvoided(c *readCtx, st *callStats, o int, off int64, d []byte
 		return c, false, nil
 	}
 	n := int64(len(d)) / v.rowBytes
-	v.countFailover(st, v.s.home(o), r, n)
+	v.countFailover(st, v.home[o], r, n)
 	st.targets.Add(r, n)
 	if src := v.rsrc[r]; src != nil {
 		copy(d, src[off:off+int64(len(d))])
@@ -292,7 +309,7 @@ func (c *readCtx) peerOf(r int) (fabric.Peer, error) {
 // it names the owner and every replica, and wraps the last failure.
 func (v *Var) errNoReplica(st *callStats, o int, cause error) error {
 	s := v.s
-	tried := append([]int{s.home(o)}, s.repl.alt[o]...)
+	tried := append([]int{v.home[o]}, v.alt[o]...)
 	kind := ErrPeerDead
 	if errors.Is(cause, fabric.ErrTimeout) {
 		kind = ErrTimeout
@@ -333,7 +350,7 @@ type FailoverStats struct {
 func (s *Store) Failovers() FailoverStats {
 	f := FailoverStats{From: map[int]int64{}, To: map[int]int64{}}
 	now := telemetry.Nanotime()
-	for r := 0; r < s.world; r++ {
+	for r := 0; r < s.nranks; r++ {
 		if n := s.repl.from[r].Load(); n > 0 {
 			f.From[r] = n
 			f.Reads += n

@@ -43,8 +43,11 @@ type Store struct {
 	job  string
 
 	rank, world, localRank int
-	width, groupLo         int
-	peers                  []peerInfo // by global rank
+	// nranks: the world plus the storage-only ranks joined to it (global
+	// ids world.. nranks-1; storage.go); the size of every per-rank table.
+	nranks         int
+	width, groupLo int
+	peers          []peerInfo // by global rank
 
 	fab *fabric.Fabric // nil when the group is on one node
 	tel *telemetry.Writer
@@ -57,7 +60,14 @@ type Store struct {
 
 	dead    deadSet
 	watcher *pidWatcher
-	repl    replicaState // failover to other width groups (replica.go)
+
+	// Storage-only ranks (storage.go): the join exchange with the other
+	// launch, the watcher of storage ranks on this machine, and a storage
+	// rank's own shards.
+	jx       bootstrap.Exchanger
+	swatcher *pidWatcher
+	stored   []storedShard
+	repl     replicaState // failover to other width groups (replica.go)
 
 	readersMu sync.Mutex
 	readers   map[*Reader]struct{}
@@ -102,7 +112,12 @@ func Open(o Options) (*Store, error) {
 	if s.job == "" {
 		s.job = fmt.Sprintf("p%d", os.Getpid())
 	}
-	if err := s.open(); err != nil {
+	if o.Role == RoleStorage {
+		err = s.openStorageRole()
+	} else if err = s.open(); err == nil && o.Storage.Ranks > 0 {
+		err = s.joinStorage()
+	}
+	if err != nil {
 		s.release()
 		return nil, err
 	}
@@ -121,6 +136,9 @@ func (o *Options) applyEnv() error {
 		return err
 	} else if set && !on {
 		o.DisableTelemetry = true
+	}
+	if err := o.applyStorageEnv(); err != nil {
+		return err
 	}
 	if on, set, err := envBool("DDSTORE_PROFILE"); err != nil {
 		return err
@@ -163,7 +181,8 @@ func (s *Store) open() error {
 		return errf(ErrInvalid, "Open", "", "world size %d is not a multiple of Width %d", s.world, s.width)
 	}
 	s.groupLo = s.rank / s.width * s.width
-	s.dead = newDeadSet(s.world)
+	s.nranks = s.world + max(o.Storage.Ranks, 0)
+	s.dead = newDeadSet(s.nranks)
 	empty := varMap{}
 	s.vars.Store(&empty)
 
@@ -337,8 +356,15 @@ func (s *Store) Width() int { return s.width }
 // Group is the index of this rank's width group.
 func (s *Store) Group() int { return s.rank / s.width }
 
-// home is the rank of member o of the group this rank reads from.
-func (s *Store) home(o int) int { return s.groupLo + o }
+// homeRanks are the ranks of this rank's width group, by member: where
+// the store's own variables are read from.
+func (s *Store) homeRanks() []int {
+	r := make([]int, s.width)
+	for i := range r {
+		r[i] = s.groupLo + i
+	}
+	return r
+}
 
 // Job is the job id used to name shard and telemetry files.
 func (s *Store) Job() string { return s.job }
@@ -351,11 +377,11 @@ func (s *Store) Fabric() *fabric.Fabric { return s.fab }
 
 // SameNode reports whether rank's shards are read through shared memory.
 func (s *Store) SameNode(rank int) bool {
-	return rank >= 0 && rank < s.world && s.peers[rank].sameNode
+	return rank >= 0 && rank < len(s.peers) && s.peers[rank].sameNode
 }
 
 // PeerDead reports whether rank is known to have exited or failed.
-func (s *Store) PeerDead(rank int) bool { return rank >= 0 && rank < s.world && s.dead.has(rank) }
+func (s *Store) PeerDead(rank int) bool { return rank >= 0 && rank < s.nranks && s.dead.has(rank) }
 
 // Close is collective: it waits for this rank's reads in flight, meets the
 // other ranks at a barrier (so nobody reads this rank's memory any more),
@@ -409,8 +435,17 @@ func (s *Store) Close() error {
 	if s.opts.Profile {
 		s.writeProfile(s.opts.ProfileOutput)
 	}
-	if err := s.ex.Barrier("close", s.opts.Timeout); err != nil {
+	if s.opts.Role == RoleStorage {
+		// Nothing reads a storage rank once the trainers closed the job
+		// (Serve): no barrier among the storage ranks, some may be dead.
+	} else if err := s.ex.Barrier("close", s.opts.Timeout); err != nil {
 		errs = append(errs, wrapBootstrap("close barrier", err))
+	}
+	if s.opts.Role != RoleStorage {
+		// Every trainer is done reading: let the storage ranks go.
+		if err := s.leaveStorage(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if len(busy) == 0 && len(pending) == 0 {
 		if err := s.release(); err != nil {
@@ -474,6 +509,22 @@ func (s *Store) release() error {
 		}
 	}
 	s.watcher.stop()
+	s.swatcher.stop()
+	for _, sh := range s.stored {
+		if sh.exp != nil {
+			if err := sh.exp.Close(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if err := sh.own.close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	s.stored = nil
+	if s.jx != nil {
+		s.jx.Close()
+		s.jx = nil
+	}
 	if s.fab != nil {
 		if err := s.fab.Close(); err != nil {
 			errs = append(errs, wrapf(nil, "Close", "", err, "fabric"))

@@ -62,6 +62,10 @@ type Var struct {
 	// and rremote are the other groups' shards by rank (mapped on this
 	// node, else read through the fabric).
 	replicated bool
+	storage    bool    // held by storage-only ranks (storage.go): no shard here
+	group      int     // storage variables: the home group's index
+	home       []int   // rank holding shard o that reads go to first (the home group)
+	alt        [][]int // by shard: the other groups' ranks holding it, in failover order
 	rsrc       [][]byte
 	rremote    []remoteShard
 	failovers  atomic.Int64 // rows served by a replica instead of their owner
@@ -180,6 +184,7 @@ func (s *Store) create(op, name string, dt DType, rowElems int, nLocal int64, lo
 	// Build the variable: map same-node shards, connect the shared reader.
 	v := &Var{s: s, name: name, dt: dt, rowElems: rowElems, rowBytes: me.RowBytes, nLocal: nLocal,
 		own: own, exp: exp, telID: -1}
+	v.home, v.alt = s.homeRanks(), s.repl.alt
 	v.offsets = make([]int64, s.width+1)
 	v.src = make([][]byte, s.width)
 	v.remote = make([]remoteShard, s.width)
@@ -259,11 +264,11 @@ func (s *Store) create(op, name string, dt DType, rowElems int, nLocal int64, lo
 // recorded in *localErr (the collective then fails on every rank).
 func (v *Var) addReplicas(metas []varMeta, localErr *error) (needFabric bool) {
 	s := v.s
-	v.rsrc = make([][]byte, s.world)
-	v.rremote = make([]remoteShard, s.world)
+	v.rsrc = make([][]byte, s.nranks)
+	v.rremote = make([]remoteShard, s.nranks)
 	home := s.rank / s.width
 	for r, m := range metas {
-		if r/s.width != home && m.NLocal != metas[s.home(r%s.width)].NLocal {
+		if r/s.width != home && m.NLocal != metas[s.groupLo+r%s.width].NLocal {
 			return false
 		}
 	}
@@ -395,13 +400,17 @@ func (s *Store) Query(name string) (VarInfo, error) {
 // Info describes the variable.
 func (v *Var) Info() VarInfo {
 	s := v.s
-	ranks := make([]int, s.width)
-	for i := range ranks {
-		ranks[i] = s.groupLo + i
+	ranks := append([]int(nil), v.home...)
+	start, group := int64(0), s.rank/s.width
+	if m := v.memberOf(s.rank); m >= 0 {
+		start = v.offsets[m]
+	}
+	if v.storage {
+		group = v.group
 	}
 	return VarInfo{Name: v.name, DType: v.dt, RowElems: v.rowElems, RowBytes: v.rowBytes,
-		GlobalRows: v.global, LocalRows: v.nLocal, LocalStart: v.offsets[s.rank-s.groupLo],
-		Shards: append([]int64(nil), v.offsets...), Group: s.rank / s.width, GroupRanks: ranks}
+		GlobalRows: v.global, LocalRows: v.nLocal, LocalStart: start,
+		Shards: append([]int64(nil), v.offsets...), Group: group, GroupRanks: ranks}
 }
 
 // Name is the variable's name.
@@ -432,6 +441,9 @@ func (s *Store) Update(name string, rows []byte, localOffset int64) error {
 // checkUpdate checks that rows are whole rows that fit in the local shard
 // at localOffset.
 func (v *Var) checkUpdate(op string, rows []byte, localOffset int64) error {
+	if v.storage {
+		return errf(ErrInvalid, op, v.name, "the variable is held by storage ranks; this rank has no shard of it")
+	}
 	if int64(len(rows))%v.rowBytes != 0 {
 		return errf(ErrDType, op, v.name, "%d bytes is not a multiple of the row size %d", len(rows), v.rowBytes)
 	}

@@ -1,0 +1,745 @@
+package engine
+
+// Storage-only ranks. A job may have ranks that hold shards and serve
+// reads but run no training: they open with Role "storage", load their
+// shards from files, and serve them (the fabric's progress thread answers
+// reads; the rank's own goroutine only waits in Serve) until the trainers
+// close the store. They come from a separate launch (a second ddrun, or a
+// second `srun --overlap` step on the training nodes), and meet the
+// trainers at a join rendezvous: a bootstrap exchange of trainers +
+// storage ranks whose root is trainer 0 (Storage.Addr, "host:port"), tied
+// together by a job name and a token (Storage.Job, Storage.Token) that
+// both launches give.
+//
+// Ranks. The trainers keep their launch's ranks 0..T-1 (Store.World is T;
+// Barrier, AllGather and AllReduceFloat32 stay among them); storage rank i
+// of its launch has the global id T+i, which errors, telemetry and
+// VarInfo.GroupRanks use.
+//
+// Layout. The S storage ranks form replica groups of Storage.Width ranks
+// (0: one group of S); member o of every group holds shard o, loaded from
+// the same file. A trainer reads from one home group, chosen as the group
+// with most ranks on its node (ties: trainer rank modulo the groups), and
+// fails over to the others (replica.go): same node first, then nearest.
+//
+// Files (Storage.Dir on the storage ranks): one directory per variable,
+// named after it, holding one file per shard:
+//
+//	DIR/<variable>/shard-<o>.npy   a NumPy array: shape (rows, ...), C order,
+//	                               dtype <i4 <i8 |u1 <f4 <f8 |b1 (or |V/|S
+//	                               bytes); a row is everything after axis 0
+//	DIR/<variable>/shard-<o>.bin   raw rows, with DIR/<variable>/meta.json:
+//	                               {"dtype": "float32", "row_elems": 784}
+//
+// Every storage rank loads every variable (sorted by name) for its member
+// o; a missing file is an Open error naming the rank and the path.
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ddstore/ddstore/engine/bootstrap"
+	"github.com/ddstore/ddstore/fabric"
+	"github.com/ddstore/ddstore/fabric/fault"
+)
+
+// Roles.
+const (
+	// RoleTrain (default, "" means it) runs training: it may Add its own
+	// variables and reads those of storage ranks.
+	RoleTrain = "train"
+	// RoleStorage holds shards loaded from Storage.Dir and serves reads
+	// until the job closes (Store.Serve); it runs no training.
+	RoleStorage = "storage"
+)
+
+// DefaultServeTimeout bounds Serve: the longest a storage rank waits for
+// the job to close.
+const DefaultServeTimeout = 7 * 24 * time.Hour
+
+// StorageOptions configure storage-only ranks (see storage.go). Trainers
+// set Ranks (> 0) to join them; storage ranks set Role "storage" in
+// Options, Ranks, Trainers and Dir. Both launches give the same Job,
+// Token, Addr and Width. Environment variables (applied by Open when the
+// field is zero): DDSTORE_ROLE, DDSTORE_STORAGE_RANKS,
+// DDSTORE_STORAGE_TRAINERS, DDSTORE_STORAGE_WIDTH, DDSTORE_STORAGE_JOB,
+// DDSTORE_STORAGE_TOKEN, DDSTORE_STORAGE_ADDR, DDSTORE_STORAGE_DATA.
+type StorageOptions struct {
+	Ranks    int    // storage-only ranks in the job; 0: none
+	Trainers int    // trainer ranks (required on storage ranks)
+	Width    int    // storage ranks per replica group; 0 = Ranks (one group)
+	Job      string // job name both launches give (required)
+	Token    string // job token both launches give; default Job
+	Addr     string // join rendezvous host:port; trainer 0 listens there (required)
+	Dir      string // storage ranks: directory of the shard files
+	// ServeTimeout bounds Serve (default DefaultServeTimeout).
+	ServeTimeout time.Duration
+}
+
+// applyStorageEnv fills zero storage fields from the environment.
+func (o *Options) applyStorageEnv() error {
+	str := func(dst *string, key string) {
+		if *dst == "" {
+			*dst = os.Getenv(key)
+		}
+	}
+	num := func(dst *int, key string) error {
+		v := strings.TrimSpace(os.Getenv(key))
+		if *dst != 0 || v == "" {
+			return nil
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return errf(ErrInvalid, "options", "", "environment variable %s=%q: want a count ≥ 0", key, v)
+		}
+		*dst = n
+		return nil
+	}
+	str(&o.Role, "DDSTORE_ROLE")
+	st := &o.Storage
+	str(&st.Job, "DDSTORE_STORAGE_JOB")
+	str(&st.Token, "DDSTORE_STORAGE_TOKEN")
+	str(&st.Addr, "DDSTORE_STORAGE_ADDR")
+	str(&st.Dir, "DDSTORE_STORAGE_DATA")
+	return errors.Join(num(&st.Ranks, "DDSTORE_STORAGE_RANKS"), num(&st.Trainers, "DDSTORE_STORAGE_TRAINERS"),
+		num(&st.Width, "DDSTORE_STORAGE_WIDTH"))
+}
+
+// validateStorage checks the role and storage options.
+func (o *Options) validateStorage() error {
+	st := &o.Storage
+	bad := func(format string, a ...any) error { return errf(ErrInvalid, "options", "", format, a...) }
+	switch o.Role {
+	case "", RoleTrain, RoleStorage:
+	default:
+		return bad("Role %q: want %q or %q", o.Role, RoleTrain, RoleStorage)
+	}
+	if st.Ranks < 0 || st.Trainers < 0 || st.Width < 0 || st.ServeTimeout < 0 {
+		return bad("Storage: negative Ranks, Trainers, Width or ServeTimeout")
+	}
+	if o.Role != RoleStorage && st.Ranks == 0 {
+		return nil
+	}
+	switch {
+	case st.Ranks == 0:
+		return bad("Role storage needs Storage.Ranks (DDSTORE_STORAGE_RANKS)")
+	case o.Role == RoleStorage && st.Trainers == 0:
+		return bad("Role storage needs Storage.Trainers (DDSTORE_STORAGE_TRAINERS)")
+	case o.Role == RoleStorage && st.Dir == "":
+		return bad("Role storage needs Storage.Dir (DDSTORE_STORAGE_DATA): the shard files")
+	case st.Job == "":
+		return bad("storage ranks need Storage.Job (DDSTORE_STORAGE_JOB): the name both launches give")
+	case st.Addr == "":
+		return bad("storage ranks need Storage.Addr (DDSTORE_STORAGE_ADDR): host:port of the join rendezvous (trainer 0 listens)")
+	case st.Width != 0 && st.Ranks%st.Width != 0:
+		return bad("Storage.Ranks %d is not a multiple of Storage.Width %d", st.Ranks, st.Width)
+	}
+	if st.Token == "" {
+		st.Token = st.Job
+	}
+	if st.ServeTimeout == 0 {
+		st.ServeTimeout = DefaultServeTimeout
+	}
+	return nil
+}
+
+// joinRecord is what every rank of the join exchange sends first.
+type joinRecord struct {
+	peerInfo
+	Role     string `json:"role"`
+	Job      string `json:"job"`
+	Trainers int    `json:"trainers"`
+	Storage  int    `json:"storage"`
+	Width    int    `json:"width"`
+}
+
+// joinVars is a storage rank's second record: its fabric address and the
+// shards it holds (trainers send an empty one).
+type joinVars struct {
+	Addr []byte    `json:"addr,omitempty"`
+	Vars []varMeta `json:"vars,omitempty"`
+	Err  string    `json:"err,omitempty"`
+}
+
+// connectJoin opens the join exchange: trainers are ranks 0..T-1, storage
+// rank i is T+i.
+func (s *Store) connectJoin(rank, trainers int) error {
+	st := &s.opts.Storage
+	method := "tcp"
+	jx, err := bootstrap.Connect(bootstrap.Options{Method: method, Addr: st.Addr, Token: st.Token,
+		Timeout: s.opts.Bootstrap.Timeout,
+		Env:     bootstrap.Env{Rank: rank, World: trainers + st.Ranks, LocalRank: s.localRank, Launcher: "join", Job: st.Job}})
+	if err != nil {
+		if r := fault.RanksOf(err); len(r) > 0 {
+			return wrapf(nil, "Open", "", err, "join rendezvous %s of job %q (%s; ranks ≥ %d are storage ranks %s)",
+				st.Addr, st.Job, fault.RankList(r), trainers, storageNames(r, trainers))
+		}
+		return wrapf(nil, "Open", "", err, "join rendezvous %s of job %q", st.Addr, st.Job)
+	}
+	s.jx = jx
+	return nil
+}
+
+// storageNames names join ranks ≥ trainers as "storage rank i".
+func storageNames(ranks []int, trainers int) string {
+	var parts []string
+	for _, r := range ranks {
+		if r >= trainers {
+			parts = append(parts, strconv.Itoa(r-trainers))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// joinGather all-gathers mine over the join exchange and decodes every
+// record into out[r] (a slice of the join world's length).
+func (s *Store) joinGather(tag string, mine any, decode func(r int, b []byte) error) error {
+	b, err := json.Marshal(mine)
+	if err != nil {
+		return wrapf(ErrInvalid, "Open", "", err, "%s: encode", tag)
+	}
+	blobs, err := s.jx.AllGather(tag, b, s.opts.Bootstrap.Timeout)
+	if err != nil {
+		return wrapf(nil, "Open", "", err, "join %s", tag)
+	}
+	for r, blob := range blobs {
+		if err := decode(r, blob); err != nil {
+			return &Error{Op: "Open", Kind: ErrMismatch, Ranks: []int{r}, Detail: "bad join record " + tag, Err: err}
+		}
+	}
+	return nil
+}
+
+// checkJoin returns an error naming the ranks whose job name or counts
+// differ from rank 0's.
+func checkJoin(recs []joinRecord) error {
+	var bad []int
+	for r, x := range recs {
+		if x.Job != recs[0].Job || x.Trainers != recs[0].Trainers || x.Storage != recs[0].Storage || x.Width != recs[0].Width {
+			bad = append(bad, r)
+		}
+	}
+	if len(bad) > 0 {
+		x := recs[bad[0]]
+		return &Error{Op: "Open", Kind: ErrMismatch, Ranks: bad, Detail: fmt.Sprintf(
+			"join: job %q with %d trainers, %d storage ranks of width %d, rank 0 says job %q, %d, %d, %d",
+			x.Job, x.Trainers, x.Storage, x.Width, recs[0].Job, recs[0].Trainers, recs[0].Storage, recs[0].Width)}
+	}
+	return nil
+}
+
+func nodeRecord(o *Options, id int) peerInfo {
+	host, _ := os.Hostname()
+	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	me := peerInfo{Host: host, BootID: strings.TrimSpace(string(boot)), Pid: os.Getpid()}
+	me.Node = me.Host + "/" + me.BootID
+	if o.NodeMode == NodeModeFabric {
+		me.Node = fmt.Sprintf("%s/join%d", me.Node, id)
+	}
+	return me
+}
+
+// joinStorage is the trainer's side of the join (Open, after the
+// trainers' own rounds): learn the storage ranks, connect to them, and
+// create a variable for every shard set they hold.
+func (s *Store) joinStorage() error {
+	o := &s.opts
+	T, S := s.world, o.Storage.Ranks
+	width := o.Storage.Width
+	if width == 0 {
+		width = S
+	}
+	if err := s.connectJoin(s.rank, T); err != nil {
+		return err
+	}
+	me := nodeRecord(o, s.rank)
+	if o.NodeMode == NodeModeFabric {
+		me.Node = s.peers[s.rank].Node // as in the trainers' own round
+	}
+	mine := joinRecord{peerInfo: me, Role: RoleTrain, Job: o.Storage.Job, Trainers: T, Storage: S, Width: width}
+	recs := make([]joinRecord, T+S)
+	if err := s.joinGather("join-node", mine, func(r int, b []byte) error { return json.Unmarshal(b, &recs[r]) }); err != nil {
+		return err
+	}
+	if err := checkJoin(recs); err != nil {
+		return err
+	}
+	needFabric := false
+	for i := 0; i < S; i++ {
+		p := recs[T+i].peerInfo
+		p.sameNode = p.Node == s.peers[s.rank].Node
+		p.sameMachine = p.Host == s.peers[s.rank].Host && p.BootID == s.peers[s.rank].BootID
+		s.peers = append(s.peers, p)
+		needFabric = needFabric || !p.sameNode
+	}
+	var localErr error
+	if needFabric && s.fab == nil {
+		if s.fab, localErr = fabric.Open(o.Fabric); localErr != nil {
+			localErr = wrapf(nil, "Open", "", localErr, "fabric for the storage ranks")
+		}
+	}
+	vars := make([]joinVars, T+S)
+	mineVars := joinVars{}
+	if localErr != nil {
+		mineVars.Err = localErr.Error()
+	}
+	if err := s.joinGather("join-vars", mineVars, func(r int, b []byte) error { return json.Unmarshal(b, &vars[r]) }); err != nil {
+		return err
+	}
+	var failed []int
+	for r, x := range vars {
+		if x.Err != "" {
+			failed = append(failed, r)
+		}
+		if r >= T {
+			s.peers[r].Addr = x.Addr
+		}
+	}
+	if localErr != nil {
+		return localErr
+	}
+	if len(failed) > 0 {
+		return &Error{Op: "Open", Kind: ErrMismatch, Ranks: failed, Detail: "join failed on " + fault.RankList(failed) + ": " + vars[failed[0]].Err}
+	}
+	// Watch the storage ranks on this machine: a dead one's rows fail over
+	// at once.
+	var ranks, pids []int
+	for r := T; r < T+S; r++ {
+		if s.peers[r].sameMachine {
+			ranks, pids = append(ranks, r), append(pids, s.peers[r].Pid)
+		}
+	}
+	if len(ranks) > 0 {
+		w, err := watchPeers(&s.dead, ranks, pids)
+		if err != nil {
+			return wrapf(nil, "Open", "", err, "storage peer watcher")
+		}
+		s.swatcher = w
+	}
+	if s.repl.after == 0 && S > width {
+		s.repl.after = o.FailoverAfter
+		if s.repl.after <= 0 {
+			s.repl.after = DefaultFailoverAfter
+		}
+	}
+	return s.storageVars(vars, T, S, width)
+}
+
+// storageVars creates the trainer's view of every variable the storage
+// ranks hold: home group, shard offsets, mapped or remote shards, replicas.
+func (s *Store) storageVars(vars []joinVars, T, S, width int) error {
+	groups := S / width
+	// Home group: most members on this node; ties go to rank mod groups.
+	home, best := s.rank%groups, -1
+	for k := 0; k < groups; k++ {
+		h := (s.rank + k) % groups
+		n := 0
+		for o := 0; o < width; o++ {
+			if s.peers[T+h*width+o].sameNode {
+				n++
+			}
+		}
+		if n > best {
+			home, best = h, n
+		}
+	}
+	ref := vars[T].Vars
+	for i := 1; i < S; i++ {
+		got := vars[T+i].Vars
+		if len(got) != len(ref) {
+			return &Error{Op: "Open", Kind: ErrMismatch, Ranks: []int{T, T + i},
+				Detail: fmt.Sprintf("storage ranks 0 and %d hold %d and %d variables", i, len(ref), len(got))}
+		}
+		for k := range got {
+			a, b := ref[k], got[k]
+			if a.Name != b.Name || a.DType != b.DType || a.RowElems != b.RowElems {
+				return &Error{Op: "Open", Kind: ErrMismatch, Ranks: []int{T, T + i}, Var: a.Name,
+					Detail: fmt.Sprintf("storage rank 0 holds %q %s×%d, storage rank %d %q %s×%d",
+						a.Name, a.DType, a.RowElems, i, b.Name, b.DType, b.RowElems)}
+			}
+		}
+	}
+	rankOf := func(h, o int) int { return T + h*width + o }
+	for k, m0 := range ref {
+		v := &Var{s: s, name: m0.Name, dt: m0.DType, rowElems: m0.RowElems, rowBytes: m0.RowBytes, telID: -1,
+			storage: true, group: home}
+		v.home = make([]int, width)
+		v.offsets = make([]int64, width+1)
+		v.src = make([][]byte, width)
+		v.remote = make([]remoteShard, width)
+		v.rsrc = make([][]byte, s.nranks)
+		v.rremote = make([]remoteShard, s.nranks)
+		v.alt = make([][]int, width)
+		v.replicated = groups > 1
+		needFabric := false
+		for o := 0; o < width; o++ {
+			r := rankOf(home, o)
+			m := vars[r].Vars[k]
+			v.home[o] = r
+			v.offsets[o+1] = v.offsets[o] + m.NLocal
+			for h := 0; h < groups; h++ {
+				if vars[rankOf(h, o)].Vars[k].NLocal != m.NLocal {
+					v.replicated = false
+				}
+				if h != home {
+					v.alt[o] = append(v.alt[o], rankOf(h, o))
+				}
+			}
+			sort.SliceStable(v.alt[o], func(i, j int) bool {
+				a, b := v.alt[o][i], v.alt[o][j]
+				if sa, sb := s.peers[a].sameNode, s.peers[b].sameNode; sa != sb {
+					return sa
+				}
+				da, db := abs((a-T)/width-home), abs((b-T)/width-home)
+				if da != db {
+					return da < db
+				}
+				return a < b
+			})
+		}
+		v.global = v.offsets[width]
+		// Shards: mapped when on this node, else through the fabric.
+		for h := 0; h < groups; h++ {
+			if h != home && !v.replicated {
+				continue
+			}
+			for o := 0; o < width; o++ {
+				r := rankOf(h, o)
+				m := vars[r].Vars[k]
+				var src []byte
+				if s.peers[r].sameNode {
+					f, err := openShard(m.Path, r, m.NLocal*m.RowBytes)
+					if err != nil {
+						v.release()
+						return wrapf(nil, "Open", m0.Name, err, "storage rank %d's shard", r-T)
+					}
+					v.mapped = append(v.mapped, f)
+					src = f.data
+				} else {
+					needFabric = true
+				}
+				if h == home {
+					v.src[o], v.remote[o] = src, remoteShard{key: m.Key, base: m.Base}
+				} else {
+					v.rsrc[r], v.rremote[r] = src, remoteShard{key: m.Key, base: m.Base}
+				}
+			}
+		}
+		if needFabric {
+			var err error
+			if v.shared, err = s.newReadCtx(0); err != nil {
+				v.release()
+				return err
+			}
+		}
+		if s.tel != nil {
+			if id, err := s.tel.AddVar(v.name, v.dt.String(), v.rowBytes, v.global, 0); err == nil {
+				v.telID = int32(id)
+			}
+		}
+		s.publish(func(m varMap) { m[v.name] = v })
+	}
+	return nil
+}
+
+// leaveStorage ends the join at Close: every trainer and storage rank
+// meets at the job-close barrier (storage ranks then leave Serve). A
+// failure that names only storage ranks known dead is not an error of the
+// job.
+func (s *Store) leaveStorage() error {
+	if s.jx == nil {
+		return nil
+	}
+	err := s.jx.Barrier("job-close", s.opts.Timeout)
+	if err != nil {
+		all := true
+		for _, r := range fault.RanksOf(err) {
+			all = all && r >= s.world && s.dead.has(r)
+		}
+		if all && len(fault.RanksOf(err)) > 0 {
+			err = nil
+		}
+	}
+	if cerr := s.jx.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	s.jx = nil
+	if err != nil {
+		return wrapf(nil, "Close", "", err, "job-close barrier with the storage ranks")
+	}
+	return nil
+}
+
+// ---- storage rank ----
+
+// storedShard is one variable's shard on a storage rank.
+type storedShard struct {
+	own *shardFile
+	exp *fabric.Export
+}
+
+// openStorageRole is Open for Role "storage": join the trainers, load the
+// shards from Storage.Dir, export them, and tell the trainers where they
+// are. The store then only serves (Serve, Close).
+func (s *Store) openStorageRole() error {
+	o := &s.opts
+	st := &o.Storage
+	if s.world != st.Ranks {
+		return errf(ErrInvalid, "Open", "", "storage launch has %d ranks, Storage.Ranks says %d", s.world, st.Ranks)
+	}
+	width := st.Width
+	if width == 0 {
+		width = st.Ranks
+	}
+	T := st.Trainers
+	s.nranks = T + st.Ranks
+	s.dead = newDeadSet(s.nranks)
+	empty := varMap{}
+	s.vars.Store(&empty)
+	id := T + s.rank
+	if err := s.connectJoin(id, T); err != nil {
+		return err
+	}
+	me := nodeRecord(o, id)
+	mine := joinRecord{peerInfo: me, Role: RoleStorage, Job: st.Job, Trainers: T, Storage: st.Ranks, Width: width}
+	recs := make([]joinRecord, T+st.Ranks)
+	if err := s.joinGather("join-node", mine, func(r int, b []byte) error { return json.Unmarshal(b, &recs[r]) }); err != nil {
+		return err
+	}
+	if err := checkJoin(recs); err != nil {
+		return err
+	}
+	needFabric := false
+	for r := 0; r < T; r++ {
+		needFabric = needFabric || recs[r].Node != me.Node
+	}
+	var localErr error
+	var out joinVars
+	if needFabric {
+		if s.fab, localErr = fabric.Open(o.Fabric); localErr == nil {
+			out.Addr = s.fab.Address()
+		}
+	}
+	if localErr == nil {
+		out.Vars, localErr = s.loadShards(st.Dir, s.rank%width)
+	}
+	if localErr != nil {
+		out.Err = localErr.Error()
+	}
+	vars := make([]joinVars, T+st.Ranks)
+	if err := s.joinGather("join-vars", out, func(r int, b []byte) error { return json.Unmarshal(b, &vars[r]) }); err != nil {
+		return err
+	}
+	if localErr != nil {
+		return localErr
+	}
+	for r, x := range vars {
+		if x.Err != "" {
+			return &Error{Op: "Open", Kind: ErrMismatch, Ranks: []int{r}, Detail: "join failed on rank " + strconv.Itoa(r) + ": " + x.Err}
+		}
+	}
+	return nil
+}
+
+// loadShards loads member o's shard of every variable under dir.
+func (s *Store) loadShards(dir string, o int) ([]varMeta, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, wrapf(ErrInvalid, "Open", "", err, "storage data directory")
+	}
+	var names []string
+	for _, e := range ents {
+		if e.IsDir() {
+			names = append(names, e.Name())
+		}
+	}
+	sort.Strings(names)
+	if len(names) == 0 {
+		return nil, errf(ErrInvalid, "Open", "", "storage data directory %s holds no variable directory", dir)
+	}
+	var metas []varMeta
+	for seq, name := range names {
+		dt, rowElems, rows, err := readShardFile(filepath.Join(dir, name), o)
+		if err != nil {
+			return nil, wrapf(nil, "Open", name, err, "storage rank %d (shard %d)", s.rank, o)
+		}
+		rb := int64(rowElems) * int64(dt.Size())
+		f, err := createShard(s.opts.ShardDir, shardName(s.opts.Storage.Job+"-storage", s.rank, seq, name), name, int64(len(rows)))
+		if err != nil {
+			return nil, err
+		}
+		copy(f.data, rows)
+		sh := storedShard{own: f}
+		m := varMeta{Op: "storage", Name: name, DType: dt, RowElems: rowElems, RowBytes: rb,
+			NLocal: int64(len(rows)) / rb, Path: f.path}
+		if s.fab != nil {
+			if sh.exp, err = s.fab.Export(f.mem); err != nil {
+				f.close()
+				return nil, wrapf(nil, "Open", name, err, "fabric export of %d bytes", len(f.mem))
+			}
+			m.Key, m.Base = sh.exp.Key(), sh.exp.Base()
+		}
+		s.stored = append(s.stored, sh)
+		metas = append(metas, m)
+	}
+	return metas, nil
+}
+
+// readShardFile reads shard o of the variable in dir: shard-<o>.npy, or
+// shard-<o>.bin with meta.json. It returns the dtype, elements per row and
+// the rows' bytes.
+func readShardFile(dir string, o int) (DType, int, []byte, error) {
+	npy := filepath.Join(dir, fmt.Sprintf("shard-%d.npy", o))
+	if b, err := os.ReadFile(npy); err == nil {
+		return parseNPY(npy, b)
+	}
+	bin := filepath.Join(dir, fmt.Sprintf("shard-%d.bin", o))
+	b, err := os.ReadFile(bin)
+	if err != nil {
+		return 0, 0, nil, errf(ErrInvalid, "load", "", "neither %s nor %s can be read: %v", npy, bin, err)
+	}
+	var meta struct {
+		DType    string `json:"dtype"`
+		RowElems int    `json:"row_elems"`
+	}
+	mb, err := os.ReadFile(filepath.Join(dir, "meta.json"))
+	if err == nil {
+		err = json.Unmarshal(mb, &meta)
+	}
+	if err != nil {
+		return 0, 0, nil, errf(ErrInvalid, "load", "", "%s needs %s: %v", bin, filepath.Join(dir, "meta.json"), err)
+	}
+	dt, err := ParseDType(meta.DType)
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	if meta.RowElems <= 0 || len(b)%(meta.RowElems*dt.Size()) != 0 {
+		return 0, 0, nil, errf(ErrDType, "load", "", "%s: %d bytes is not whole rows of %d × %s", bin, len(b), meta.RowElems, dt)
+	}
+	return dt, meta.RowElems, b, nil
+}
+
+// npyTypes maps NumPy dtype descriptors (little-endian or not applicable)
+// onto DTypes.
+var npyTypes = map[string]DType{"<i4": Int32, "<i8": Int64, "|u1": Uint8, "<f4": Float32, "<f8": Float64, "|b1": Bool, "|i1": Bytes}
+
+// parseNPY reads a .npy file (format 1.0, 2.0 or 3.0, C order).
+func parseNPY(path string, b []byte) (DType, int, []byte, error) {
+	bad := func(format string, a ...any) (DType, int, []byte, error) {
+		return 0, 0, nil, errf(ErrDType, "load", "", "%s: %s", path, fmt.Sprintf(format, a...))
+	}
+	if len(b) < 10 || !bytes.Equal(b[:6], []byte("\x93NUMPY")) {
+		return bad("not a .npy file")
+	}
+	var hlen, start int
+	switch b[6] {
+	case 1:
+		hlen, start = int(binary.LittleEndian.Uint16(b[8:10])), 10
+	case 2, 3:
+		if len(b) < 12 {
+			return bad("truncated header")
+		}
+		hlen, start = int(binary.LittleEndian.Uint32(b[8:12])), 12
+	default:
+		return bad("format version %d.%d", b[6], b[7])
+	}
+	if start+hlen > len(b) {
+		return bad("header of %d bytes past the end", hlen)
+	}
+	h := string(b[start : start+hlen])
+	field := func(key string) string {
+		i := strings.Index(h, "'"+key+"':")
+		if i < 0 {
+			return ""
+		}
+		rest := strings.TrimSpace(h[i+len(key)+3:])
+		if strings.HasPrefix(rest, "(") {
+			return rest[1:strings.IndexByte(rest, ')')]
+		}
+		end := strings.IndexAny(rest, ",}")
+		if end < 0 {
+			return ""
+		}
+		return strings.Trim(strings.TrimSpace(rest[:end]), "'")
+	}
+	descr := field("descr")
+	dt, ok := npyTypes[descr]
+	if !ok && (strings.HasPrefix(descr, "|V") || strings.HasPrefix(descr, "|S")) {
+		dt, ok = Bytes, true
+	}
+	if !ok {
+		return bad("dtype %q (want <i4 <i8 |u1 <f4 <f8 |b1, or |V/|S bytes)", descr)
+	}
+	if field("fortran_order") != "False" {
+		return bad("Fortran order")
+	}
+	var dims []int
+	for _, d := range strings.Split(field("shape"), ",") {
+		if d = strings.TrimSpace(d); d == "" {
+			continue
+		}
+		n, err := strconv.Atoi(d)
+		if err != nil || n < 0 {
+			return bad("shape %q", field("shape"))
+		}
+		dims = append(dims, n)
+	}
+	if len(dims) == 0 {
+		return bad("a 0-d array has no rows")
+	}
+	elems := 1
+	for _, d := range dims[1:] {
+		elems *= d
+	}
+	if dt == Bytes && descr != "|i1" {
+		n, _ := strconv.Atoi(descr[2:])
+		elems *= n
+	}
+	data := b[start+hlen:]
+	if want := dims[0] * elems * dt.Size(); len(data) != want {
+		return bad("%d data bytes, shape %v wants %d", len(data), dims, want)
+	}
+	return dt, elems, data, nil
+}
+
+// Serve is what a storage rank does after Open: it serves reads (the
+// fabric's progress thread answers them) until every trainer has closed
+// the store, or Storage.ServeTimeout passes, then releases everything.
+// It returns nil when the job closed normally. Only for Role "storage".
+func (s *Store) Serve() error {
+	if s.opts.Role != RoleStorage {
+		return errf(ErrInvalid, "Serve", "", "Serve is for Role %q ranks", RoleStorage)
+	}
+	err := s.jx.Barrier("job-close", s.opts.Storage.ServeTimeout)
+	// The trainers run no join collective between Open and Close, so an
+	// abort that names only storage ranks comes at the trainers' Close:
+	// another storage rank died during the job (its reads failed over),
+	// and the job closed without it.
+	if ranks := fault.RanksOf(err); err != nil && len(ranks) > 0 && ranks[0] >= s.opts.Storage.Trainers {
+		err = nil
+	}
+	if err != nil {
+		err = wrapf(nil, "Serve", "", err, "waiting for the job to close")
+	}
+	return errors.Join(err, s.Close())
+}
+
+// Role is the rank's role: "train" or "storage".
+func (s *Store) Role() string {
+	if s.opts.Role == RoleStorage {
+		return RoleStorage
+	}
+	return RoleTrain
+}
