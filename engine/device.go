@@ -40,10 +40,16 @@ const (
 	GPUSyncDevice = "device"
 )
 
-// GPUDirect modes (GPUOptions.Direct, config gpu.direct).
+// GPUDirect modes (GPUOptions.Direct, config gpu.direct): whether fabric
+// reads may go straight into device memory. The decision is a probe
+// registration of device memory with the provider (fabric.Reader.ProbeDevice),
+// never the advertised capabilities, made at the first device read and
+// reported by Store.GPUDirect. This build has no direct read path yet:
+// every read stages through pinned host memory, and a probe that succeeds
+// says so (auto) or fails the read (on).
 const (
-	GPUDirectAuto = "auto" // read straight into device memory where a probe registration succeeds
-	GPUDirectOn   = "on"   // require it: a failed probe is an error
+	GPUDirectAuto = "auto" // probe; stage when it fails
+	GPUDirectOn   = "on"   // require it: with a fabric, a failed probe fails device reads
 	GPUDirectOff  = "off"  // always stage through pinned host memory
 )
 
@@ -154,6 +160,11 @@ type storeGPU struct {
 	shared *devCtx // the Store's own device path, made at its first use
 
 	sharedMu sync.Mutex // serialises Store-level device reads (timed as lock wait)
+
+	directDone bool   // the GPUDirect decision is made (under mu)
+	direct     bool   // fabric reads go straight to device memory
+	directWhy  string // why (not)
+	directErr  error  // gpu.direct: on and the probe said no
 }
 
 // Device returns the store's GPU, opening it at the first call as
@@ -248,9 +259,79 @@ type devCtx struct {
 	sync   bool // GPUSyncDevice
 }
 
+// GPUDirect reports whether device reads go straight from the fabric into
+// device memory, and why (not). The decision is made at the first device
+// read (gpu.direct: auto probes, on requires the probe to succeed, off
+// stages always); before that, the reason says so.
+func (s *Store) GPUDirect() (bool, string) {
+	g := &s.gpu
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.directDone {
+		return false, "not decided: no device read yet"
+	}
+	return g.direct, g.directWhy
+}
+
+// decideDirect makes the GPUDirect decision once: the capabilities are not
+// trusted, a probe registration of device memory with the provider
+// decides (fabric.Reader.ProbeDevice). The direct data path itself is not
+// implemented yet, so a successful probe still stages (auto) or fails
+// (on) saying so; every read stages through pinned host memory.
+func (s *Store) decideDirect(dev *gpu.Device) error {
+	g := &s.gpu
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.directDone {
+		return g.directErr
+	}
+	g.directDone = true
+	mode := s.opts.GPU.Direct
+	why, probed := "", false
+	switch {
+	case mode == GPUDirectOff:
+		why = "gpu.direct is off"
+	case s.fab == nil:
+		why = "no fabric: every peer's rows are mapped on this node"
+	default:
+		why, probed = s.probeDirect(dev), true
+	}
+	if probed && why == "" {
+		why = fmt.Sprintf("provider %s can register %s memory, but this build has no direct read path yet: reads stage through pinned host memory",
+			s.fab.Info().Provider, dev.Runtime)
+	}
+	g.directWhy = why
+	if mode == GPUDirectOn && probed { // with no fabric, there is no fabric read to make direct
+		g.directErr = fault.New(fault.ErrInvalid, "GPUDirect", "gpu.direct is on: %s", why)
+	}
+	return g.directErr
+}
+
+// probeDirect registers a scratch device buffer with a throwaway fabric
+// reader; "" means the probe succeeded, else why it failed.
+func (s *Store) probeDirect(dev *gpu.Device) string {
+	buf, err := dev.Alloc(64 << 10)
+	if err != nil {
+		return "probe: " + err.Error()
+	}
+	defer buf.Free()
+	fr, err := s.fab.NewReader()
+	if err != nil {
+		return "probe: " + err.Error()
+	}
+	defer fr.Close()
+	if err := fr.ProbeDevice(uint64(buf.Ptr()), buf.Len(), string(dev.Runtime), dev.Index); err != nil {
+		return "probe failed: " + err.Error()
+	}
+	return ""
+}
+
 func (s *Store) newDevCtx() (*devCtx, error) {
 	dev, err := s.Device()
 	if err != nil {
+		return nil, err
+	}
+	if err := s.decideDirect(dev); err != nil {
 		return nil, err
 	}
 	n := s.opts.GPU.StageBytes

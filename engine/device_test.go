@@ -80,7 +80,7 @@ func gpuParams(t testing.TB, runtime string, params map[string]string) map[strin
 // (storeOptions applies them to every test store; device reads open the
 // GPU only when called).
 func gpuOptionsFrom(params map[string]string) GPUOptions {
-	g := GPUOptions{Device: params["GPUDEV"], Sync: params["GPUSYNC"], StageBytes: 16 << 10}
+	g := GPUOptions{Device: params["GPUDEV"], Sync: params["GPUSYNC"], Direct: params["GPUDIRECT"], StageBytes: 16 << 10}
 	if v, err := strconv.Atoi(params["STAGE"]); err == nil {
 		g.StageBytes = v
 	}
@@ -833,6 +833,96 @@ func TestDeviceLoader(t *testing.T) {
 		t.Run("workers="+workers, func(t *testing.T) {
 			params := gpuParams(t, "cuda", map[string]string{"MODE": "tcp", "WORKERS": workers})
 			spawnRanks(t, 2, "gpuloader", params, 120*time.Second, nil)
+		})
+	}
+}
+
+func init() { scenarios["gpudirect"] = scenarioGPUDirect }
+
+// scenarioGPUDirect: the GPUDirect decision (GPUDIRECT) against this
+// machine's providers, none of which can register device memory: auto
+// stages and says why (WHY), on fails the device read naming the probe's
+// answer (unless no fabric read is needed at all); host reads work
+// either way.
+func scenarioGPUDirect(w *worker) error {
+	s, err := w.open()
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	spec := gpuSpec(3072)
+	if err := addPattern(s, spec); err != nil {
+		return err
+	}
+	dev, err := s.Device()
+	if err != nil {
+		return err
+	}
+	buf, err := dev.Alloc(4 * 3072)
+	if err != nil {
+		return err
+	}
+	defer buf.Free()
+	if on, why := s.GPUDirect(); on || !strings.Contains(why, "not decided") {
+		return fmt.Errorf("before any device read: GPUDirect() = %v, %q", on, why)
+	}
+	info, err := s.Query(spec.name)
+	if err != nil {
+		return err
+	}
+	idx := []int64{info.GlobalRows - 1, 0, 1, info.GlobalRows - 2}
+	readErr := s.GetBatchDevice(spec.name, idx, buf, 0)
+	on, why := s.GPUDirect()
+	w.logf("gpu.direct %s: read %v; GPUDirect() = %v, %q", w.param("GPUDIRECT", "auto"), readErr, on, why)
+	if on || !strings.Contains(why, w.param("WHY", "")) {
+		return fmt.Errorf("GPUDirect() = %v, %q: want false naming %q", on, why, w.param("WHY", ""))
+	}
+	switch w.param("GPUDIRECT", "auto") + "/" + w.mode {
+	case GPUDirectOn + "/tcp", GPUDirectOn + "/shm":
+		if !errors.Is(readErr, fault.ErrInvalid) || !strings.Contains(readErr.Error(), "gpu.direct is on") || !strings.Contains(readErr.Error(), w.param("WHY", "")) {
+			return fmt.Errorf("gpu.direct on: device read: %v, want an error naming the probe's answer", readErr)
+		}
+	default:
+		if readErr != nil {
+			return readErr
+		}
+		host := make([]byte, buf.Len())
+		check, err := dev.NewStream()
+		if err != nil {
+			return err
+		}
+		defer check.Close()
+		if err := check.ReadBack(host, buf, 0); err != nil {
+			return err
+		}
+		if err := checkRows(host, spec.rowBytes, spec.salt(s.Group()), idx); err != nil {
+			return err
+		}
+	}
+	host := make([]byte, len(idx)*3072)
+	if err := s.GetBatch(spec.name, idx, host); err != nil {
+		return err
+	}
+	if err := checkRows(host, spec.rowBytes, spec.salt(s.Group()), idx); err != nil {
+		return err
+	}
+	if err := s.Barrier(); err != nil {
+		return err
+	}
+	return s.Close()
+}
+
+func TestGPUDirect(t *testing.T) {
+	for _, c := range []struct{ mode, direct, why string }{
+		{"tcp", GPUDirectAuto, "fi_getinfo with FI_HMEM"},
+		{"shm", GPUDirectAuto, "fi_mr_regattr of device memory"}, // shm offers FI_HMEM; the probe says no
+		{"tcp", GPUDirectOn, "fi_getinfo with FI_HMEM"},
+		{"shm", GPUDirectOff, "gpu.direct is off"},
+		{"local", GPUDirectOn, "no fabric"},
+	} {
+		t.Run(c.mode+"/direct="+c.direct, func(t *testing.T) {
+			params := gpuParams(t, "cuda", map[string]string{"MODE": c.mode, "GPUDIRECT": c.direct, "WHY": c.why})
+			spawnRanks(t, 2, "gpudirect", params, 60*time.Second, nil)
 		})
 	}
 }
