@@ -821,7 +821,7 @@ func scenarioKill(w *worker) error {
 	t1 := time.Now()
 	err = s.Close()
 	w.logf("Close after the kill took %v: %v", time.Since(t1).Round(time.Millisecond), err)
-	if time.Since(t1) > 20*time.Second {
+	if time.Since(t1) > 40*time.Second { // Timeout 4s: the barrier gives up long before
 		return fmt.Errorf("Close took %v", time.Since(t1))
 	}
 	return nil
@@ -880,7 +880,7 @@ func TestKilledRank(t *testing.T) {
 	for _, mode := range []string{"local", "tcp", "shm"} {
 		t.Run("path="+mode, func(t *testing.T) {
 			res := spawnRanks(t, 4, "kill", map[string]string{"MODE": mode, "FTIMEOUT": "2s", "TIMEOUT": "4s",
-				"DEADLINE_S": "8"}, 90*time.Second,
+				"DEADLINE_S": "30"}, 120*time.Second,
 				func(r rankResult) bool { return r.rank == 3 && killedBySignal(r.err, syscall.SIGKILL) })
 			if !killedBySignal(res[3].err, syscall.SIGKILL) {
 				t.Errorf("rank 3 was not killed: %v\n%s", res[3].err, res[3].output)

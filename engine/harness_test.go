@@ -160,15 +160,23 @@ func testJob(tag string) string {
 	return fmt.Sprintf("t%s-%d-%d", tag, os.Getpid(), rand.Int63()%1_000_000)
 }
 
+// hangGuardScale stretches the scenarios' hang guards: each scenario's
+// deadline is about 5-10× what it takes on an idle machine, and 2 busy
+// loops plus the other test packages on 2 cores stretch a run about 3×.
+const hangGuardScale = 3
+
 // spawnRanks starts n ranks of scenario and waits (deadline timeout) for
 // all of them; it fails the test when one does not exit 0, unless allow
 // accepts its result. It checks that no shard file of the job is left.
+// The deadline is a hang guard, not a measurement: it is stretched by
+// hangGuardScale so that it holds on a loaded 2-core machine.
 func spawnRanks(t testing.TB, n int, scenario string, params map[string]string, timeout time.Duration,
 	allow func(r rankResult) bool) []rankResult {
 	t.Helper()
 	port := freePort(t)
 	job := testJob(scenario)
 	teldir := t.TempDir()
+	timeout *= hangGuardScale
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cmds := make([]*exec.Cmd, n)

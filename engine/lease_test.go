@@ -125,7 +125,15 @@ func leaseChecks(s *Store, global int64, rank int) error {
 		return err
 	}
 	defer l2.Close()
-	l2.readers[0] = slowAt{l2.readers[0], sampler(global, loaderWorld, rank, 3, 0, true, false)[batch], 400 * time.Millisecond}
+	// The batch stalls until NextWithin has said "not ready" three times
+	// (a minute at most), whatever the load.
+	release := make(chan struct{})
+	defer func() {
+		if release != nil {
+			close(release)
+		}
+	}()
+	l2.readers[0] = slowAt{l2.readers[0], sampler(global, loaderWorld, rank, 3, 0, true, false)[batch], time.Minute, release}
 	e2, err := l2.Epoch(0)
 	if err != nil {
 		return err
@@ -134,7 +142,10 @@ func leaseChecks(s *Store, global int64, rank int) error {
 	for n := 0; n < 2; {
 		b, err := e2.NextWithin(20 * time.Millisecond)
 		if errors.Is(err, ErrNotReady) {
-			notReady++
+			if notReady++; notReady == 3 {
+				close(release)
+				release = nil
+			}
 			continue
 		}
 		if err != nil {
@@ -150,7 +161,7 @@ func leaseChecks(s *Store, global int64, rank int) error {
 		n++
 	}
 	if notReady < 3 {
-		return fmt.Errorf("NextWithin(20ms) on a batch stalled 400ms: %d ErrNotReady, want several", notReady)
+		return fmt.Errorf("NextWithin(20ms) on a stalled batch: %d ErrNotReady, want several", notReady)
 	}
 
 	// A user sampler's order, duplicates and all.

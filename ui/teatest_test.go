@@ -32,7 +32,7 @@ func TestProgram(t *testing.T) {
 				}
 			}
 			return true
-		}, teatest.WithDuration(5*time.Second), teatest.WithCheckInterval(10*time.Millisecond))
+		}, teatest.WithDuration(30*time.Second), teatest.WithCheckInterval(10*time.Millisecond))
 	}
 	wait("2 ranks: 2 live", "alpha", "beta", "PHASES")
 
@@ -52,7 +52,7 @@ func TestProgram(t *testing.T) {
 	tm.Type("p")
 	wait("PAUSED")
 	tm.Type("q")
-	tm.WaitFinished(t, teatest.WithFinalTimeout(5*time.Second))
+	tm.WaitFinished(t, teatest.WithFinalTimeout(30*time.Second))
 	final := tm.FinalModel(t).(*Model)
 	if !final.paused || final.view != viewDetail || final.detail.rank == nil || final.detail.rank.Host != "beta" {
 		t.Fatalf("final state: paused %v view %d rank %+v", final.paused, final.view, final.detail.rank)

@@ -237,7 +237,7 @@ func TestTCPAllGatherTimeout(t *testing.T) {
 	}()
 	start := time.Now()
 	_, errs := gatherAll(xs[:2], "step", func(r int) []byte { return []byte{byte(r)} }) // 3s timeout; rank 2 absent
-	if d := time.Since(start); d < 3*time.Second || d > 10*time.Second {
+	if d := time.Since(start); d < 3*time.Second || d > 30*time.Second {
 		t.Errorf("took %v with a 3s timeout", d)
 	}
 	for r, want := range []string{"rank 2 did not arrive within 3s", "rank 0 reports: rank 2 did not arrive within 3s"} {

@@ -74,7 +74,7 @@ func TestPMITimeout(t *testing.T) {
 		}
 		wantKind(t, res, r, "timeout", nil, "PMI server did not answer in time")
 	}
-	if d := time.Since(start); d > 10*time.Second {
+	if d := time.Since(start); d > 30*time.Second {
 		t.Errorf("took %v", d)
 	}
 }
