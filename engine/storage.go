@@ -743,3 +743,8 @@ func (s *Store) Role() string {
 	}
 	return RoleTrain
 }
+
+// errStorageCollective is the error of a collective on a storage rank.
+func errStorageCollective() error {
+	return errf(ErrInvalid, "collective", "", "a storage rank runs no collectives: it serves (Store.Serve) until the job closes")
+}

@@ -83,6 +83,9 @@ func scenarioStorageServe(w *worker) error {
 	if s.Role() != RoleStorage {
 		return fmt.Errorf("Role() = %q", s.Role())
 	}
+	if err := s.Barrier(); !errors.Is(err, ErrInvalid) {
+		return fmt.Errorf("Barrier on a storage rank: %v, want ErrInvalid", err)
+	}
 	return s.Serve()
 }
 

@@ -113,7 +113,14 @@ func Open(o Options) (*Store, error) {
 		s.job = fmt.Sprintf("p%d", os.Getpid())
 	}
 	if o.Role == RoleStorage {
-		err = s.openStorageRole()
+		// After Open a storage rank talks to the trainers only (the join
+		// exchange); its launch's exchange closes now, while every
+		// storage rank is alive, so a storage rank that dies later cannot
+		// fail the others' Close.
+		if err = s.openStorageRole(); err == nil {
+			err = s.ex.Close()
+			s.ex = nil
+		}
 	} else if err = s.open(); err == nil && o.Storage.Ranks > 0 {
 		err = s.joinStorage()
 	}
@@ -456,8 +463,10 @@ func (s *Store) Close() error {
 	// Calls in flight use the variables' memory, the readers' endpoints,
 	// the fabric and the telemetry segment: release those after the last
 	// call. The exchange is no reader's: close it now.
-	if err := s.ex.Close(); err != nil {
-		errs = append(errs, wrapf(nil, "Close", "", err, "bootstrap"))
+	if s.ex != nil {
+		if err := s.ex.Close(); err != nil {
+			errs = append(errs, wrapf(nil, "Close", "", err, "bootstrap"))
+		}
 	}
 	s.ex = nil
 	go func() {
@@ -547,6 +556,9 @@ func (s *Store) Barrier() error {
 	if s.closed.Load() {
 		return errf(ErrClosed, "Barrier", "", "store closed")
 	}
+	if s.ex == nil && s.opts.Role == RoleStorage {
+		return errStorageCollective()
+	}
 	s.seq++
 	if err := s.ex.Barrier(fmt.Sprintf("barrier-%d", s.seq), s.opts.Timeout); err != nil {
 		return wrapBootstrap("barrier", err)
@@ -572,6 +584,9 @@ func (s *Store) allGather(kind, tag string, mine []byte) ([][]byte, error) {
 	defer s.collMu.Unlock()
 	if s.closed.Load() {
 		return nil, errf(ErrClosed, fmt.Sprintf("%s %q", kind, tag), "", "store closed")
+	}
+	if s.ex == nil && s.opts.Role == RoleStorage {
+		return nil, errStorageCollective()
 	}
 	s.seq++
 	what := fmt.Sprintf("%s %q", kind, tag)

@@ -109,6 +109,9 @@ func (s *Store) create(op, name string, dt DType, rowElems int, nLocal int64, lo
 	if s.closed.Load() {
 		return errf(ErrClosed, opName(op), name, "store closed")
 	}
+	if s.ex == nil && s.opts.Role == RoleStorage {
+		return errStorageCollective()
+	}
 	s.seq++
 	tag := fmt.Sprintf("coll-%d", s.seq)
 
@@ -472,6 +475,9 @@ func (s *Store) Free(name string) error {
 	defer s.collMu.Unlock()
 	if s.closed.Load() {
 		return errf(ErrClosed, "Free", name, "store closed")
+	}
+	if s.ex == nil && s.opts.Role == RoleStorage {
+		return errStorageCollective()
 	}
 	s.seq++
 	tag := fmt.Sprintf("coll-%d", s.seq)

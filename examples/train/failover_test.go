@@ -37,6 +37,7 @@ func (s *syncBuffer) String() string {
 
 // job is a trainer job started by startJob.
 type job struct {
+	dir        string // bootstrap and telemetry directory
 	cmds       []*exec.Cmd
 	outs, errs []*syncBuffer
 	cancel     context.CancelFunc
@@ -49,7 +50,7 @@ func startJob(t *testing.T, world int, args string, env ...string) *job {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	name := fmt.Sprintf("trfo%d-%d", os.Getpid(), time.Now().UnixNano())
-	j := &job{cancel: cancel}
+	j := &job{cancel: cancel, dir: dir}
 	for r := range world {
 		cmd := exec.CommandContext(ctx, os.Args[0])
 		o, e := &syncBuffer{}, &syncBuffer{}

@@ -32,6 +32,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -73,6 +74,9 @@ type flags struct {
 	noProgress  bool
 	hidden      int
 	check       bool
+	storage     bool
+	writeShards string
+	shards      int
 	registerDst bool
 	throttle    throttleFlags
 }
@@ -111,6 +115,9 @@ the detected machine, else the embedded local.yaml; DDSTORE_* overrides).`,
 	fl.IntVar(&f.hidden, "hidden", 64, "hidden units of the MLP (0: softmax regression)")
 	fl.BoolVar(&f.noProgress, "no-progress", false, "no progress bar even on a terminal")
 	fl.BoolVar(&f.check, "check", false, "check every row of every batch against the pattern of its global index")
+	fl.BoolVar(&f.storage, "storage", false, "read image and label from storage-only ranks (DDSTORE_STORAGE_*) instead of adding them")
+	fl.StringVar(&f.writeShards, "write-shards", "", "write the data set as --shards shard files of --rows-per-rank rows into this directory (for storage ranks) and exit")
+	fl.IntVar(&f.shards, "shards", 2, "shards written by --write-shards")
 	fl.BoolVar(&f.registerDst, "register-dst", false, "the fabric registers every read destination, as FI_MR_LOCAL providers need (registration costs on tcp)")
 	fl.IntVar(&f.throttle.rank, "throttle-rank", -1, "stop this rank --throttle-duty of every --throttle-period (a throttled node: a straggler)")
 	fl.Float64Var(&f.throttle.duty, "throttle-duty", 0.5, "share of each period the throttled rank is stopped, in (0, 1)")
@@ -171,6 +178,9 @@ func run(cmd *cobra.Command, f flags, stdout, stderr io.Writer) error {
 		return errors.New("--throttle-duty must be in (0, 1) and --throttle-period ≥ 1ms")
 	}
 
+	if f.writeShards != "" {
+		return writeShards(f.writeShards, f.shards, f.rowsPerRank, f.scale)
+	}
 	so := cfg.StoreOptions()
 	so.Fabric.RegisterDst = f.registerDst
 	st, err := engine.Open(so)
@@ -190,18 +200,21 @@ func run(cmd *cobra.Command, f flags, stdout, stderr io.Writer) error {
 	// data set (member m of each group the same rows), so a read can fail
 	// over to another group; the model is still averaged over the world.
 	px := model.Pixels(f.scale)
-	first := int64(rank%width) * int64(f.rowsPerRank)
-	img := make([]byte, f.rowsPerRank*px*4)
-	lab := make([]byte, f.rowsPerRank*8)
-	model.FillImages(img, first, f.scale)
-	model.FillLabels(lab, first)
-	if err := st.Add("image", engine.Float32, px, img); err != nil {
-		return err
+	if !f.storage {
+		first := int64(rank%width) * int64(f.rowsPerRank)
+		img := make([]byte, f.rowsPerRank*px*4)
+		lab := make([]byte, f.rowsPerRank*8)
+		model.FillImages(img, first, f.scale)
+		model.FillLabels(lab, first)
+		if err := st.Add("image", engine.Float32, px, img); err != nil {
+			return err
+		}
+		if err := st.Add("label", engine.Int64, 1, lab); err != nil {
+			return err
+		}
+	} else if _, err := st.Query("image"); err != nil {
+		return fmt.Errorf("--storage: %w (do the storage ranks hold image and label?)", err)
 	}
-	if err := st.Add("label", engine.Int64, 1, lab); err != nil {
-		return err
-	}
-	img, lab = nil, nil
 
 	lo := cfg.LoaderOptions([]string{"image", "label"}, f.batchSize, f.seed)
 	ld, err := st.NewLoader(lo)
@@ -306,6 +319,38 @@ func progress(w io.Writer, epoch, done, total int) {
 func isTerminal(f *os.File) bool {
 	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
 	return err == nil
+}
+
+// writeShards writes the data set (image and label, rows of global index
+// 0..shards·rows) as .npy shard files, the layout storage ranks load:
+// dir/image/shard-<o>.npy (float32, shape (rows, 28S, 28S)) and
+// dir/label/shard-<o>.npy (int64, shape (rows,)).
+func writeShards(dir string, shards, rows, scale int) error {
+	px := model.Pixels(scale)
+	side := 28 * scale
+	for o := range shards {
+		first := int64(o) * int64(rows)
+		img := make([]byte, rows*px*4)
+		lab := make([]byte, rows*8)
+		model.FillImages(img, first, scale)
+		model.FillLabels(lab, first)
+		for _, v := range []struct {
+			name, descr, shape string
+			data           []byte
+		}{{"image", "<f4", fmt.Sprintf("(%d, %d, %d)", rows, side, side), img}, {"label", "<i8", fmt.Sprintf("(%d,)", rows), lab}} {
+			if err := os.MkdirAll(filepath.Join(dir, v.name), 0o755); err != nil {
+				return err
+			}
+			hdr := fmt.Sprintf("{'descr': '%s', 'fortran_order': False, 'shape': %s, }", v.descr, v.shape)
+			hdr += strings.Repeat(" ", 63-(10+len(hdr))%64) + "\n" // data starts on a 64-byte boundary
+			b := append([]byte("\x93NUMPY\x01\x00"), byte(len(hdr)), byte(len(hdr)>>8))
+			b = append(append(b, hdr...), v.data...)
+			if err := os.WriteFile(filepath.Join(dir, v.name, fmt.Sprintf("shard-%d.npy", o)), b, 0o644); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // checkBatch compares every row of a batch (images and labels) with the

@@ -24,6 +24,9 @@ func TestMain(m *testing.M) {
 	if throttleMain() {
 		os.Exit(0)
 	}
+	if storageMain() {
+		os.Exit(0)
+	}
 	if a, ok := os.LookupEnv(envArgs); ok {
 		cmd := newCommand(os.Stdout, os.Stderr)
 		cmd.SetArgs(strings.Fields(a))

@@ -1,0 +1,175 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ddstore/ddstore/engine"
+	"github.com/ddstore/ddstore/telemetry"
+)
+
+// envStorage makes the test binary a storage-only rank (what
+// examples/storage does): Open with Role storage, Serve.
+const envStorage = "DDTRAIN_TEST_STORAGE"
+
+func storageMain() bool {
+	if os.Getenv(envStorage) == "" {
+		return false
+	}
+	cfg, err := engine.LoadConfig("")
+	if err == nil {
+		o := cfg.StoreOptions()
+		o.Role = engine.RoleStorage
+		var st *engine.Store
+		if st, err = engine.Open(o); err == nil {
+			err = st.Serve()
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "storage:", err)
+		os.Exit(1)
+	}
+	return true
+}
+
+// storageEnv is the environment both launches of a job with storage
+// ranks share.
+func storageEnv(t *testing.T, dir string, trainers, ranks, width int) []string {
+	return []string{"DDSTORE_STORAGE_JOB=" + fmt.Sprintf("st%d-%d", os.Getpid(), time.Now().UnixNano()),
+		"DDSTORE_STORAGE_ADDR=127.0.0.1:" + strconv.Itoa(freeTCPPort(t)), "DDSTORE_STORAGE_DATA=" + dir,
+		"DDSTORE_STORAGE_RANKS=" + strconv.Itoa(ranks), "DDSTORE_STORAGE_TRAINERS=" + strconv.Itoa(trainers),
+		"DDSTORE_STORAGE_WIDTH=" + strconv.Itoa(width)}
+}
+
+// storageLaunch starts n storage ranks as a launch of their own.
+func storageLaunch(t *testing.T, n int, env ...string) *job {
+	return startJob(t, n, "", append([]string{envStorage + "=1"}, env...)...)
+}
+
+const storageArgs = "--epochs 2 --rows-per-rank 256 --batch-size 16 --hidden 8 --lr 0.01 --seed 7 --workers 1 --prefetch 2 --check"
+
+// Storage ranks from a separate launch: 2 trainers read the data set from
+// 2 storage-only ranks (loaded from .npy shard files), on the same-node
+// (mapped) and fabric paths; every row is checked against its pattern, and
+// the loss equals that of the same 2 trainers holding the data themselves.
+func TestStorageRanksLoss(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process test")
+	}
+	const epochs = 2
+	ref := lossesOf(t, "trainers alone", startJob(t, 2, storageArgs).wait(t, "trainers alone"), epochs)
+	dir := t.TempDir()
+	if err := writeShards(dir, 2, 256, 1); err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []string{"auto", "fabric"} {
+		env := append(storageEnv(t, dir, 2, 2, 0), "DDSTORE_NODE_MODE="+mode)
+		tr := startJob(t, 2, storageArgs+" --storage", env...)
+		sr := storageLaunch(t, 2, env...)
+		res := tr.wait(t, "trainers, storage "+mode)
+		sr.wait(t, "storage ranks "+mode)
+		got := lossesOf(t, "with storage ranks", res, epochs)
+		if !slices.Equal(got, ref) {
+			t.Fatalf("node mode %s: loss with storage ranks %v, trainers alone %v", mode, got, ref)
+		}
+		for _, e := range res {
+			if e.Checked != int64(e.Epoch+1)*256 {
+				t.Fatalf("trainer %d checked %d rows by epoch %d", e.Rank, e.Checked, e.Epoch)
+			}
+		}
+	}
+	t.Logf("loss %v with and without storage ranks", ref)
+}
+
+// 2 trainers + 4 storage-only ranks in 2 replica groups; storage rank 1 is
+// SIGKILLed in the middle of the first epoch: the trainers' epochs
+// complete (its shard read from storage rank 3), every row checked, and
+// the loss equals the run without the kill.
+func TestStorageRankKilledLoss(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process test")
+	}
+	const epochs = 3
+	args := "--epochs 3 --rows-per-rank 2048 --batch-size 16 --hidden 8 --lr 0.01 --seed 7 --workers 1 --prefetch 2 --check --sync-every 0 --storage"
+	dir := t.TempDir()
+	if err := writeShards(dir, 2, 2048, 1); err != nil {
+		t.Fatal(err)
+	}
+	run := func(kill bool) ([]float64, []epochResult) {
+		env := append(storageEnv(t, dir, 2, 4, 2), "DDSTORE_NODE_MODE=fabric", "DDSTORE_FAILOVER_AFTER=1s")
+		tr := startJob(t, 2, args, env...)
+		sr := storageLaunch(t, 4, env...)
+		if kill {
+			// Kill once trainer 0 has read (its telemetry counts calls),
+			// in the first epoch (the trainers print after each epoch).
+			for t0 := time.Now(); readCalls(tr.dir) == 0; time.Sleep(2 * time.Millisecond) {
+				if time.Since(t0) > 60*time.Second {
+					t.Fatal("the trainers never read")
+				}
+			}
+			if tr.outs[0].String() != "" {
+				t.Fatal("trainer 0 finished an epoch before the kill")
+			}
+			sr.cmds[1].Process.Signal(syscall.SIGKILL)
+		}
+		res := tr.wait(t, "trainers")
+		for r, c := range sr.cmds {
+			err := c.Wait()
+			if (err != nil) != (kill && r == 1) {
+				t.Errorf("storage rank %d: %v\n%s", r, err, sr.errs[r])
+			}
+		}
+		return lossesOf(t, "trainers", res, epochs), res
+	}
+	ref, _ := run(false)
+	got, res := run(true)
+	if !slices.Equal(got, ref) {
+		t.Fatalf("loss with storage rank 1 killed %v, without %v", got, ref)
+	}
+	var moved int64
+	for _, e := range res {
+		if e.Checked != int64(e.Epoch+1)*2048 {
+			t.Fatalf("trainer %d checked %d rows by epoch %d", e.Rank, e.Checked, e.Epoch)
+		}
+		if e.Epoch == epochs-1 {
+			moved += e.FailedFrom[3] // storage rank 1 is global id 2+1
+		}
+	}
+	if moved == 0 {
+		t.Fatalf("no read moved away from the killed storage rank: %+v", res)
+	}
+	t.Logf("loss %v; %d row reads moved from the killed storage rank to its replica", got, moved)
+}
+
+// readCalls sums the calls counted in the telemetry segments under dir.
+func readCalls(dir string) int64 {
+	files, _ := filepath.Glob(filepath.Join(dir, "*"))
+	var n int64
+	for _, f := range files {
+		seg, err := telemetry.Open(f)
+		if err != nil {
+			continue
+		}
+		if snap, err := seg.Snapshot(); err == nil {
+			n += snap.Total().Calls
+		}
+		seg.Close()
+	}
+	return n
+}
+
+func freeTCPPort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
