@@ -336,7 +336,7 @@ func writeShards(dir string, shards, rows, scale int) error {
 		model.FillLabels(lab, first)
 		for _, v := range []struct {
 			name, descr, shape string
-			data           []byte
+			data               []byte
 		}{{"image", "<f4", fmt.Sprintf("(%d, %d, %d)", rows, side, side), img}, {"label", "<i8", fmt.Sprintf("(%d,)", rows), lab}} {
 			if err := os.MkdirAll(filepath.Join(dir, v.name), 0o755); err != nil {
 				return err
