@@ -92,6 +92,12 @@ type (
 	tickMsg struct{ gen int }
 )
 
+// frameSource gives the model its frames: live polls, or a recording.
+type frameSource interface {
+	poll() (*data.Frame, error)
+	close() error
+}
+
 // source serialises polls: a refresh may still be running when a key asks
 // for another.
 type source struct {
@@ -105,10 +111,64 @@ func (s *source) poll() (*data.Frame, error) {
 	return s.p.Poll()
 }
 
+func (s *source) close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.p.Close()
+}
+
+// replay plays recorded frames: each poll shows the frame at pos and
+// moves on (the last one stays); keys step and seek.
+type replay struct {
+	mu     sync.Mutex
+	frames []*data.Frame
+	pos    int
+}
+
+func (r *replay) poll() (*data.Frame, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f := r.frames[r.pos]
+	if r.pos < len(r.frames)-1 {
+		r.pos++
+	}
+	return f, nil
+}
+
+func (r *replay) close() error { return nil }
+
+// seek moves to frame pos (clamped) and returns it; the next poll shows
+// the one after.
+func (r *replay) seek(pos int) (*data.Frame, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	pos = min(max(pos, 0), len(r.frames)-1)
+	r.pos = min(pos+1, len(r.frames)-1)
+	return r.frames[pos], pos
+}
+
+// shown is the index of the frame on screen.
+func (r *replay) shown(f *data.Frame) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := max(r.pos-1, 0); i < len(r.frames); i++ {
+		if r.frames[i] == f {
+			return i
+		}
+	}
+	for i, g := range r.frames {
+		if g == f {
+			return i
+		}
+	}
+	return 0
+}
+
 // Model is ddtop's root model.
 type Model struct {
 	o        Options
-	src      *source
+	src      frameSource
+	rep      *replay // non-nil in ddtop replay
 	frame    *data.Frame
 	findings []diagnose.Finding // of frame, worst first
 	err      error
@@ -169,10 +229,43 @@ func newFilter() textinput.Model {
 }
 
 // Close releases the segments.
-func (m *Model) Close() error {
-	m.src.mu.Lock()
-	defer m.src.mu.Unlock()
-	return m.src.p.Close()
+func (m *Model) Close() error { return m.src.close() }
+
+// NewReplay builds a model that shows recorded frames (ddtop replay),
+// one per o.Interval, with pause, step and seek keys.
+func NewReplay(o Options, frames []*data.Frame) (*Model, error) {
+	if len(frames) == 0 {
+		return nil, fmt.Errorf("%w: a replay needs at least one frame", ErrOptions)
+	}
+	m, err := New(o)
+	if err != nil {
+		return nil, err
+	}
+	m.src.close()
+	m.rep = &replay{frames: frames}
+	m.src = m.rep
+	m.keys = keys.Replay()
+	m.layout()
+	return m, nil
+}
+
+// RunReplay is Run over recorded frames.
+func RunReplay(o Options, frames []*data.Frame) error {
+	m, err := NewReplay(o, frames)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	_, err = tea.NewProgram(m, tea.WithAltScreen(), tea.WithFPS(20)).Run()
+	return err
+}
+
+// seekTo moves a replay to frame pos and shows it (pausing the play).
+func (m *Model) seekTo(pos int) {
+	f, _ := m.rep.seek(pos)
+	m.paused = true
+	m.gen++
+	m.apply(f, nil)
 }
 
 // Run starts the interactive monitor and returns when the user quits.
@@ -320,6 +413,25 @@ func (m *Model) key(msg tea.KeyMsg) (tea.Model, tea.Cmd) {
 	case key.Matches(msg, k.Help):
 		m.help.ShowAll = !m.help.ShowAll
 		m.layout()
+	case m.rep != nil && key.Matches(msg, k.StepFwd, k.StepBack, k.SeekFwd, k.SeekBack, k.Start, k.End):
+		cur := m.rep.shown(m.frame)
+		n := len(m.rep.frames)
+		jump := max(n/10, 1)
+		switch {
+		case key.Matches(msg, k.StepFwd):
+			cur++
+		case key.Matches(msg, k.StepBack):
+			cur--
+		case key.Matches(msg, k.SeekFwd):
+			cur += jump
+		case key.Matches(msg, k.SeekBack):
+			cur -= jump
+		case key.Matches(msg, k.Start):
+			cur = 0
+		default:
+			cur = n - 1
+		}
+		m.seekTo(cur)
 	case key.Matches(msg, k.Pause):
 		m.paused = !m.paused
 		m.gen++
@@ -593,6 +705,10 @@ func (m *Model) titleLine() string {
 		}
 	}
 	s := styles.Title.Render("ddtop") + " "
+	if m.rep != nil && m.frame != nil {
+		s += styles.Paused.Render(fmt.Sprintf(" REPLAY %d/%d %s ", m.rep.shown(m.frame)+1, len(m.rep.frames),
+			m.frame.At.Format("15:04:05"))) + " "
+	}
 	if m.paused {
 		s += styles.Paused.Render(" PAUSED ") + " "
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/muesli/termenv"
 
 	"github.com/ddstore/ddstore/telemetry"
+	"github.com/ddstore/ddstore/ui/data"
 )
 
 func TestMain(m *testing.M) {
@@ -655,5 +656,63 @@ func TestFindingsPanel(t *testing.T) {
 	lineWith(t, v, "lock_wait rank 2 (gamma) var x reader 0")
 	if strings.Contains(v, "rank 1 (beta)") {
 		t.Fatalf("rank 1's finding on rank 2's page:\n%s", v)
+	}
+}
+
+// TestReplayKeys: a replay shows recorded frames in turn; step, seek,
+// start and end move through them and pause the play.
+func TestReplayKeys(t *testing.T) {
+	fx := newFixture(t)
+	fx.rank(0, 1, "alpha", 0, "x")
+	p, err := data.NewPoller(data.Options{Dir: fx.dir, Now: fx.clk.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	var frames []*data.Frame
+	for i := range 5 {
+		fx.record(0, "x", 1, i+1)
+		fx.clk.advance(time.Second)
+		f, err := p.Poll()
+		if err != nil {
+			t.Fatal(err)
+		}
+		frames = append(frames, f)
+	}
+	m, err := NewReplay(Options{Dir: fx.dir, Interval: time.Second}, frames)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Update(tea.WindowSizeMsg{Width: 120, Height: 30})
+	at := func(want string, calls int64) {
+		t.Helper()
+		v := m.View()
+		lineWith(t, v, "REPLAY "+want)
+		if got := m.Frame().Ranks[0].Stat.Total.Calls; got != calls {
+			t.Fatalf("at %s: %d calls, want %d", want, got, calls)
+		}
+	}
+	refresh(t, m) // plays frame 1
+	at("1/5", 1)
+	refresh(t, m)
+	at("2/5", 3)
+	press(m, ".")
+	at("3/5", 6)
+	if !m.paused {
+		t.Fatal("step did not pause the play")
+	}
+	press(m, "G")
+	at("5/5", 15)
+	refresh(t, m) // the last frame stays
+	at("5/5", 15)
+	press(m, "g", ",")
+	at("1/5", 1)
+	press(m, ">", ">")
+	at("3/5", 6)
+	press(m, "<")
+	at("2/5", 3)
+	lineWith(t, m.View(), "step")
+	if _, err := NewReplay(Options{}, nil); err == nil {
+		t.Fatal("replay of nothing")
 	}
 }

@@ -60,37 +60,9 @@ enter drill in, esc back, s sort, / filter, p pause, ? help, q quit.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			f := cmd.Flags()
-			name, _ := f.GetString("config")
-			c, err := configs.Load(name)
+			o, err := settings(cmd)
 			if err != nil {
 				return err
-			}
-			o := ui.Options{Dir: c.Telemetry.Dir, Job: c.Ddtop.Job, Interval: c.Ddtop.Interval, History: c.Ddtop.History}
-			nice := c.Ddtop.Nice
-			// Flags given on the command line win over the config.
-			if f.Changed("dir") {
-				o.Dir, _ = f.GetString("dir")
-			}
-			if f.Changed("job") {
-				o.Job, _ = f.GetString("job")
-			}
-			if f.Changed("interval") {
-				o.Interval, _ = f.GetDuration("interval")
-			}
-			if f.Changed("history") {
-				o.History, _ = f.GetInt("history")
-			}
-			if f.Changed("nice") {
-				nice, _ = f.GetInt("nice")
-			}
-			if err := o.Validate(); err != nil {
-				return err
-			}
-			if nice != 0 {
-				if err := lowerPriority(nice); err != nil {
-					return err
-				}
 			}
 			once, _ := cmd.Flags().GetBool("once")
 			asJSON, _ := cmd.Flags().GetBool("json")
@@ -107,18 +79,57 @@ enter drill in, esc back, s sort, / filter, p pause, ? help, q quit.`,
 	}
 	cmd.SetOut(out)
 	cmd.SetErr(errOut)
+	pf := cmd.PersistentFlags()
+	pf.String("dir", data.DefaultDir, "telemetry segment directory (env DDSTORE_TELEMETRY_DIR, config telemetry.dir)")
+	pf.String("job", "", "show only this job id (config ddtop.job)")
+	pf.Duration("interval", time.Second, "refresh interval; record: time between snapshots (config ddtop.interval)")
+	pf.Int("history", 300, "throughput points kept per rank for the sparkline (config ddtop.history)")
+	pf.String("config", "", "config: a YAML path or an embedded machine name ("+strings.Join(configs.Machines(), ", ")+") (env DDSTORE_CONFIG)")
+	pf.Int("nice", 19, "niceness ddtop gives itself (0-19), so that the kernel always runs the trainers it watches first; 0 keeps the inherited one (config ddtop.nice)")
 	f := cmd.Flags()
-	f.String("dir", data.DefaultDir, "telemetry segment directory (env DDSTORE_TELEMETRY_DIR, config telemetry.dir)")
-	f.String("job", "", "show only this job id (config ddtop.job)")
-	f.Duration("interval", time.Second, "refresh interval (config ddtop.interval)")
-	f.Int("history", 300, "throughput points kept per rank for the sparkline (config ddtop.history)")
-	f.String("config", "", "config: a YAML path or an embedded machine name ("+strings.Join(configs.Machines(), ", ")+") (env DDSTORE_CONFIG)")
 	f.Bool("once", false, "print the ranks and variables tables once and exit")
 	f.Bool("json", false, "print one snapshot as JSON and exit (implies --once)")
 	f.Duration("window", time.Second, "with --once/--json: time between the two snapshots that give rates; 0 = cumulative only")
 	f.Int("width", 120, "with --once: table width")
-	f.Int("nice", 19, "niceness ddtop gives itself (0-19), so that the kernel always runs the trainers it watches first; 0 keeps the inherited one (config ddtop.nice)")
+	cmd.AddCommand(recordCommand(out), replayCommand(), reportCommand(out))
 	return cmd
+}
+
+// settings resolves the monitor's options: flags given on the command
+// line, else the config file, else defaults; and lowers ddtop's priority.
+func settings(cmd *cobra.Command) (ui.Options, error) {
+	f := cmd.Flags()
+	name, _ := f.GetString("config")
+	c, err := configs.Load(name)
+	if err != nil {
+		return ui.Options{}, err
+	}
+	o := ui.Options{Dir: c.Telemetry.Dir, Job: c.Ddtop.Job, Interval: c.Ddtop.Interval, History: c.Ddtop.History}
+	nice := c.Ddtop.Nice
+	if f.Changed("dir") {
+		o.Dir, _ = f.GetString("dir")
+	}
+	if f.Changed("job") {
+		o.Job, _ = f.GetString("job")
+	}
+	if f.Changed("interval") {
+		o.Interval, _ = f.GetDuration("interval")
+	}
+	if f.Changed("history") {
+		o.History, _ = f.GetInt("history")
+	}
+	if f.Changed("nice") {
+		nice, _ = f.GetInt("nice")
+	}
+	if err := o.Validate(); err != nil {
+		return o, err
+	}
+	if nice != 0 {
+		if err := lowerPriority(nice); err != nil {
+			return o, err
+		}
+	}
+	return o, nil
 }
 
 // lowerPriority sets the niceness of every thread of ddtop to nice. Linux

@@ -328,3 +328,39 @@ func TestErrors(t *testing.T) {
 		t.Fatal("positional argument accepted")
 	}
 }
+
+// ddtop record follows a job until it ends; ddtop report turns the file
+// into a page with its three plots.
+func TestRecordAndReport(t *testing.T) {
+	dir := t.TempDir()
+	w, ids := create(t, dir, "j", 0, 1, "", "a")
+	go func() {
+		for k := range 30 {
+			c := call(0, ids[0], k)
+			w.Record(&c)
+			time.Sleep(10 * time.Millisecond)
+		}
+		time.Sleep(time.Second) // ticks (every 50 ms) see the last calls
+		w.Close()               // the job ends: record stops --until later
+	}()
+	out := t.TempDir()
+	rec := out + "/run.ddrec"
+	msg, err := run(t, "record", "--dir", dir, "-o", rec, "--interval", "50ms", "--until", "200ms", "--nice", "0")
+	if err != nil || !strings.Contains(msg, "snapshots in "+rec) {
+		t.Fatalf("record: %v %q", err, msg)
+	}
+	page := out + "/report.html"
+	if msg, err := run(t, "report", rec, "-o", page); err != nil || !strings.Contains(msg, page) {
+		t.Fatalf("report: %v %q", err, msg)
+	}
+	b, err := os.ReadFile(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(b), "<svg"); n != 3 || !strings.Contains(string(b), "<td>30</td>") {
+		t.Fatalf("report: %d plots:\n%.2000s", n, b)
+	}
+	if _, err := run(t, "report", page); err == nil || !strings.Contains(err.Error(), "not a ddtop recording") {
+		t.Fatalf("report of an HTML file: %v", err)
+	}
+}

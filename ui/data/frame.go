@@ -13,6 +13,8 @@ type Frame struct {
 	Ranks    []*Rank  // by job, then rank
 	Vars     []*Var   // by name, summed over ranks
 	Problems []string // segments that could not be read, with the reason
+	// Raw is what the frame was made from, when Options.KeepRaw is set.
+	Raw []Recorded
 }
 
 // Rank is one segment: one engine process.

@@ -18,6 +18,9 @@ type Options struct {
 	History int              // throughput points kept per rank; default 300
 	Recent  int              // recent calls kept per rank; default 256
 	Now     func() time.Time // clock for interval lengths; default time.Now
+	// KeepRaw makes every Frame carry the snapshots and ring records it
+	// was made from (Frame.Raw), for ddtop record.
+	KeepRaw bool
 }
 
 // DefaultDir is where segments live unless told otherwise.
@@ -72,6 +75,7 @@ type tracked struct {
 	recent              []telemetry.Record // newest last, at most o.Recent
 	buf                 []telemetry.Record
 	dropped             uint64
+	raw                 *Recorded // this poll's raw data (Options.KeepRaw)
 }
 
 // NewPoller returns a Poller; it opens nothing until Poll.
@@ -142,6 +146,9 @@ func (p *Poller) Poll() (*Frame, error) {
 			continue
 		}
 		f.Ranks = append(f.Ranks, r)
+		if t.raw != nil {
+			f.Raw = append(f.Raw, *t.raw)
+		}
 	}
 	for path, t := range p.ranks {
 		if !seen[path] {
@@ -149,6 +156,54 @@ func (p *Poller) Poll() (*Frame, error) {
 			delete(p.ranks, path)
 		}
 	}
+	p.finish(f)
+	return f, nil
+}
+
+// Recorded is one segment at one poll as ddtop record keeps it: the
+// snapshot, the ring records read since the previous poll and how many
+// were lost before they could be read.
+type Recorded struct {
+	Snap    *telemetry.Snapshot `json:"snapshot"`
+	Calls   []telemetry.Record  `json:"calls"`
+	Dropped uint64              `json:"dropped"`
+}
+
+// Feed makes the frame of one recorded poll at time at, as Poll would have
+// from the live segments (ddtop replay and report): segments missing since
+// the last Feed are forgotten, a new incarnation starts afresh.
+func (p *Poller) Feed(at time.Time, segs []Recorded) *Frame {
+	f := &Frame{At: at, Dir: p.o.Dir}
+	seen := map[string]bool{}
+	for _, rs := range segs {
+		s := rs.Snap
+		if s == nil || p.o.Job != "" && s.Job != p.o.Job {
+			continue
+		}
+		seen[s.Path] = true
+		t := p.ranks[s.Path]
+		if t == nil || t.startNs != s.StartNs {
+			t = &tracked{startNs: s.StartNs, rowsHist: newRing(p.o.History), bytesHist: newRing(p.o.History)}
+			p.ranks[s.Path] = t
+		}
+		r := p.diff(t, s.Path, s, at)
+		t.dropped += rs.Dropped
+		p.appendRecent(t, rs.Calls)
+		r.Recent = t.recent[:len(t.recent):len(t.recent)]
+		r.Dropped = t.dropped
+		f.Ranks = append(f.Ranks, r)
+	}
+	for path := range p.ranks {
+		if !seen[path] {
+			delete(p.ranks, path)
+		}
+	}
+	p.finish(f)
+	return f
+}
+
+// finish orders a frame's ranks and sums its variables.
+func (p *Poller) finish(f *Frame) {
 	sort.Slice(f.Ranks, func(i, j int) bool {
 		a, b := f.Ranks[i], f.Ranks[j]
 		if a.Job != b.Job {
@@ -160,7 +215,6 @@ func (p *Poller) Poll() (*Frame, error) {
 		return a.Path < b.Path
 	})
 	f.Vars = aggregateVars(f.Ranks)
-	return f, nil
 }
 
 // openSegment is the segment open at path, nil if none.
@@ -184,6 +238,19 @@ func (p *Poller) sample(t *tracked, in telemetry.SegmentInfo, now time.Time) (*R
 	if err != nil {
 		return nil, err
 	}
+	r := p.diff(t, in.Path, s, now)
+	if p.o.KeepRaw {
+		t.raw = &Recorded{Snap: s}
+	}
+	p.readRing(t, s)
+	r.Recent = t.recent[:len(t.recent):len(t.recent)] // shared, never written again
+	r.Dropped = t.dropped
+	return r, nil
+}
+
+// diff turns snapshot s of the segment at path into a Rank, against the
+// previous snapshot t holds, and makes s the previous one.
+func (p *Poller) diff(t *tracked, path string, s *telemetry.Snapshot, now time.Time) *Rank {
 	var iv time.Duration
 	prev := t.prev
 	if prev != nil {
@@ -193,7 +260,7 @@ func (p *Poller) sample(t *tracked, in telemetry.SegmentInfo, now time.Time) (*R
 		}
 	}
 	r := &Rank{
-		Path: in.Path, Job: s.Job, Host: s.Host, Rank: s.Rank, World: s.World, Pid: s.Pid,
+		Path: path, Job: s.Job, Host: s.Host, Rank: s.Rank, World: s.World, Pid: s.Pid,
 		State: s.State, HeartbeatAge: s.HeartbeatAge, Start: s.Start(),
 		Provider: s.Provider, ReaderMode: s.ReaderMode, Method: s.Method,
 		Loader:   LoaderStat{Total: s.Loader, Interval: iv},
@@ -263,10 +330,7 @@ func (p *Poller) sample(t *tracked, in telemetry.SegmentInfo, now time.Time) (*R
 	r.RowsHistory = t.rowsHist.values()
 	r.BytesHistory = t.bytesHist.values()
 	t.prev, t.prevAt = s, now
-	p.readRing(t, s)
-	r.Recent = t.recent[:len(t.recent):len(t.recent)] // shared, never written again
-	r.Dropped = t.dropped
-	return r, nil
+	return r
 }
 
 // readRing reads the calls recorded since the last poll. The first read
@@ -287,15 +351,30 @@ func (p *Poller) readRing(t *tracked, s *telemetry.Snapshot) {
 		n, next, dropped, err := t.seg.ReadRing(t.cursor, t.buf)
 		t.dropped += dropped
 		t.cursor = next
+		if t.raw != nil {
+			t.raw.Dropped += dropped
+			t.raw.Calls = append(t.raw.Calls, t.buf[:n]...)
+		}
 		if err != nil || n == 0 {
 			break
 		}
+		p.appendRecent(t, t.buf[:n])
+		if n < len(t.buf) {
+			break
+		}
+	}
+}
+
+// appendRecent adds records to the rank's tail of recent calls.
+func (p *Poller) appendRecent(t *tracked, recs []telemetry.Record) {
+	keep := p.o.Recent
+	if n := len(recs); n > 0 {
 		if len(t.recent)+n > cap(t.recent) {
 			// A new backing array: the frames already returned share
 			// the old one. Room for keep more records, so this copy
 			// happens about once per keep records, not every poll.
 			from := max(len(t.recent)+n-keep, 0)
-			nr := make([]telemetry.Record, 0, 2*keep+len(t.buf))
+			nr := make([]telemetry.Record, 0, 2*keep+n)
 			if from < len(t.recent) {
 				nr = append(nr, t.recent[from:]...)
 			}
@@ -303,12 +382,9 @@ func (p *Poller) readRing(t *tracked, s *telemetry.Snapshot) {
 		}
 		// Appending past every returned frame's length (they are cut
 		// to their length and capacity) leaves them unchanged.
-		t.recent = append(t.recent, t.buf[:n]...)
+		t.recent = append(t.recent, recs...)
 		if over := len(t.recent) - keep; over > 0 {
 			t.recent = t.recent[over:]
-		}
-		if n < len(t.buf) {
-			break
 		}
 	}
 }

@@ -336,9 +336,14 @@ func LoaderWait(r *data.Rank, t *Thresholds) []Finding {
 	if c.Workers > 0 {
 		fetch = float64(w.StepNs) * float64(c.Workers) // each worker's batch took about workers steps
 	}
-	want := max(int64(math.Ceil(fetch/compute))+1, c.Workers+1, 2)
+	// At most double the workers in one go: past a point more workers only
+	// queue behind each other (and behind a shared reader).
+	want := min(max(int64(math.Ceil(fetch/compute))+1, c.Workers+1, 2), max(2*c.Workers, 2))
 	pre := max(2*want, c.Prefetch+1)
 	f.Fix = fmt.Sprintf("raise loader workers to %d and prefetch to %d", want, pre)
+	if c.Readers == telemetry.LoaderReadersShared && c.Workers > 1 {
+		f.Fix += ", each with its own reader (DDSTORE_THREAD_READERS=1)"
+	}
 	f.Key = fmt.Sprintf("loader.workers: %d, loader.prefetch: %d", want, pre)
 	f.Env = fmt.Sprintf("DDSTORE_LOADER_WORKERS=%d DDSTORE_LOADER_PREFETCH=%d", want, pre)
 	return []Finding{f}
@@ -420,7 +425,7 @@ func Process(r *data.Rank, t *Thresholds) []Finding {
 
 // Straggler: a target rank whose reads take at least StragglerRatio
 // times the median µs/row of the reader's other targets (and
-// StragglerMinNs more per row), as seen by at least half of the ranks that
+// StragglerMinNs more per row), as seen by most (a strict majority) of the ranks that
 // read from it and from another target. Judging each reader against its
 // own other targets keeps a slow reader (one that is itself throttled
 // sees every target slow) from blaming its peers. Reads of a rank by
@@ -483,7 +488,7 @@ func Straggler(job string, ranks []*data.Rank, t *Thresholds) []Finding {
 	var out []Finding
 	for _, rank := range order {
 		v := votes[rank]
-		if v.slow == 0 || 2*v.slow < v.readers {
+		if 2*v.slow <= v.readers { // a strict majority of its readers
 			continue
 		}
 		ratio := median(v.ratios)

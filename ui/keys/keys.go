@@ -21,6 +21,10 @@ type KeyMap struct {
 	Pause    key.Binding
 	Help     key.Binding
 	Quit     key.Binding
+	// Replay only (ddtop replay): step and seek through the recording.
+	StepBack, StepFwd, SeekBack, SeekFwd, Start, End key.Binding
+
+	replay bool
 }
 
 // Default is ddtop's key map.
@@ -42,20 +46,40 @@ func Default() KeyMap {
 		Pause:    key.NewBinding(key.WithKeys("p", " "), key.WithHelp("p", "pause")),
 		Help:     key.NewBinding(key.WithKeys("?"), key.WithHelp("?", "help")),
 		Quit:     key.NewBinding(key.WithKeys("q", "ctrl+c"), key.WithHelp("q", "quit")),
+		StepBack: key.NewBinding(key.WithKeys(","), key.WithHelp(",", "step back")),
+		StepFwd:  key.NewBinding(key.WithKeys("."), key.WithHelp(".", "step")),
+		SeekBack: key.NewBinding(key.WithKeys("<", "left"), key.WithHelp("<", "seek -10%")),
+		SeekFwd:  key.NewBinding(key.WithKeys(">", "right"), key.WithHelp(">", "seek +10%")),
+		Start:    key.NewBinding(key.WithKeys("home", "g"), key.WithHelp("g", "start")),
+		End:      key.NewBinding(key.WithKeys("end", "G"), key.WithHelp("G", "end")),
 	}
+}
+
+// Replay is the key map of ddtop replay: Default with the seek keys in its help.
+func Replay() KeyMap {
+	k := Default()
+	k.replay = true
+	return k
 }
 
 // ShortHelp is the one-line help under every page.
 func (k KeyMap) ShortHelp() []key.Binding {
+	if k.replay {
+		return []key.Binding{k.NextView, k.Enter, k.Back, k.Pause, k.StepFwd, k.StepBack, k.SeekFwd, k.SeekBack, k.Help, k.Quit}
+	}
 	return []key.Binding{k.NextView, k.Enter, k.Back, k.Sort, k.Filter, k.Pause, k.Help, k.Quit}
 }
 
 // FullHelp is the help shown with '?'.
 func (k KeyMap) FullHelp() [][]key.Binding {
-	return [][]key.Binding{
+	h := [][]key.Binding{
 		{k.NextView, k.Ranks, k.Vars, k.Detail},
 		{k.Up, k.Down, k.PageUp, k.PageDown},
 		{k.Enter, k.Back, k.Sort, k.Reverse},
 		{k.Filter, k.Pause, k.Help, k.Quit},
 	}
+	if k.replay {
+		h = append(h, []key.Binding{k.StepFwd, k.StepBack, k.SeekFwd, k.SeekBack, k.Start, k.End})
+	}
+	return h
 }
