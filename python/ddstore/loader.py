@@ -42,8 +42,13 @@ class _Lease:
 
 
 class _View:
-    """An array interface over off-heap memory that keeps the lease alive."""
-    __slots__ = ("__array_interface__", "lease")
+    """An array interface over off-heap memory (made once per buffer)."""
+    __slots__ = ("__array_interface__",)
+
+
+class _Leased(np.ndarray):
+    """A view of a batch buffer that holds the batch's lease: tensors made
+    from it (torch.from_numpy) keep it, and so the lease, alive."""
 
 
 class Batch(dict):
@@ -120,6 +125,7 @@ class Loader(_Base):
         self.rows_per_epoch, self._batches, self.pool_size = lens[0], lens[1], lens[2]
         self._drop_last = bool(drop_last)
         self._ep = 0
+        self._bases = {}
         self.last_stats = None
         store._loaders.add(self)
 
@@ -213,6 +219,21 @@ class _Epoch:
         self.out.indices_cap = loader.batch_size
         self.err = _lib.Err()
         self.next_fn = _lib.lib().dds_epoch_next
+        # Full-size arrays over each batch buffer, by address: the pool's
+        # buffers recur, so a batch costs one slice per variable.
+        self.bases = loader._bases
+
+    def base(self, i, addr):
+        b = self.bases.get((i, addr))
+        if b is None:
+            ld = self.loader
+            if len(self.bases) > 8 * ld.pool_size * len(ld.names):
+                self.bases.clear()  # buffers beyond the pool came and went
+            v = _View()
+            v.__array_interface__ = {"data": (addr, False), "shape": (ld.batch_size,) + ld._shapes[i],
+                                     "typestr": ld._typestr[i], "version": 3}
+            b = self.bases[(i, addr)] = np.asarray(v)
+        return b
 
     def __iter__(self):
         return self
@@ -250,13 +271,11 @@ class _Epoch:
         lease = _Lease(out.batch)
         data = {}
         for i, name in enumerate(ld.names):
-            v = _View()
-            v.__array_interface__ = {"data": (out.data[i], False), "shape": (rows,) + ld._shapes[i],
-                                     "typestr": ld._typestr[i], "version": 3}
-            v.lease = lease
-            a = np.asarray(v)
             if ld.copy:
-                a = a.copy()
+                a = self.base(i, out.data[i])[:rows].copy()
+            else:
+                a = self.base(i, out.data[i])[:rows].view(_Leased)
+                a.lease = lease
             data[name] = torch.from_numpy(a) if torch is not None else a
         index = self.idx[:rows].copy()
         data["index"] = torch.from_numpy(index) if torch is not None else index
