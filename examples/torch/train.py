@@ -78,6 +78,7 @@ def main():
     p.add_argument("--per-sample", action="store_true", help="one get per sample instead of one batched read")
     p.add_argument("--node-mode", default=None, help="auto (default) or fabric: every peer through libfabric")
     p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--hold", type=float, default=0, help="seconds to stay open after training (for ddtop)")
     args = p.parse_args()
 
     torch.manual_seed(0)
@@ -119,6 +120,10 @@ def main():
                   flush=True)
     if rank == 0:
         print("final-loss %r time %.2fs" % ((total / (n * world)).item(), time.time() - t0), flush=True)
+    if args.hold > 0:
+        if rank == 0:
+            print("holding %.0fs" % args.hold, flush=True)
+        time.sleep(args.hold)
     loader.close()
     dist.destroy_process_group()
     store.close()

@@ -2,6 +2,7 @@
 digit across loader settings, read paths and launchers; the ragged-record
 example checks every record. Runs in the single-rank session only (it
 starts its own 4-rank jobs)."""
+import json
 import os
 import re
 import subprocess
@@ -52,3 +53,36 @@ def test_train_loss_identical_across_loaders_paths_launchers(single):
 def test_ragged_example(single):
     out = run("mpiexec", RAGGED, "--samples", "600", "--node-mode", "fabric")
     assert "ragged: 600 samples" in out
+
+
+def test_train_visible_in_ddtop(single, tmp_path):
+    ddtop = os.path.join(ROOT, "bin", "ddtop")
+    if not os.path.exists(ddtop):
+        subprocess.run(["go", "build", "-o", os.path.join(ROOT, "bin") + "/", "./cmd/ddtop"], cwd=ROOT, check=True,
+                       env=dict(os.environ, PATH="/usr/local/go/bin:" + os.environ["PATH"]))
+    env = dict(clean_env(), DDSTORE_TELEMETRY_DIR=str(tmp_path))
+    p = subprocess.Popen(["mpiexec", "-n", "4", "/usr/bin/python3", TRAIN, "--rows", "1024", "--epochs", "1",
+                          "--hold", "20"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                         cwd="/tmp")
+    try:
+        for line in p.stdout:
+            if line.startswith("holding"):
+                break
+        else:
+            pytest.fail("the trainer ended before holding")
+        out = subprocess.run([ddtop, "--json", "--dir", str(tmp_path), "--window", "0"], capture_output=True,
+                             text=True, timeout=30)
+        assert out.returncode == 0, out.stderr
+        snap = json.loads(out.stdout)
+        ranks = sorted(r["rank"] for r in snap["ranks"])
+        assert ranks == [0, 1, 2, 3], snap["ranks"]
+        for r in snap["ranks"]:
+            assert r["state"] == "live" and r["loader"]["batches"] == 1024 // 4 // 32, r
+            assert {x["var"] for x in r["readers"]} >= {"img", "label"}, r["readers"]
+    finally:
+        p.terminate()  # mpiexec forwards SIGTERM to the ranks
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
