@@ -121,7 +121,13 @@ typedef struct dd_server {
 	int64_t min_sleep_ns, max_sleep_ns; // back-off while recently active
 	int64_t idle_after_ns, idle_sleep_ns; // and once idle this long
 	struct dd_gsrv *g;    // gather service (software-RMA providers), else NULL
+	int mode;             // DD_PROGRESS_*
+	int64_t spin_ns;      // adaptive: keep polling this long after activity
+	pthread_t thread;     // the progress thread (dd_server_run), once thread_set
+	atomic_int thread_set;
 } dd_server;
+
+enum { DD_PROGRESS_ADAPTIVE = 0, DD_PROGRESS_SLEEP = 1, DD_PROGRESS_SPIN = 2 };
 
 
 typedef struct dd_op {
@@ -246,7 +252,8 @@ const char *dd_strerror(int err);
 // dd_server.c
 dd_server *dd_server_new(void);
 int dd_server_open(dd_server *s, struct fi_info *info, size_t av_count, int gather, char *name, size_t *namelen, const char **stage);
-ssize_t dd_server_poll(dd_server *s, int *can_sleep);
+ssize_t dd_server_poll(dd_server *s, int *can_sleep, int want_wait);
+int64_t dd_server_cpu_ns(dd_server *s);
 void dd_server_run(dd_server *s);
 void dd_server_stop(dd_server *s);
 void dd_server_lock(dd_server *s);

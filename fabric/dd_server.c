@@ -49,7 +49,7 @@ int dd_server_open(dd_server *s, struct fi_info *info, size_t av_count, int gath
 // *can_sleep to 1 when fi_trywait says the wait fd may be slept on, 0 when
 // it says there is work (-FI_EAGAIN), and -1 when sleeping on the fd is not
 // possible (fi_cq_read or fi_trywait failed otherwise): back off then.
-ssize_t dd_server_poll(dd_server *s, int *can_sleep) {
+ssize_t dd_server_poll(dd_server *s, int *can_sleep, int want_wait) {
 	struct fi_cq_tagged_entry e[16];
 	ssize_t n;
 	*can_sleep = 0;
@@ -69,7 +69,7 @@ ssize_t dd_server_poll(dd_server *s, int *can_sleep) {
 		// A reply or receive could not be posted (-FI_EAGAIN): back off
 		// and retry rather than sleep on the fd.
 		*can_sleep = -1;
-	} else if (n == -FI_EAGAIN && s->waitfd >= 0) {
+	} else if (n == -FI_EAGAIN && s->waitfd >= 0 && want_wait) {
 		struct fid *f = &s->cq->fid;
 		int rc = fi_trywait(s->fabric, &f, 1);
 		*can_sleep = rc == FI_SUCCESS ? 1 : rc == -FI_EAGAIN ? 0 : -1;
@@ -100,21 +100,36 @@ ssize_t dd_server_poll(dd_server *s, int *can_sleep) {
 // ~80 µs on a loaded 2-core machine) only buys a quick second look, after
 // which the loop returns to the sleep it had: an idle rank stays at its idle
 // rate however loaded the machine is.
+//
+// Progress modes (s->mode): DD_PROGRESS_SLEEP sleeps as above as soon as a
+// step finds nothing. DD_PROGRESS_ADAPTIVE (the default), on a wait fd,
+// keeps polling for s->spin_ns after the last wakeup or completion before
+// it sleeps again: a reader's next read finds the target awake (a lone
+// read over tcp otherwise pays a thread wakeup on the target), while an
+// idle rank still sleeps on the fd and never wakes. DD_PROGRESS_SPIN never
+// sleeps (a core per rank, like the C++ original's target).
 void dd_server_run(dd_server *s) {
 	int64_t sleep_ns = s->min_sleep_ns;
 	int64_t confirm_ns = 0; // after one costly step: the sleep to return to if the next step is idle
 	int64_t last_work = dd_now();
+	int64_t last_active = 0; // last wakeup or completion (adaptive window)
+	s->thread = pthread_self();
+	atomic_store(&s->thread_set, 1);
 	while (!atomic_load(&s->stop)) {
 		int can_sleep = 0;
-		int64_t c0 = s->waitfd < 0 ? dd_thread_cpu() : -1; // only the back-off path needs it
-		ssize_t n = dd_server_poll(s, &can_sleep);
+		int spinning = s->mode == DD_PROGRESS_SPIN ||
+			(s->mode == DD_PROGRESS_ADAPTIVE && s->waitfd >= 0 && last_active && dd_now() - last_active < s->spin_ns);
+		int64_t c0 = s->waitfd < 0 && !spinning ? dd_thread_cpu() : -1; // only the back-off path needs it
+		ssize_t n = dd_server_poll(s, &can_sleep, !spinning);
 		int64_t t1 = dd_now();
-		if (n > 0) { sleep_ns = s->min_sleep_ns; confirm_ns = 0; last_work = t1; continue; }
+		if (n > 0) { sleep_ns = s->min_sleep_ns; confirm_ns = 0; last_work = t1; last_active = t1; continue; }
+		if (spinning && n == -FI_EAGAIN) continue;
 		if (s->waitfd >= 0 && can_sleep >= 0) {
 			if (!can_sleep) continue; // fi_trywait: work pending, progress again
 			struct pollfd p[2] = { { s->waitfd, POLLIN, 0 }, { s->stopfd, POLLIN, 0 } };
 			poll(p, 2, -1);
 			atomic_fetch_add(&s->wakeups, 1);
+			last_active = dd_now();
 			continue;
 		}
 		// No wait fd (shm), or the CQ/fi_trywait failed: back off instead
@@ -165,3 +180,11 @@ int dd_server_close(dd_server *s, int close_domain) {
 }
 
 uint64_t dd_server_wakeups(dd_server *s) { return atomic_load(&s->wakeups); }
+
+// dd_server_cpu_ns is the CPU time the progress thread has used, or -1.
+int64_t dd_server_cpu_ns(dd_server *s) {
+	clockid_t c;
+	struct timespec ts;
+	if (!atomic_load(&s->thread_set) || pthread_getcpuclockid(s->thread, &c) != 0 || clock_gettime(c, &ts) != 0) return -1;
+	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}

@@ -19,6 +19,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/ddstore/ddstore/fabric/fault"
@@ -354,6 +355,15 @@ func Open(o Options) (*Fabric, error) {
 		return nil, f.wrapOpenErr("server "+C.GoString(stage), rc)
 	}
 	f.addr = C.GoBytes(unsafe.Pointer(&name[0]), C.int(namelen))
+	switch f.opts.Progress {
+	case "sleep":
+		f.srv.mode = C.DD_PROGRESS_SLEEP
+	case "spin":
+		f.srv.mode = C.DD_PROGRESS_SPIN
+	default:
+		f.srv.mode = C.DD_PROGRESS_ADAPTIVE
+	}
+	f.srv.spin_ns = C.int64_t(f.opts.ProgressWindow)
 	f.inf.WaitFD = f.srv.waitfd >= 0
 	f.progDone = make(chan struct{})
 	go f.progress()
@@ -432,6 +442,17 @@ func (f *Fabric) Info() Info { return f.inf }
 // Address is the server endpoint's name, to be exchanged between ranks and
 // given to Reader.AddPeer.
 func (f *Fabric) Address() []byte { return append([]byte(nil), f.addr...) }
+
+// ProgressCPU is the CPU time the progress goroutine's thread has used
+// (benchmarks: CPU cost per served read); 0 once closed.
+func (f *Fabric) ProgressCPU() time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.srv == nil {
+		return 0
+	}
+	return max(time.Duration(C.dd_server_cpu_ns(f.srv)), 0)
+}
 
 // ProgressWakeups counts how often the progress goroutine woke up (for tests
 // and diagnostics: an idle rank should barely wake).

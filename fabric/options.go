@@ -40,6 +40,16 @@ type Options struct {
 	// chunk of Go-heap rows; memory from Alloc is registered once and
 	// cached). Timing.Regs counts the registrations.
 	RegisterDst bool
+	// Progress is how the target's progress thread waits for work:
+	// "adaptive" (default: after serving, it keeps polling for
+	// ProgressWindow before it sleeps on the CQ's wait fd again, so
+	// back-to-back reads find it awake while an idle rank sleeps), "sleep"
+	// (sleeps as soon as a step finds nothing) or "spin" (never sleeps: a
+	// core per rank). Without a wait fd (shm) adaptive is sleep's back-off.
+	Progress string
+	// ProgressWindow is the adaptive polling window. Default 50µs, at most
+	// 10ms.
+	ProgressWindow time.Duration
 }
 
 // Defaults.
@@ -50,6 +60,9 @@ const (
 
 	DefaultGatherMaxBytes = 2 << 20
 	DefaultGatherRounds   = 4
+	DefaultProgress       = "adaptive"
+	DefaultProgressWindow = 50 * time.Microsecond
+	maxProgressWindow     = 10 * time.Millisecond
 	maxGatherRounds       = 64
 )
 
@@ -71,6 +84,14 @@ func (o Options) Validate() error {
 	}
 	if o.GatherRounds < 0 || o.GatherRounds > maxGatherRounds {
 		return invalid("options", nil, "GatherRounds %d outside [0, %d]", o.GatherRounds, maxGatherRounds)
+	}
+	switch o.Progress {
+	case "", "adaptive", "sleep", "spin":
+	default:
+		return invalid("options", nil, "Progress %q is not one of sleep, adaptive, spin", o.Progress)
+	}
+	if o.ProgressWindow < 0 || o.ProgressWindow > maxProgressWindow {
+		return invalid("options", nil, "ProgressWindow %v outside [0, %v]", o.ProgressWindow, maxProgressWindow)
 	}
 	if o.MaxPeers < 0 {
 		return invalid("options", nil, "MaxPeers %d is negative", o.MaxPeers)
@@ -97,6 +118,12 @@ func (o *Options) EnsureDefaults() *Options {
 	}
 	if o.GatherRounds == 0 {
 		o.GatherRounds = DefaultGatherRounds
+	}
+	if o.Progress == "" {
+		o.Progress = DefaultProgress
+	}
+	if o.ProgressWindow == 0 {
+		o.ProgressWindow = DefaultProgressWindow
 	}
 	return o
 }

@@ -35,16 +35,20 @@ func TestOptionsDefaults(t *testing.T) {
 	}
 	o.EnsureDefaults()
 	want := Options{Window: DefaultWindow, Timeout: DefaultTimeout, MaxPeers: DefaultMaxPeers,
-		GatherMaxBytes: DefaultGatherMaxBytes, GatherRounds: DefaultGatherRounds}
+		GatherMaxBytes: DefaultGatherMaxBytes, GatherRounds: DefaultGatherRounds,
+		Progress: DefaultProgress, ProgressWindow: DefaultProgressWindow}
 	if o != want {
 		t.Fatalf("EnsureDefaults: %+v, want %+v", o, want)
 	}
 	if err := o.Validate(); err != nil {
 		t.Fatalf("defaults invalid: %v", err)
 	}
-	set := Options{Window: 7, Timeout: 3, MaxPeers: 9, GatherMaxBytes: 8192, GatherRounds: 2}
-	if got := *set.EnsureDefaults(); got != (Options{Window: 7, Timeout: 3, MaxPeers: 9, GatherMaxBytes: 8192, GatherRounds: 2}) {
+	set := Options{Window: 7, Timeout: 3, MaxPeers: 9, GatherMaxBytes: 8192, GatherRounds: 2, Progress: "spin", ProgressWindow: 9}
+	if got := *set.EnsureDefaults(); got != (Options{Window: 7, Timeout: 3, MaxPeers: 9, GatherMaxBytes: 8192, GatherRounds: 2, Progress: "spin", ProgressWindow: 9}) {
 		t.Fatalf("EnsureDefaults overwrote set fields: %+v", got)
+	}
+	if err := (Options{Progress: "busy"}).Validate(); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("Progress busy: %v", err)
 	}
 	bad := Options{Window: -1}
 	bad.EnsureDefaults()

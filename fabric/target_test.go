@@ -59,12 +59,16 @@ func checkPattern(dst []byte, off uint64) error {
 
 func runTarget(spec string) int {
 	parts := strings.Split(spec, "|")
-	if len(parts) != 4 {
+	if len(parts) != 4 && len(parts) != 5 {
 		fmt.Fprintf(os.Stderr, "bad target spec %q\n", spec)
 		return 2
 	}
 	size, _ := strconv.Atoi(parts[2])
-	f, err := Open(Options{Provider: parts[0], Domain: parts[1]})
+	o := Options{Provider: parts[0], Domain: parts[1]}
+	if len(parts) == 5 {
+		o.Progress = parts[4]
+	}
+	f, err := Open(o)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "target:", err)
 		return 1
@@ -152,7 +156,7 @@ func startTarget(tb testing.TB, o Options, size int, busy bool) *target {
 		mode = "busy"
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s|%s|%d|%s", envTarget, o.Provider, o.Domain, size, mode))
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s|%s|%d|%s|%s", envTarget, o.Provider, o.Domain, size, mode, o.Progress))
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
