@@ -75,6 +75,7 @@ var keys = []key{
 	{"store.node_mode", "DDSTORE_NODE_MODE", kindString, func(c *Config, v any) { c.Store.NodeMode = v.(string) }},
 	{"store.width", "DDSTORE_WIDTH", kindInt, func(c *Config, v any) { c.Store.Width = v.(int) }},
 	{"store.timeout", "DDSTORE_TIMEOUT", kindDuration, func(c *Config, v any) { c.Store.Timeout = v.(time.Duration) }},
+	{"store.liveness", "DDSTORE_LIVENESS", kindDuration, func(c *Config, v any) { c.Store.Liveness = v.(time.Duration) }},
 	{"reads.mode", "DDSTORE_READ_MODE", kindString, func(c *Config, v any) { c.Reads.Mode = v.(string) }},
 	{"reads.batch_get", "DDSTORE_BATCH_GET", kindBool, func(c *Config, v any) { c.Reads.BatchGet = v.(bool) }},
 	{"reads.thread_readers", "DDSTORE_THREAD_READERS", kindBool, func(c *Config, v any) { c.Reads.ThreadReaders = v.(bool) }},
@@ -387,6 +388,8 @@ func (c Config) Validate() error {
 		return bad("store.width", "%d < 0", c.Store.Width)
 	case c.Store.Timeout <= 0:
 		return bad("store.timeout", "%v must be > 0", c.Store.Timeout)
+	case c.Store.Liveness < 100*time.Millisecond:
+		return bad("store.liveness", "%v must be ≥ 100ms", c.Store.Liveness)
 	case c.Reads.FailoverAfter <= 0:
 		return bad("reads.failover_after", "%v must be > 0", c.Reads.FailoverAfter)
 	case c.Exchange.AlltoallMaxBytes < MinGatherRoundBytes || c.Exchange.AlltoallMaxBytes > MaxGatherRoundBytes:

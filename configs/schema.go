@@ -33,6 +33,7 @@ type StoreConfig struct {
 	NodeMode string        // auto | fabric
 	Width    int           // 0 = world size
 	Timeout  time.Duration // collectives, default 60s
+	Liveness time.Duration // DDSTORE_LIVENESS: dead-peer deadline, default 10s
 }
 
 // ReadsConfig selects the read paths (the seed's switches).

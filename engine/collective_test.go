@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/ddstore/ddstore/engine/mesh"
 	"math"
 	"strings"
 	"testing"
@@ -67,18 +68,21 @@ func checkReduce(s *Store, n int) error {
 		return fmt.Errorf("AllReduceFloat32: %w", err)
 	}
 	orderMatters := 0
+	w := s.World()
 	for i := range x {
-		want := reduceInput(0, i)
-		for r := 1; r < s.World(); r++ {
-			want += reduceInput(r, i)
+		// The ring's fixed order: ((x_c + x_{c+1}) + …) + x_{c−1}.
+		c := mesh.SumStart(i, w, n)
+		want := reduceInput(c, i)
+		for k := 1; k < w; k++ {
+			want += reduceInput((c+k)%w, i)
 		}
 		if math.Float32bits(x[i]) != math.Float32bits(want) {
-			return fmt.Errorf("AllReduceFloat32: element %d = %v (%#x), want the rank-order sum %v (%#x)",
-				i, x[i], math.Float32bits(x[i]), want, math.Float32bits(want))
+			return fmt.Errorf("AllReduceFloat32: element %d = %v (%#x), want the ring-order sum from rank %d %v (%#x)",
+				i, x[i], math.Float32bits(x[i]), c, want, math.Float32bits(want))
 		}
 		var rev float32
-		for r := s.World() - 1; r >= 0; r-- {
-			rev += reduceInput(r, i)
+		for k := w - 1; k >= 0; k-- {
+			rev += reduceInput((c+k)%w, i)
 		}
 		if rev != want {
 			orderMatters++

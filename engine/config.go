@@ -52,6 +52,7 @@ func (c Config) StoreOptions() Options {
 	o.FailoverAfter = c.Reads.FailoverAfter
 	o.Width = c.Store.Width
 	o.Timeout = c.Store.Timeout
+	o.Liveness = c.Store.Liveness
 	o.DisableTelemetry = !c.Telemetry.Enabled
 	o.TelemetryDir = c.Telemetry.Dir
 	o.Profile = c.Profile

@@ -119,6 +119,11 @@ func storeOptions(mode string, params map[string]string) Options {
 			o.Bootstrap.Timeout = d
 		}
 	}
+	if v := params["LIVENESS"]; v != "" {
+		if d, err := time.ParseDuration(v); err == nil {
+			o.Liveness = d
+		}
+	}
 	if params["TELEMETRY"] == "0" {
 		o.DisableTelemetry = true
 	}

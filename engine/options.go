@@ -95,6 +95,13 @@ type Options struct {
 	Role string
 	// Storage: storage-only ranks joined to the trainers (storage.go).
 	Storage StorageOptions
+	// Liveness: a rank whose connection to this one closes without a
+	// goodbye, or that stays silent this long (heartbeats go every
+	// Liveness/5 over the store's own connections), is marked dead: reads
+	// of its rows fail at once with ErrPeerDead, collectives name it.
+	// Default 10s, at least 100ms. Config key store.liveness, environment
+	// variable DDSTORE_LIVENESS.
+	Liveness time.Duration
 	// ReadMode: "auto" (default; "" means auto), "rma" or "gather"; see
 	// ReadModeAuto. The config key reads.mode and the environment variable
 	// DDSTORE_READ_MODE set it through LoadConfig. Rounds of a gather are
@@ -112,6 +119,7 @@ const (
 	DefaultDir           = "/dev/shm"       // Options.TelemetryDir and ShardDir
 	DefaultWindow        = 128              // Options.Fabric.Window: reads in flight
 	DefaultFabricTimeout = 10 * time.Second // Options.Fabric.Timeout: one fabric operation
+	DefaultLiveness      = 10 * time.Second // Options.Liveness: dead-peer deadline
 )
 
 // DefaultOptions returns Options{} with every default filled in.
@@ -136,6 +144,9 @@ func (o *Options) EnsureDefaults() *Options {
 	}
 	if o.FailoverAfter == 0 {
 		o.FailoverAfter = DefaultFailoverAfter
+	}
+	if o.Liveness == 0 {
+		o.Liveness = DefaultLiveness
 	}
 	if o.TelemetryDir == "" {
 		o.TelemetryDir = DefaultDir
@@ -190,6 +201,9 @@ func (o *Options) Validate() error {
 	}
 	if o.FailoverAfter < 0 {
 		return errf(ErrInvalid, "options", "", "FailoverAfter %v is negative", o.FailoverAfter)
+	}
+	if o.Liveness != 0 && o.Liveness < 100*time.Millisecond {
+		return errf(ErrInvalid, "options", "", "Liveness %v: want at least 100ms (config store.liveness, env DDSTORE_LIVENESS)", o.Liveness)
 	}
 	if err := o.Fabric.Validate(); err != nil {
 		return wrapf(ErrInvalid, "options", "", err, "Fabric")

@@ -603,8 +603,13 @@ func (v *Var) errRange(start, count int64) error {
 }
 
 func (v *Var) errDead(rank int) error {
+	p := v.s.peers[rank]
+	if cause := v.s.DeadCause(rank); cause != nil {
+		return &Error{Op: "read", Var: v.name, Ranks: []int{rank}, Side: fault.Remote, Kind: ErrPeerDead,
+			Detail: fmt.Sprintf("rank %d (pid %d on %s) owns requested rows and is dead", rank, p.Pid, p.Host), Err: cause}
+	}
 	return &Error{Op: "read", Var: v.name, Ranks: []int{rank}, Side: fault.Remote, Kind: ErrPeerDead,
-		Detail: fmt.Sprintf("rank %d (pid %d) owns requested rows and has exited", rank, v.s.peers[rank].Pid)}
+		Detail: fmt.Sprintf("rank %d (pid %d) owns requested rows and has exited", rank, p.Pid)}
 }
 
 // Get reads the contiguous global rows [start, start+count) of variable

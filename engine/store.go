@@ -1,33 +1,33 @@
 package engine
 
 import (
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/ddstore/ddstore/configs"
-	"github.com/ddstore/ddstore/fabric/fault"
-	"math"
 	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/ddstore/ddstore/configs"
 	"github.com/ddstore/ddstore/engine/bootstrap"
+	"github.com/ddstore/ddstore/engine/mesh"
 	"github.com/ddstore/ddstore/fabric"
+	"github.com/ddstore/ddstore/fabric/fault"
 	"github.com/ddstore/ddstore/telemetry"
 )
 
 // peerInfo is what Open learns about every rank.
 type peerInfo struct {
-	Host        string `json:"host"`
-	BootID      string `json:"boot"`
-	Node        string `json:"node"` // node identity; equal means "same node"
-	Pid         int    `json:"pid"`
-	Addr        []byte `json:"addr,omitempty"` // fabric address, nil without fabric
-	sameNode    bool   // shards read through shared memory
-	sameMachine bool   // same host and boot (sameNode, unless NodeMode "fabric")
+	Host        string    `json:"host"`
+	BootID      string    `json:"boot"`
+	Node        string    `json:"node"` // node identity; equal means "same node"
+	Pid         int       `json:"pid"`
+	Addr        []byte    `json:"addr,omitempty"` // fabric address, nil without fabric
+	Mesh        mesh.Addr `json:"mesh"`           // where the store's own connections reach it
+	sameNode    bool      // shards read through shared memory
+	sameMachine bool      // same host and boot (sameNode, unless NodeMode "fabric")
 }
 
 // varMap is the immutable name → variable map; replaced on Add/Free.
@@ -38,7 +38,9 @@ type varMap map[string]*Var
 // called by every rank in the same order.
 type Store struct {
 	opts Options
-	ex   bootstrap.Exchanger
+	ex   bootstrap.Exchanger // collectives: the mesh once Open has connected it
+	boot bootstrap.Exchanger // the launcher's exchange (only bootstraps)
+	mesh *mesh.Mesh          // the store's own connections; nil in a one-rank world
 	env  bootstrap.Env
 	job  string
 
@@ -55,11 +57,13 @@ type Store struct {
 	vars   atomic.Pointer[varMap]
 	closed atomic.Bool
 
-	collMu sync.Mutex // serializes collectives (Add, Init, Free, Barrier, AllGather, AllReduceFloat32, Close)
-	seq    int        // collective sequence number, for tags
+	collMu    sync.Mutex // serializes collectives (Add, Init, Free, Barrier, AllGather, AllReduceFloat32, Close)
+	seq       int        // collective sequence number, for tags
+	reduceBuf []float32  // AllReduceFloat32's working copy (under collMu)
 
-	dead    deadSet
-	watcher *pidWatcher
+	dead      deadSet
+	deadCause sync.Map // rank → error: why it was marked dead
+	watcher   *pidWatcher
 
 	// Storage-only ranks (storage.go): the join exchange with the other
 	// launch, the watcher of storage ranks on this machine, and a storage
@@ -106,7 +110,7 @@ func Open(o Options) (*Store, error) {
 	if err != nil {
 		return nil, wrapf(nil, "Open", "", err, "bootstrap")
 	}
-	s := &Store{opts: o, ex: ex, env: env, rank: ex.Rank(), world: ex.Size(), localRank: env.LocalRank,
+	s := &Store{opts: o, ex: ex, boot: ex, env: env, rank: ex.Rank(), world: ex.Size(), localRank: env.LocalRank,
 		readers: map[*Reader]struct{}{}}
 	s.job = bootstrap.JobOf(ex, env.Job)
 	if s.job == "" {
@@ -118,8 +122,7 @@ func Open(o Options) (*Store, error) {
 		// storage rank is alive, so a storage rank that dies later cannot
 		// fail the others' Close.
 		if err = s.openStorageRole(); err == nil {
-			err = s.ex.Close()
-			s.ex = nil
+			err = s.closeExchange()
 		}
 	} else if err = s.open(); err == nil && o.Storage.Ranks > 0 {
 		err = s.joinStorage()
@@ -201,6 +204,19 @@ func (s *Store) open() error {
 	if o.NodeMode == NodeModeFabric {
 		me.Node = fmt.Sprintf("%s/rank%d", me.Node, s.rank)
 	}
+	// The store's own connections: listen now, publish the address in
+	// round 1, connect right after it; every later collective uses them.
+	if s.world > 1 {
+		m, addr, err := mesh.Listen(mesh.Options{Rank: s.rank, World: s.world, Token: s.job,
+			Timeout: o.Timeout, Liveness: o.Liveness, OnDead: s.onDead})
+		if err != nil {
+			return wrapf(nil, "Open", "", err, "mesh")
+		}
+		s.mesh = m
+		addr.Node = me.Host + "/" + me.BootID
+		m.SetNode(addr.Node)
+		me.Mesh = addr
+	}
 	blobs, err := s.gather("open-node", me)
 	if err != nil {
 		return err
@@ -212,6 +228,16 @@ func (s *Store) open() error {
 		}
 		s.peers[r].sameNode = s.peers[r].Node == me.Node
 		s.peers[r].sameMachine = s.peers[r].Host == me.Host && s.peers[r].BootID == me.BootID
+	}
+	if s.mesh != nil {
+		addrs := make([]mesh.Addr, s.world)
+		for r := range addrs {
+			addrs[r] = s.peers[r].Mesh
+		}
+		if err := s.mesh.Connect(addrs); err != nil {
+			return wrapBootstrap("Open: connecting the ranks", err)
+		}
+		s.ex = s.mesh
 	}
 	// The fabric is needed for a peer of the group on another node, and,
 	// with replica groups, for a replica there (failover reads).
@@ -463,12 +489,9 @@ func (s *Store) Close() error {
 	// Calls in flight use the variables' memory, the readers' endpoints,
 	// the fabric and the telemetry segment: release those after the last
 	// call. The exchange is no reader's: close it now.
-	if s.ex != nil {
-		if err := s.ex.Close(); err != nil {
-			errs = append(errs, wrapf(nil, "Close", "", err, "bootstrap"))
-		}
+	if err := s.closeExchange(); err != nil {
+		errs = append(errs, err)
 	}
-	s.ex = nil
 	go func() {
 		for _, v := range busy {
 			for v.inflight.Load() != 0 {
@@ -539,11 +562,28 @@ func (s *Store) release() error {
 			errs = append(errs, wrapf(nil, "Close", "", err, "fabric"))
 		}
 	}
-	if s.ex != nil {
-		if err := s.ex.Close(); err != nil {
+	if err := s.closeExchange(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// closeExchange closes the mesh and the launcher's exchange.
+func (s *Store) closeExchange() error {
+	var errs []error
+	if s.mesh != nil {
+		if err := s.mesh.Close(); err != nil {
+			errs = append(errs, wrapf(nil, "Close", "", err, "mesh"))
+		}
+		s.mesh = nil
+	}
+	if s.boot != nil {
+		if err := s.boot.Close(); err != nil {
 			errs = append(errs, wrapf(nil, "Close", "", err, "bootstrap"))
 		}
+		s.boot = nil
 	}
+	s.ex = nil
 	return errors.Join(errs...)
 }
 
@@ -601,32 +641,81 @@ func (s *Store) allGather(kind, tag string, mine []byte) ([][]byte, error) {
 }
 
 // AllReduceFloat32 is collective: it replaces x, on every rank, by the
-// element-wise sum of every rank's x. The sum runs in rank order
-// (((x₀ + x₁) + x₂) + …) on every rank, so all ranks get the same bits.
-// Every rank must pass the same tag and the same length (else ErrMismatch
-// naming the rank); it is built on AllGather and has its rules, deadline
-// and errors. On error x is unchanged.
+// element-wise sum of every rank's x. It runs over the store's own
+// connections as a pipelined ring (mesh.Mesh.AllReduceFloat32): segment c
+// of x (world equal parts) is summed in the fixed order
+// ((x_c + x_{c+1}) + …) + x_{c−1} (mesh.SumStart), and every rank receives
+// those bits, so all ranks get the same bits under any launcher. Every
+// rank must pass the same tag and the same length (else ErrMismatch naming
+// a rank; the store goes on working); a dead member fails it with
+// ErrPeerDead naming the rank, a missing one with ErrTimeout after
+// Options.Timeout. On error x is unchanged.
 func (s *Store) AllReduceFloat32(tag string, x []float32) error {
-	mine := make([]byte, 4*len(x))
-	for i, v := range x {
-		binary.LittleEndian.PutUint32(mine[4*i:], math.Float32bits(v))
+	s.collMu.Lock()
+	defer s.collMu.Unlock()
+	if s.closed.Load() {
+		return errf(ErrClosed, fmt.Sprintf("allreduce-f32 %q", tag), "", "store closed")
 	}
-	blobs, err := s.allGather("allreduce-f32", tag, mine)
-	if err != nil {
-		return err
+	s.seq++
+	if s.mesh == nil {
+		return nil // one rank: the sum is x
 	}
-	for r, b := range blobs {
-		if len(b) != len(mine) {
-			return &Error{Op: fmt.Sprintf("allreduce-f32 %q", tag), Kind: ErrMismatch, Ranks: []int{r},
-				Detail: fmt.Sprintf("rank %d passed %d float32, rank %d passed %d", r, len(b)/4, s.rank, len(x))}
+	// The ring works in a copy, so that x stays as it was on error.
+	if cap(s.reduceBuf) < len(x) {
+		s.reduceBuf = make([]float32, len(x))
+	}
+	buf := s.reduceBuf[:len(x)]
+	copy(buf, x)
+	if err := s.mesh.AllReduceFloat32(fmt.Sprintf("%d-%s", s.seq, tag), buf, s.opts.Timeout); err != nil {
+		return wrapBootstrap(fmt.Sprintf("allreduce-f32 %q", tag), err)
+	}
+	copy(x, buf)
+	return nil
+}
+
+// onDead is the mesh's report of a dead peer: reads of its rows fail at
+// once from now on.
+func (s *Store) onDead(rank int, cause error) {
+	s.deadCause.LoadOrStore(rank, cause)
+	s.dead.mark(rank)
+}
+
+// MarkDead declares rank dead (for example by a replica helper that gave
+// up on it): reads of its rows fail at once with ErrPeerDead naming it and
+// cause, and collectives fail naming it. Marking is permanent.
+func (s *Store) MarkDead(rank int, cause error) {
+	if rank < 0 || rank >= s.nranks || rank == s.rank {
+		return
+	}
+	s.onDead(rank, cause)
+	if m := s.mesh; m != nil {
+		m.MarkDead(rank, cause)
+	}
+}
+
+// Alive reports whether rank is not known dead: not exited (same-node
+// ranks), not silent past the liveness deadline nor disconnected (every
+// other rank, through the store's own connections), not marked dead.
+func (s *Store) Alive(rank int) bool {
+	return rank >= 0 && rank < s.nranks && (rank == s.rank || !s.dead.has(rank))
+}
+
+// DeadRanks lists the ranks known dead, in order.
+func (s *Store) DeadRanks() []int {
+	var out []int
+	for r := range s.nranks {
+		if r != s.rank && s.dead.has(r) {
+			out = append(out, r)
 		}
 	}
-	for i := range x {
-		sum := math.Float32frombits(binary.LittleEndian.Uint32(blobs[0][4*i:]))
-		for _, b := range blobs[1:] {
-			sum += math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-		}
-		x[i] = sum
+	return out
+}
+
+// DeadCause is why rank was marked dead, nil when it is alive or the
+// cause is unknown (a same-node exit seen by the pid watcher).
+func (s *Store) DeadCause(rank int) error {
+	if v, ok := s.deadCause.Load(rank); ok {
+		return v.(error)
 	}
 	return nil
 }

@@ -133,10 +133,7 @@ func plainRing(b *testing.B, n int) []*ringRank {
 
 func (rr *ringRank) allReduce(x []float32) {
 	n, me := rr.n, rr.rank
-	seg := func(c int) (int, int) {
-		c = ((c % n) + n) % n
-		return c * len(x) / n, (c + 1) * len(x) / n
-	}
+	seg := func(c int) (int, int) { return segment(c, n, len(x)) }
 	if len(rr.buf) < 4*(len(x)/n+1) {
 		rr.buf = make([]byte, 4*(len(x)/n+1))
 	}

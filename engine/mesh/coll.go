@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"sort"
-	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -19,22 +19,6 @@ import (
 // each piece as soon as it has been reduced.
 var PieceBytes = 256 << 10
 
-var bufPool = sync.Pool{New: func() any { b := make([]byte, PieceBytes); return &b }}
-
-func getBuf(n int) []byte {
-	if n <= PieceBytes {
-		return (*bufPool.Get().(*[]byte))[:n]
-	}
-	return make([]byte, n)
-}
-
-func putBuf(b []byte) {
-	if cap(b) == PieceBytes {
-		b = b[:PieceBytes]
-		bufPool.Put(&b)
-	}
-}
-
 // begin starts a collective: it checks that the mesh is usable and that no
 // member is known dead, and returns its sequence number and deadline.
 func (m *Mesh) begin(op string, timeout time.Duration) (uint64, time.Time, error) {
@@ -45,60 +29,180 @@ func (m *Mesh) begin(op string, timeout time.Duration) (uint64, time.Time, error
 		return 0, time.Time{}, &fault.Error{Op: op, Kind: fault.ErrClosed, Side: fault.SideOf(m.broken), Ranks: fault.RanksOf(m.broken),
 			Detail: "collectives broken by an earlier failure", Err: m.broken}
 	}
-	var dead []int
-	for _, p := range m.peers {
-		if p != nil && p.dead.Load() {
-			dead = append(dead, p.rank)
-		}
-	}
-	if len(dead) > 0 {
-		return 0, time.Time{}, m.fail(&fault.Error{Op: op, Ranks: dead, Side: fault.Remote, Kind: fault.ErrPeerDead,
-			Detail: fmt.Sprintf("%s of this collective dead", fault.RankList(dead))})
+	m.seq++
+	if err := m.goneMembers(op, nil); err != nil {
+		return 0, time.Time{}, m.fail(err)
 	}
 	if timeout <= 0 {
 		timeout = m.o.Timeout
 	}
-	m.seq++
 	return m.seq, time.Now().Add(timeout), nil
 }
 
+// fail breaks the mesh with its first failure and tells every peer still
+// there (an abort frame of the current collective), so that none of them
+// waits out its deadline for this rank.
 func (m *Mesh) fail(err error) error {
-	if m.broken == nil {
-		m.broken = err
+	if m.broken != nil {
+		return err
+	}
+	m.broken = err
+	var fe *fault.Error
+	kind, ranks, detail := error(nil), []int(nil), err.Error()
+	if errors.As(err, &fe) {
+		kind, ranks = fe.Kind, fe.Ranks
+	}
+	body := abortBody(kind, ranks, detail)
+	for _, p := range m.peers {
+		if p == nil || p.dead.Load() || p.left.Load() {
+			continue
+		}
+		go func() {
+			p.wmu.Lock()
+			defer p.wmu.Unlock()
+			var h [hdrLen]byte
+			binary.LittleEndian.PutUint32(h[:], uint32(hdrLen-4+len(body)))
+			h[4] = tAbort
+			binary.LittleEndian.PutUint64(h[5:], m.seq)
+			p.conn.SetWriteDeadline(time.Now().Add(time.Second))
+			bufs := net.Buffers{h[:], body}
+			bufs.WriteTo(p.conn)
+		}()
 	}
 	return err
 }
 
-// recv waits for the next data frame of collective seq from rank r. On
-// timeout it names every rank in waitingFor whose frame has not arrived.
+var abortKinds = []error{nil, fault.ErrTimeout, fault.ErrPeerDead, fault.ErrMismatch, fault.ErrClosed, fault.ErrToken}
+
+func abortBody(kind error, ranks []int, detail string) []byte {
+	code := byte(0)
+	for i, k := range abortKinds {
+		if k != nil && errors.Is(kind, k) {
+			code = byte(i)
+			break
+		}
+	}
+	b := []byte{code}
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(ranks)))
+	for _, r := range ranks {
+		b = binary.LittleEndian.AppendUint32(b, uint32(r))
+	}
+	return append(b, detail...)
+}
+
+// abortErr is the error that rank from reported in an abort frame.
+func abortErr(op string, from int, body []byte) error {
+	e := &fault.Error{Op: op, Side: fault.Remote, Kind: fault.ErrPeerDead, Ranks: []int{from}}
+	if len(body) < 5 {
+		e.Detail = fmt.Sprintf("rank %d aborted the collective", from)
+		return e
+	}
+	if int(body[0]) < len(abortKinds) && body[0] > 0 {
+		e.Kind = abortKinds[body[0]]
+	}
+	n := int(binary.LittleEndian.Uint32(body[1:]))
+	rest := body[5:]
+	if n > len(rest)/4 {
+		n = len(rest) / 4
+	}
+	if n > 0 {
+		e.Ranks = make([]int, n)
+		for i := range e.Ranks {
+			e.Ranks[i] = int(binary.LittleEndian.Uint32(rest[4*i:]))
+		}
+	}
+	e.Detail = fmt.Sprintf("rank %d reports: %s", from, rest[4*n:])
+	return e
+}
+
+// recv waits for the next data frame of collective seq from rank r. It
+// fails at once when any member dies or leaves meanwhile (a stalled
+// collective would otherwise wait out its deadline), and on timeout names
+// every rank in waitingFor whose frame has not arrived.
 func (m *Mesh) recv(op string, r int, seq uint64, timer <-chan time.Time, timeout time.Duration, waitingFor []int) (frame, error) {
 	p := m.peers[r]
-	f, err, ok := p.in.pop(timer)
-	if !ok {
-		missing := []int{r}
-		for _, q := range waitingFor {
-			if q != r && !m.peers[q].in.ready() {
-				missing = append(missing, q)
+	for {
+		if err := m.goneMembers(op, waitingFor); err != nil {
+			return frame{}, m.fail(err)
+		}
+		f, err, st := p.in.pop(timer, m.death)
+		switch st {
+		case popDeath:
+			continue
+		case popTimeout:
+			missing := []int{r}
+			for _, q := range waitingFor {
+				if q != r && !m.peers[q].in.ready() {
+					missing = append(missing, q)
+				}
 			}
+			sort.Ints(missing)
+			return frame{}, m.fail(&fault.Error{Op: op, Ranks: missing, Side: fault.Remote, Kind: fault.ErrTimeout,
+				Detail: fmt.Sprintf("%s did not arrive within %v", fault.RankList(missing), timeout.Round(time.Millisecond))})
 		}
-		sort.Ints(missing)
-		return frame{}, m.fail(&fault.Error{Op: op, Ranks: missing, Side: fault.Remote, Kind: fault.ErrTimeout,
-			Detail: fmt.Sprintf("%s did not arrive within %v", fault.RankList(missing), timeout.Round(time.Millisecond))})
-	}
-	if err != nil {
-		var fe *fault.Error
-		if errors.As(err, &fe) {
-			e := *fe
-			e.Op = op
-			return frame{}, m.fail(&e)
+		if err != nil {
+			var fe *fault.Error
+			if errors.As(err, &fe) {
+				e := *fe
+				e.Op = op
+				return frame{}, m.fail(&e)
+			}
+			return frame{}, m.fail(err)
 		}
-		return frame{}, m.fail(err)
+		if f.abort {
+			if f.seq < seq {
+				continue // a failure of an earlier collective, already reported
+			}
+			return frame{}, m.fail(abortErr(op, r, f.body))
+		}
+		if f.seq != seq {
+			return frame{}, m.fail(&fault.Error{Op: op, Ranks: []int{r}, Side: fault.Remote, Kind: fault.ErrMismatch,
+				Detail: fmt.Sprintf("rank %d sent data of collective #%d during #%d (collectives called in another order)", r, f.seq, seq)})
+		}
+		return f, nil
 	}
-	if f.seq != seq {
-		return frame{}, m.fail(&fault.Error{Op: op, Ranks: []int{r}, Side: fault.Remote, Kind: fault.ErrMismatch,
-			Detail: fmt.Sprintf("rank %d sent data of collective #%d during #%d (collectives called in another order)", r, f.seq, seq)})
+}
+
+// goneMembers is an error naming the peers of need (all when nil) that
+// died (ErrPeerDead) or left (ErrClosed) with nothing more queued from
+// them; nil when the collective can go on. (Peers that a collective does
+// not wait for directly, as in the ring, are covered by the abort frame
+// that a rank which waits for them sends.)
+func (m *Mesh) goneMembers(op string, need []int) error {
+	var dead, left []int
+	check := func(p *peer) {
+		switch {
+		case p == nil || p.in.hasFrames():
+		case p.dead.Load():
+			dead = append(dead, p.rank)
+		case p.left.Load():
+			left = append(left, p.rank)
+		}
 	}
-	return f, nil
+	if need == nil {
+		for _, p := range m.peers {
+			check(p)
+		}
+	} else {
+		for _, r := range need {
+			check(m.peers[r])
+		}
+	}
+	switch {
+	case len(dead) > 0:
+		e := &fault.Error{Op: op, Ranks: dead, Side: fault.Remote, Kind: fault.ErrPeerDead,
+			Detail: fmt.Sprintf("%s of this collective dead", fault.RankList(dead))}
+		if p := m.peers[dead[0]]; p != nil {
+			p.in.mu.Lock()
+			e.Err = p.in.err
+			p.in.mu.Unlock()
+		}
+		return e
+	case len(left) > 0:
+		return &fault.Error{Op: op, Ranks: left, Side: fault.Remote, Kind: fault.ErrClosed,
+			Detail: fmt.Sprintf("%s closed the store before this collective", fault.RankList(left))}
+	}
+	return nil
 }
 
 func (m *Mesh) sendErr(op string, r int, err error) error {
@@ -167,7 +271,7 @@ func (m *Mesh) allGather(tag string, mine []byte, timeout time.Duration) ([][]by
 				Detail: fmt.Sprintf("collective mismatch: rank %d called %q, rank %d called %q", r, rt, m.o.Rank, tag)})
 		}
 		out[r] = append([]byte{}, b[4+tl:]...)
-		putBuf(f.body)
+		m.peers[r].in.recycle(f.body)
 	}
 	return out, nil
 }
@@ -176,6 +280,28 @@ func (m *Mesh) allGather(tag string, mine []byte, timeout time.Duration) ([][]by
 func (m *Mesh) Barrier(tag string, timeout time.Duration) error {
 	_, err := m.AllGather(tag, nil, timeout)
 	return err
+}
+
+// segment is the range [lo, hi) of segment c (modulo world) of a vector
+// of length l.
+func segment(c, world, l int) (int, int) {
+	c = ((c % world) + world) % world
+	return c * l / world, (c + 1) * l / world
+}
+
+// SumStart is the rank whose value comes first in AllReduceFloat32's sum
+// of element i of a vector of length l over world ranks: element i of
+// the result is ((x_c + x_{c+1}) + …) + x_{c−1}, ranks modulo world, with
+// c = SumStart(i, world, l). Tests use it to check the exact bits.
+func SumStart(i, world, l int) int {
+	c := i * world / l
+	for c > 0 && i < c*l/world {
+		c--
+	}
+	for c < world-1 && i >= (c+1)*l/world {
+		c++
+	}
+	return c
 }
 
 // littleEndian: float32 slices go on the wire as their memory.
@@ -218,8 +344,10 @@ func (m *Mesh) AllReduceFloat32(tag string, x []float32, timeout time.Duration) 
 	}
 	op := fmt.Sprintf("allreduce-f32 %q", tag)
 	for r, b := range lens {
+		// Every rank sees the same lengths and fails alike: the mesh stays
+		// consistent, so a length mismatch does not break it.
 		if got := binary.LittleEndian.Uint64(b); got != uint64(len(x)) {
-			return m.fail(&fault.Error{Op: op, Ranks: []int{r}, Side: fault.Remote, Kind: fault.ErrMismatch,
+			return (&fault.Error{Op: op, Ranks: []int{r}, Side: fault.Remote, Kind: fault.ErrMismatch,
 				Detail: fmt.Sprintf("rank %d passed %d float32, rank %d passed %d", r, got, m.o.Rank, len(x))})
 		}
 	}
@@ -235,10 +363,7 @@ func (m *Mesh) AllReduceFloat32(tag string, x []float32, timeout time.Duration) 
 	}
 	me := m.o.Rank
 	left, right := m.peers[(me+n-1)%n], m.peers[(me+1)%n]
-	seg := func(c int) (int, int) {
-		c = ((c % n) + n) % n
-		return c * len(x) / n, (c + 1) * len(x) / n
-	}
+	seg := func(c int) (int, int) { return segment(c, n, len(x)) }
 	pf := PieceBytes / 4 // floats per piece
 	// The sender forwards pieces to the right neighbour in order.
 	type piece struct{ lo, hi int }
@@ -317,7 +442,7 @@ loop:
 					dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(f.body[4*i:]))
 				}
 			}
-			putBuf(f.body)
+			left.in.recycle(f.body)
 			if t < steps-1 {
 				sendq <- piece{p, q}
 			}

@@ -82,6 +82,7 @@ const (
 	tHB    = 3
 	tBye   = 4
 	tData  = 5 // payload
+	tAbort = 6 // kind u8, ranks (u32 count, u32 each), detail: the sender failed collective seq
 )
 
 const (
@@ -104,6 +105,7 @@ type Mesh struct {
 	broken error
 
 	closing atomic.Bool
+	death   chan struct{} // signalled when a peer dies or leaves (wakes a waiting collective)
 	hbStop  chan struct{}
 	wg      sync.WaitGroup
 }
@@ -120,20 +122,57 @@ type peer struct {
 }
 
 type frame struct {
-	seq  uint64
-	body []byte
+	seq   uint64
+	body  []byte
+	abort bool
 }
 
 // inbox is one peer's queue of received data frames (single consumer).
+// Frame bodies come from, and go back to, a small free list of the
+// peer's own, so that a warm mesh receives without allocating (the
+// store's hot-path allocation checks count every goroutine's mallocs).
 type inbox struct {
 	mu     sync.Mutex
-	frames []frame
+	frames []frame // frames[head:] are queued
+	head   int
+	free   [][]byte
 	err    error // set once the peer is gone
 	wake   chan struct{}
 }
 
+const maxFree = 8
+
+// buffer returns a body buffer of n bytes.
+func (q *inbox) buffer(n int) []byte {
+	q.mu.Lock()
+	for i, b := range q.free {
+		if cap(b) >= n {
+			last := len(q.free) - 1
+			q.free[i] = q.free[last]
+			q.free[last] = nil
+			q.free = q.free[:last]
+			q.mu.Unlock()
+			return b[:n]
+		}
+	}
+	q.mu.Unlock()
+	return make([]byte, n, max(n, 4<<10))
+}
+
+// recycle gives a consumed body back.
+func (q *inbox) recycle(b []byte) {
+	q.mu.Lock()
+	if len(q.free) < maxFree && cap(b) <= 4<<20 {
+		q.free = append(q.free, b)
+	}
+	q.mu.Unlock()
+}
+
 func (q *inbox) push(f frame) {
 	q.mu.Lock()
+	if q.head == len(q.frames) {
+		q.frames, q.head = q.frames[:0], 0
+	}
 	q.frames = append(q.frames, f)
 	q.mu.Unlock()
 	select {
@@ -154,34 +193,49 @@ func (q *inbox) fail(err error) {
 	}
 }
 
-// pop returns the next frame, the peer's failure, or ok=false at timer.
-func (q *inbox) pop(timer <-chan time.Time) (frame, error, bool) {
+// pop returns the next frame or the peer's failure (status popOK), or
+// popTimeout at timer, or popDeath when death is signalled first.
+func (q *inbox) pop(timer <-chan time.Time, death <-chan struct{}) (frame, error, int) {
 	for {
 		q.mu.Lock()
-		if len(q.frames) > 0 {
-			f := q.frames[0]
-			q.frames[0] = frame{}
-			q.frames = q.frames[1:]
+		if q.head < len(q.frames) {
+			f := q.frames[q.head]
+			q.frames[q.head] = frame{}
+			q.head++
 			q.mu.Unlock()
-			return f, nil, true
+			return f, nil, popOK
 		}
 		err := q.err
 		q.mu.Unlock()
 		if err != nil {
-			return frame{}, err, true
+			return frame{}, err, popOK
 		}
 		select {
 		case <-q.wake:
 		case <-timer:
-			return frame{}, nil, false
+			return frame{}, nil, popTimeout
+		case <-death:
+			return frame{}, nil, popDeath
 		}
 	}
+}
+
+const (
+	popOK = iota
+	popTimeout
+	popDeath
+)
+
+func (q *inbox) hasFrames() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.head < len(q.frames)
 }
 
 func (q *inbox) ready() bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return len(q.frames) > 0 || q.err != nil
+	return q.head < len(q.frames) || q.err != nil
 }
 
 // Listen opens this rank's listener and returns the mesh and the address to
@@ -199,7 +253,7 @@ func Listen(o Options) (*Mesh, Addr, error) {
 	if o.Liveness < 100*time.Millisecond {
 		return nil, Addr{}, fault.New(fault.ErrInvalid, "mesh listen", "liveness deadline %v is below 100ms", o.Liveness)
 	}
-	m := &Mesh{o: o, peers: make([]*peer, o.World), hbStop: make(chan struct{})}
+	m := &Mesh{o: o, peers: make([]*peer, o.World), hbStop: make(chan struct{}), death: make(chan struct{}, 1)}
 	host, _ := os.Hostname()
 	m.addr.Host = host
 	if o.World == 1 {
@@ -391,6 +445,8 @@ func (m *Mesh) Connect(addrs []Addr) error {
 		}
 		p := &peer{rank: r, conn: c, br: bufio.NewReaderSize(c, 16<<10), host: addrs[r].Host}
 		p.in.wake = make(chan struct{}, 1)
+		p.in.frames = make([]frame, 0, 16)
+		p.in.free = make([][]byte, 0, maxFree)
 		m.peers[r] = p
 	}
 	for _, p := range m.peers {
@@ -571,11 +627,11 @@ func (m *Mesh) readLoop(p *peer) {
 				m.peerGone(p, &fault.Error{Op: "mesh", Ranks: []int{p.rank}, Side: fault.Remote, Kind: fault.ErrClosed,
 					Detail: fmt.Sprintf("rank %d closed its store", p.rank)}, false)
 				return
-			case typ == tData:
-				body := getBuf(n)
+			case typ == tData || typ == tAbort:
+				body := p.in.buffer(n)
 				err = m.readBody(p, body)
 				if err == nil {
-					p.in.push(frame{seq: seq, body: body})
+					p.in.push(frame{seq: seq, body: body, abort: typ == tAbort})
 					continue
 				}
 			default:
@@ -618,6 +674,10 @@ func (m *Mesh) peerGone(p *peer, err error, dead bool) {
 		m.o.OnDead(p.rank, err)
 	}
 	p.in.fail(err)
+	select {
+	case m.death <- struct{}{}:
+	default:
+	}
 }
 
 // MarkDead declares rank dead from outside (for example after a fabric

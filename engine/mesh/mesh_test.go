@@ -100,11 +100,11 @@ func TestAllGather(t *testing.T) {
 // ((x_c + x_{c+1}) + …) + x_{c−1}.
 func refSum(xs [][]float32, i int) float32 {
 	n, l := len(xs), len(xs[0])
-	c := 0
-	for c < n && !(i >= c*l/n && i < (c+1)*l/n) {
-		c++
+	c := SumStart(i, n, l)
+	if lo, hi := segment(c, n, l); i < lo || i >= hi {
+		panic("SumStart disagrees with segment")
 	}
-	s := xs[c%n][i]
+	s := xs[c][i]
 	for k := 1; k < n; k++ {
 		s += xs[(c+k)%n][i]
 	}
@@ -186,6 +186,10 @@ func TestMismatch(t *testing.T) {
 		if !errors.Is(err, fault.ErrMismatch) || !strings.Contains(err.Error(), "passed") {
 			t.Fatalf("rank %d: %v", r, err)
 		}
+	}
+	// A length mismatch fails alike everywhere and leaves the mesh usable.
+	if errs := each(ms, func(r int, m *Mesh) error { return m.AllReduceFloat32("g2", make([]float32, 10), 0) }); errors.Join(errs...) != nil {
+		t.Fatal(errs)
 	}
 }
 
@@ -327,5 +331,29 @@ func TestTokenRefused(t *testing.T) {
 	}
 	if !errors.Is(errs[0], fault.ErrTimeout) || fault.RankOf(errs[0]) != 1 {
 		t.Errorf("rank 0: %v", errs[0])
+	}
+}
+
+// A rank that leaves right after the last collective does not fail the
+// others still finishing it (its frames are queued before its goodbye).
+func TestLeaveAfterLastCollective(t *testing.T) {
+	for range 10 {
+		ms := world(t, 4, Options{Timeout: 5 * time.Second})
+		errs := each(ms, func(r int, m *Mesh) error {
+			if r == 3 {
+				time.Sleep(20 * time.Millisecond)
+			}
+			if _, err := m.AllGather("last", blob(r, 1), 0); err != nil {
+				return err
+			}
+			if r == 0 {
+				return m.Close()
+			}
+			time.Sleep(time.Duration(r) * 5 * time.Millisecond)
+			return nil
+		})
+		if err := errors.Join(errs...); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -1,0 +1,144 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func init() {
+	scenarios["silent"] = scenarioSilent
+	scenarios["markdead"] = scenarioMarkDead
+}
+
+// scenarioSilent: the last rank freezes (SIGSTOP: its process and its
+// connections stay, it only stops answering, as behind a cut link). Every
+// survivor's next collective fails within the liveness deadline + 1 s
+// naming it; reads of its rows then fail at once, naming it, while the
+// other ranks' rows keep working.
+func scenarioSilent(w *worker) error {
+	s, err := w.open()
+	if err != nil {
+		return err
+	}
+	spec := varSpec{name: "silent", dt: Bytes, rowBytes: 256, base: 40, emptyMember: -1}
+	if err := addPattern(s, spec); err != nil {
+		return err
+	}
+	victim := s.World() - 1
+	if s.Rank() == victim {
+		syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		time.Sleep(time.Minute)
+		return errors.New("the frozen rank woke up")
+	}
+	liveness := s.opts.Liveness
+	t0 := time.Now()
+	err = s.Barrier()
+	took := time.Since(t0)
+	if !errors.Is(err, ErrPeerDead) || !strings.Contains(err.Error(), fmt.Sprintf("rank %d", victim)) {
+		return fmt.Errorf("barrier with a frozen rank: got %v, want ErrPeerDead naming rank %d", err, victim)
+	}
+	w.logf("barrier failed after %v (liveness %v): %v", took.Round(time.Millisecond), liveness, err)
+	if took > liveness+time.Second+time.Second { // +1s allowed, +1s for a loaded machine
+		return fmt.Errorf("barrier failed after %v, liveness %v", took, liveness)
+	}
+	if s.Alive(victim) || fmt.Sprint(s.DeadRanks()) != fmt.Sprint([]int{victim}) {
+		return fmt.Errorf("Alive(%d)=%v DeadRanks=%v", victim, s.Alive(victim), s.DeadRanks())
+	}
+	info, _ := s.Query(spec.name)
+	vRows := seqIdx(info.Shards[victim], 4) // Shards[r]: first global row of rank r
+	dst := make([]byte, 4*spec.rowBytes)
+	for i := range 3 {
+		t1 := time.Now()
+		err := s.GetBatch(spec.name, vRows, dst)
+		if !errors.Is(err, ErrPeerDead) || !strings.Contains(err.Error(), fmt.Sprintf("rank %d", victim)) {
+			return fmt.Errorf("read %d of the frozen rank's rows: got %v, want ErrPeerDead naming it", i, err)
+		}
+		if d := time.Since(t1); d > 500*time.Millisecond {
+			return fmt.Errorf("read %d of a dead rank took %v, want at once", i, d)
+		}
+		if i == 0 {
+			w.logf("read: %v", err)
+		}
+	}
+	live := seqIdx(0, 4)
+	if err := s.GetBatch(spec.name, live, dst); err != nil {
+		return fmt.Errorf("rows of rank 0: %w", err)
+	}
+	if err := checkRows(dst, spec.rowBytes, spec.salt(0), live); err != nil {
+		return err
+	}
+	if err := fileBarrier(w.param("TELDIR", os.TempDir()), "survivors", w.rank, victim, 30*time.Second); err != nil {
+		return err
+	}
+	if s.Rank() == 0 {
+		syscall.Kill(s.peers[victim].Pid, syscall.SIGKILL)
+	}
+	s.Close() // its barrier fails (dead member): it must return
+	return nil
+}
+
+// scenarioMarkDead: rank 0 marks rank 1 dead through the API (as a replica
+// helper does after a failover): its reads of rank 1's rows fail at once
+// naming rank 1 and the cause, its collectives name rank 1 too.
+func scenarioMarkDead(w *worker) error {
+	s, err := w.open()
+	if err != nil {
+		return err
+	}
+	spec := varSpec{name: "md", dt: Bytes, rowBytes: 64, base: 10, emptyMember: -1}
+	if err := addPattern(s, spec); err != nil {
+		return err
+	}
+	info, _ := s.Query(spec.name)
+	rows1 := seqIdx(info.Shards[1], 2)
+	dst := make([]byte, 2*spec.rowBytes)
+	if err := s.GetBatch(spec.name, rows1, dst); err != nil {
+		return err
+	}
+	if err := checkRows(dst, spec.rowBytes, spec.salt(0), rows1); err != nil {
+		return err
+	}
+	// Nobody reads rank 1 any more once rank 0 marks it.
+	if err := fileBarrier(w.param("TELDIR", os.TempDir()), "read", w.rank, s.World(), 30*time.Second); err != nil {
+		return err
+	}
+	if s.Rank() == 0 {
+		if !s.Alive(1) {
+			return errors.New("rank 1 not alive before MarkDead")
+		}
+		s.MarkDead(1, errors.New("replica helper gave up"))
+		if s.Alive(1) || !s.Alive(0) {
+			return fmt.Errorf("after MarkDead(1): Alive(1)=%v Alive(0)=%v", s.Alive(1), s.Alive(0))
+		}
+		err := s.GetBatch(spec.name, rows1, dst)
+		if !errors.Is(err, ErrPeerDead) || !strings.Contains(err.Error(), "rank 1") || !strings.Contains(err.Error(), "replica helper gave up") {
+			return fmt.Errorf("read after MarkDead: %v", err)
+		}
+		if err := s.Barrier(); !errors.Is(err, ErrPeerDead) || !strings.Contains(err.Error(), "rank 1") {
+			return fmt.Errorf("barrier after MarkDead: %v", err)
+		}
+	}
+	if err := fileBarrier(w.param("TELDIR", os.TempDir()), "marked", w.rank, s.World(), 30*time.Second); err != nil {
+		return err
+	}
+	s.Close() // rank 0's collectives are broken; the others' close barrier times out
+	return nil
+}
+
+func TestLivenessFrozenRank(t *testing.T) {
+	for _, mode := range []string{"local", "tcp"} {
+		t.Run(mode, func(t *testing.T) {
+			spawnRanks(t, 3, "silent", map[string]string{"MODE": mode, "LIVENESS": "1s", "TIMEOUT": "20s", "FTIMEOUT": "5s"},
+				60*time.Second, func(r rankResult) bool { return r.rank == 2 })
+		})
+	}
+}
+
+func TestLivenessMarkDead(t *testing.T) {
+	spawnRanks(t, 3, "markdead", map[string]string{"MODE": "tcp", "TIMEOUT": "2s"}, 60*time.Second, nil)
+}
