@@ -107,10 +107,15 @@ func fail(e *C.dds_error, err error) C.int {
 
 // result turns a Go error into a return code.
 func result(e *C.dds_error, err error) C.int {
-	if err != nil {
-		return fail(e, err)
+	switch {
+	case err == nil:
+		return C.DDS_OK
+	case errors.Is(err, engine.ErrNotReady):
+		return C.DDS_AGAIN
+	case err == io.EOF:
+		return C.DDS_EOF
 	}
-	return C.DDS_OK
+	return fail(e, err)
 }
 
 // guard turns a panic (an invalid handle, a Go bug) into DDS_ERR_INVALID
@@ -156,9 +161,10 @@ func value[T any](h C.uint64_t, what string) (T, error) {
 	return v, nil
 }
 
-func start(out *C.uint64_t, e *C.dds_error, f func() (uint64, error)) C.int {
+// start runs f on a goroutine and hands back a call handle for dds_wait.
+func start(out *C.uint64_t, f func() (uint64, error)) error {
 	if out == nil {
-		return fail(e, fmt.Errorf("%w: NULL call pointer", errInvalid))
+		return fmt.Errorf("%w: NULL call pointer", errInvalid)
 	}
 	c := &call{done: make(chan struct{})}
 	go func() {
@@ -171,7 +177,30 @@ func start(out *C.uint64_t, e *C.dds_error, f func() (uint64, error)) C.int {
 		c.result, c.err = f()
 	}()
 	*out = C.uint64_t(cgo.NewHandle(c))
-	return C.DDS_OK
+	return nil
+}
+
+// on runs f on the object behind handle h (what names its kind), turning
+// its error, a bad handle or a panic into a return code.
+func on[T any](h C.uint64_t, what string, e *C.dds_error, f func(T) error) (rc C.int) {
+	defer guard(e, &rc)
+	v, err := value[T](h, what)
+	if err == nil {
+		err = f(v)
+	}
+	return result(e, err)
+}
+
+// onStore is on for a store handle.
+func onStore(h C.uint64_t, e *C.dds_error, f func(*engine.Store) error) C.int {
+	return on(h, "store", e, func(o *storeObj) error { return f(o.s) })
+}
+
+// startOn starts f on the store behind h as a pending call.
+func startOn(h C.uint64_t, out *C.uint64_t, e *C.dds_error, f func(*engine.Store) error) C.int {
+	return onStore(h, e, func(s *engine.Store) error {
+		return start(out, func() (uint64, error) { return 0, f(s) })
+	})
 }
 
 //export dds_wait
@@ -315,24 +344,16 @@ func dds_open_start(opts *C.char, out *C.uint64_t, e *C.dds_error) (rc C.int) {
 		js = C.GoString(opts)
 	}
 	so, err := storeOptions(js)
-	if err != nil {
-		return fail(e, err)
+	if err == nil {
+		err = start(out, func() (uint64, error) {
+			s, err := engine.Open(so)
+			if err != nil {
+				return 0, err
+			}
+			return uint64(cgo.NewHandle(&storeObj{s: s})), nil
+		})
 	}
-	return start(out, e, func() (uint64, error) {
-		s, err := engine.Open(so)
-		if err != nil {
-			return 0, err
-		}
-		return uint64(cgo.NewHandle(&storeObj{s: s})), nil
-	})
-}
-
-func store(h C.uint64_t) (*engine.Store, error) {
-	o, err := value[*storeObj](h, "store")
-	if err != nil {
-		return nil, err
-	}
-	return o.s, nil
+	return result(e, err)
 }
 
 // cstr views a C string without copying; valid during the call only.
@@ -369,166 +390,125 @@ func cints(p *C.int64_t, n C.int64_t) ([]int64, error) {
 }
 
 //export dds_close_start
-func dds_close_start(h C.uint64_t, out *C.uint64_t, e *C.dds_error) (rc C.int) {
-	defer guard(e, &rc)
-	s, err := store(h)
-	if err != nil {
-		return fail(e, err)
-	}
-	return start(out, e, func() (uint64, error) { return 0, s.Close() })
+func dds_close_start(h C.uint64_t, out *C.uint64_t, e *C.dds_error) C.int {
+	return startOn(h, out, e, (*engine.Store).Close)
 }
 
 //export dds_add_start
 func dds_add_start(h C.uint64_t, name *C.char, dt C.int32_t, rowElems C.int64_t, data unsafe.Pointer, n C.int64_t,
-	out *C.uint64_t, e *C.dds_error) (rc C.int) {
-	defer guard(e, &rc)
-	s, err := store(h)
-	if err != nil {
-		return fail(e, err)
-	}
+	out *C.uint64_t, e *C.dds_error) C.int {
+	nm := C.GoString(name)
 	b, err := cbytes(data, n)
 	if err != nil {
 		return fail(e, err)
 	}
-	nm := C.GoString(name)
-	return start(out, e, func() (uint64, error) { return 0, s.Add(nm, engine.DType(dt), int(rowElems), b) })
+	return startOn(h, out, e, func(s *engine.Store) error { return s.Add(nm, engine.DType(dt), int(rowElems), b) })
 }
 
 //export dds_init_start
 func dds_init_start(h C.uint64_t, name *C.char, dt C.int32_t, rowElems, nLocal C.int64_t,
-	out *C.uint64_t, e *C.dds_error) (rc C.int) {
-	defer guard(e, &rc)
-	s, err := store(h)
-	if err != nil {
-		return fail(e, err)
-	}
+	out *C.uint64_t, e *C.dds_error) C.int {
 	nm := C.GoString(name)
-	return start(out, e, func() (uint64, error) { return 0, s.Init(nm, engine.DType(dt), int(rowElems), int64(nLocal)) })
+	return startOn(h, out, e, func(s *engine.Store) error {
+		return s.Init(nm, engine.DType(dt), int(rowElems), int64(nLocal))
+	})
 }
 
 //export dds_free_start
-func dds_free_start(h C.uint64_t, name *C.char, out *C.uint64_t, e *C.dds_error) (rc C.int) {
-	defer guard(e, &rc)
-	s, err := store(h)
-	if err != nil {
-		return fail(e, err)
-	}
+func dds_free_start(h C.uint64_t, name *C.char, out *C.uint64_t, e *C.dds_error) C.int {
 	nm := C.GoString(name)
-	return start(out, e, func() (uint64, error) { return 0, s.Free(nm) })
+	return startOn(h, out, e, func(s *engine.Store) error { return s.Free(nm) })
 }
 
 //export dds_barrier_start
-func dds_barrier_start(h C.uint64_t, out *C.uint64_t, e *C.dds_error) (rc C.int) {
-	defer guard(e, &rc)
-	s, err := store(h)
-	if err != nil {
-		return fail(e, err)
-	}
-	return start(out, e, func() (uint64, error) { return 0, s.Barrier() })
+func dds_barrier_start(h C.uint64_t, out *C.uint64_t, e *C.dds_error) C.int {
+	return startOn(h, out, e, (*engine.Store).Barrier)
 }
 
 //export dds_info
-func dds_info(h C.uint64_t, out *C.int32_t, e *C.dds_error) (rc C.int) {
-	defer guard(e, &rc)
-	s, err := store(h)
-	if err != nil {
-		return fail(e, err)
-	}
-	o := unsafe.Slice(out, 4)
-	o[0], o[1], o[2], o[3] = C.int32_t(s.Rank()), C.int32_t(s.World()), C.int32_t(s.Width()), C.int32_t(s.LocalRank())
-	return C.DDS_OK
+func dds_info(h C.uint64_t, out *C.int32_t, e *C.dds_error) C.int {
+	return onStore(h, e, func(s *engine.Store) error {
+		o := unsafe.Slice(out, 4)
+		o[0], o[1], o[2], o[3] = C.int32_t(s.Rank()), C.int32_t(s.World()), C.int32_t(s.Width()), C.int32_t(s.LocalRank())
+		return nil
+	})
 }
 
 //export dds_query
-func dds_query(h C.uint64_t, name *C.char, out *C.char, capacity C.int64_t, e *C.dds_error) (rc C.int) {
-	defer guard(e, &rc)
-	s, err := store(h)
-	if err != nil {
-		return fail(e, err)
-	}
-	info, err := s.Query(C.GoString(name))
-	if err != nil {
-		return fail(e, err)
-	}
-	js, _ := json.Marshal(map[string]any{"name": info.Name, "dtype": info.DType.String(), "dtype_code": int(info.DType),
-		"row_elems": info.RowElems, "row_bytes": info.RowBytes, "global_rows": info.GlobalRows,
-		"local_rows": info.LocalRows, "local_start": info.LocalStart, "shards": info.Shards,
-		"group": info.Group, "group_ranks": info.GroupRanks})
-	if int64(len(js)) >= int64(capacity) {
-		return fail(e, fmt.Errorf("%w: query of %q needs %d bytes, buffer has %d", errInvalid, info.Name, len(js)+1, int64(capacity)))
-	}
-	buf := unsafe.Slice((*byte)(unsafe.Pointer(out)), int(capacity))
-	copy(buf, js)
-	buf[len(js)] = 0
-	return C.DDS_OK
+func dds_query(h C.uint64_t, name *C.char, out *C.char, capacity C.int64_t, e *C.dds_error) C.int {
+	return onStore(h, e, func(s *engine.Store) error {
+		info, err := s.Query(C.GoString(name))
+		if err != nil {
+			return err
+		}
+		js, _ := json.Marshal(map[string]any{"name": info.Name, "dtype": info.DType.String(), "dtype_code": int(info.DType),
+			"row_elems": info.RowElems, "row_bytes": info.RowBytes, "global_rows": info.GlobalRows,
+			"local_rows": info.LocalRows, "local_start": info.LocalStart, "shards": info.Shards,
+			"group": info.Group, "group_ranks": info.GroupRanks})
+		if int64(len(js)) >= int64(capacity) {
+			return fmt.Errorf("%w: query of %q needs %d bytes, buffer has %d", errInvalid, info.Name, len(js)+1, int64(capacity))
+		}
+		buf := unsafe.Slice((*byte)(unsafe.Pointer(out)), int(capacity))
+		copy(buf, js)
+		buf[len(js)] = 0
+		return nil
+	})
 }
 
 //export dds_update
-func dds_update(h C.uint64_t, name *C.char, rows unsafe.Pointer, n, off C.int64_t, e *C.dds_error) (rc C.int) {
-	defer guard(e, &rc)
-	s, err := store(h)
-	if err != nil {
-		return fail(e, err)
-	}
-	b, err := cbytes(rows, n)
-	if err != nil {
-		return fail(e, err)
-	}
-	return result(e, s.Update(cstr(name), b, int64(off)))
+func dds_update(h C.uint64_t, name *C.char, rows unsafe.Pointer, n, off C.int64_t, e *C.dds_error) C.int {
+	return onStore(h, e, func(s *engine.Store) error {
+		b, err := cbytes(rows, n)
+		if err != nil {
+			return err
+		}
+		return s.Update(cstr(name), b, int64(off))
+	})
 }
 
 //export dds_get
-func dds_get(h C.uint64_t, name *C.char, startRow, count C.int64_t, dst unsafe.Pointer, n C.int64_t, e *C.dds_error) (rc C.int) {
-	defer guard(e, &rc)
-	s, err := store(h)
-	if err != nil {
-		return fail(e, err)
-	}
-	d, err := cbytes(dst, n)
-	if err != nil {
-		return fail(e, err)
-	}
-	return result(e, s.Get(cstr(name), int64(startRow), int64(count), d))
+func dds_get(h C.uint64_t, name *C.char, startRow, count C.int64_t, dst unsafe.Pointer, n C.int64_t, e *C.dds_error) C.int {
+	return onStore(h, e, func(s *engine.Store) error {
+		d, err := cbytes(dst, n)
+		if err != nil {
+			return err
+		}
+		return s.Get(cstr(name), int64(startRow), int64(count), d)
+	})
 }
 
 //export dds_get_batch
-func dds_get_batch(h C.uint64_t, name *C.char, idx *C.int64_t, ni C.int64_t, dst unsafe.Pointer, n C.int64_t, e *C.dds_error) (rc C.int) {
-	defer guard(e, &rc)
-	s, err := store(h)
-	if err != nil {
-		return fail(e, err)
-	}
-	ix, err := cints(idx, ni)
-	if err != nil {
-		return fail(e, err)
-	}
-	d, err := cbytes(dst, n)
-	if err != nil {
-		return fail(e, err)
-	}
-	return result(e, s.GetBatch(cstr(name), ix, d))
+func dds_get_batch(h C.uint64_t, name *C.char, idx *C.int64_t, ni C.int64_t, dst unsafe.Pointer, n C.int64_t, e *C.dds_error) C.int {
+	return onStore(h, e, func(s *engine.Store) error {
+		ix, err := cints(idx, ni)
+		if err != nil {
+			return err
+		}
+		d, err := cbytes(dst, n)
+		if err != nil {
+			return err
+		}
+		return s.GetBatch(cstr(name), ix, d)
+	})
 }
 
 //export dds_get_ranges
-func dds_get_ranges(h C.uint64_t, name *C.char, starts, counts *C.int64_t, nr C.int64_t, dst unsafe.Pointer, n C.int64_t, e *C.dds_error) (rc C.int) {
-	defer guard(e, &rc)
-	s, err := store(h)
-	if err != nil {
-		return fail(e, err)
-	}
-	st, err := cints(starts, nr)
-	if err != nil {
-		return fail(e, err)
-	}
-	ct, err := cints(counts, nr)
-	if err != nil {
-		return fail(e, err)
-	}
-	d, err := cbytes(dst, n)
-	if err != nil {
-		return fail(e, err)
-	}
-	return result(e, s.GetRanges(cstr(name), st, ct, d))
+func dds_get_ranges(h C.uint64_t, name *C.char, starts, counts *C.int64_t, nr C.int64_t, dst unsafe.Pointer, n C.int64_t, e *C.dds_error) C.int {
+	return onStore(h, e, func(s *engine.Store) error {
+		st, err := cints(starts, nr)
+		if err != nil {
+			return err
+		}
+		ct, err := cints(counts, nr)
+		if err != nil {
+			return err
+		}
+		d, err := cbytes(dst, n)
+		if err != nil {
+			return err
+		}
+		return s.GetRanges(cstr(name), st, ct, d)
+	})
 }
 
 // ---- loader ----
@@ -552,205 +532,160 @@ type loaderOpts struct {
 func orTrue(b *bool) bool { return b == nil || *b }
 
 //export dds_loader_new
-func dds_loader_new(h C.uint64_t, opts *C.char, out *C.uint64_t, e *C.dds_error) (rc C.int) {
-	defer guard(e, &rc)
-	s, err := store(h)
-	if err != nil {
-		return fail(e, err)
-	}
-	var o loaderOpts
-	dec := json.NewDecoder(strings.NewReader(C.GoString(opts)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&o); err != nil {
-		return fail(e, fmt.Errorf("%w: loader options: %v", errInvalid, err))
-	}
-	if len(o.Vars) > C.DDS_MAX_VARS {
-		return fail(e, fmt.Errorf("%w: %d variables, at most %d per loader", errInvalid, len(o.Vars), C.DDS_MAX_VARS))
-	}
-	l, err := s.NewLoader(engine.LoaderOptions{Vars: o.Vars, BatchSize: o.BatchSize, Seed: o.Seed, Shuffle: o.Shuffle,
-		DropLast: o.DropLast, Workers: o.Workers, Prefetch: o.Prefetch, BatchGet: orTrue(o.BatchGet),
-		FastCollate: orTrue(o.FastCollate), ThreadReaders: orTrue(o.ThreadReaders), Replicas: o.Replicas,
-		Rank: o.Rank, Timeout: time.Duration(o.TimeoutMs) * time.Millisecond})
-	if err != nil {
-		return fail(e, err)
-	}
-	*out = C.uint64_t(cgo.NewHandle(&loaderObj{l: l, nvars: len(o.Vars)}))
-	return C.DDS_OK
+func dds_loader_new(h C.uint64_t, opts *C.char, out *C.uint64_t, e *C.dds_error) C.int {
+	return onStore(h, e, func(s *engine.Store) error {
+		var o loaderOpts
+		dec := json.NewDecoder(strings.NewReader(C.GoString(opts)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&o); err != nil {
+			return fmt.Errorf("%w: loader options: %v", errInvalid, err)
+		}
+		if len(o.Vars) > C.DDS_MAX_VARS {
+			return fmt.Errorf("%w: %d variables, at most %d per loader", errInvalid, len(o.Vars), C.DDS_MAX_VARS)
+		}
+		l, err := s.NewLoader(engine.LoaderOptions{Vars: o.Vars, BatchSize: o.BatchSize, Seed: o.Seed, Shuffle: o.Shuffle,
+			DropLast: o.DropLast, Workers: o.Workers, Prefetch: o.Prefetch, BatchGet: orTrue(o.BatchGet),
+			FastCollate: orTrue(o.FastCollate), ThreadReaders: orTrue(o.ThreadReaders), Replicas: o.Replicas,
+			Rank: o.Rank, Timeout: time.Duration(o.TimeoutMs) * time.Millisecond})
+		if err != nil {
+			return err
+		}
+		*out = C.uint64_t(cgo.NewHandle(&loaderObj{l: l, nvars: len(o.Vars)}))
+		return nil
+	})
 }
 
 //export dds_loader_len
-func dds_loader_len(h C.uint64_t, out *C.int64_t, e *C.dds_error) (rc C.int) {
-	defer guard(e, &rc)
-	lo, err := value[*loaderObj](h, "loader")
-	if err != nil {
-		return fail(e, err)
-	}
-	o := unsafe.Slice(out, 3)
-	o[0], o[1], o[2] = C.int64_t(lo.l.Len()), C.int64_t(lo.l.Batches()), C.int64_t(lo.l.PoolSize())
-	return C.DDS_OK
+func dds_loader_len(h C.uint64_t, out *C.int64_t, e *C.dds_error) C.int {
+	return on(h, "loader", e, func(lo *loaderObj) error {
+		o := unsafe.Slice(out, 3)
+		o[0], o[1], o[2] = C.int64_t(lo.l.Len()), C.int64_t(lo.l.Batches()), C.int64_t(lo.l.PoolSize())
+		return nil
+	})
 }
 
 //export dds_loader_close
-func dds_loader_close(h C.uint64_t, e *C.dds_error) (rc C.int) {
-	defer guard(e, &rc)
-	lo, err := value[*loaderObj](h, "loader")
-	if err != nil {
-		return fail(e, err)
-	}
-	return result(e, lo.l.Close())
+func dds_loader_close(h C.uint64_t, e *C.dds_error) C.int {
+	return on(h, "loader", e, func(lo *loaderObj) error { return lo.l.Close() })
 }
 
 //export dds_loader_epoch
-func dds_loader_epoch(h C.uint64_t, epoch C.int64_t, idx *C.int64_t, n C.int64_t, out *C.uint64_t, e *C.dds_error) (rc C.int) {
-	defer guard(e, &rc)
-	lo, err := value[*loaderObj](h, "loader")
-	if err != nil {
-		return fail(e, err)
-	}
-	var ep *engine.Epoch
-	if n < 0 {
-		ep, err = lo.l.Epoch(int(epoch))
-	} else {
-		var ix []int64
-		if ix, err = cints(idx, n); err == nil {
-			ep, err = lo.l.EpochIndices(int(epoch), ix) // copies ix
+func dds_loader_epoch(h C.uint64_t, epoch C.int64_t, idx *C.int64_t, n C.int64_t, out *C.uint64_t, e *C.dds_error) C.int {
+	return on(h, "loader", e, func(lo *loaderObj) error {
+		var ep *engine.Epoch
+		var err error
+		if n < 0 {
+			ep, err = lo.l.Epoch(int(epoch))
+		} else {
+			var ix []int64
+			if ix, err = cints(idx, n); err == nil {
+				ep, err = lo.l.EpochIndices(int(epoch), ix) // copies ix
+			}
 		}
-	}
-	if err != nil {
-		return fail(e, err)
-	}
-	*out = C.uint64_t(cgo.NewHandle(&epochObj{e: ep}))
-	return C.DDS_OK
+		if err != nil {
+			return err
+		}
+		*out = C.uint64_t(cgo.NewHandle(&epochObj{e: ep}))
+		return nil
+	})
 }
 
 //export dds_epoch_next
-func dds_epoch_next(h C.uint64_t, sliceMs C.int32_t, out *C.dds_batch, e *C.dds_error) (rc C.int) {
-	defer guard(e, &rc)
-	eo, err := value[*epochObj](h, "epoch")
-	if err != nil {
-		return fail(e, err)
-	}
-	if out == nil {
-		return fail(e, fmt.Errorf("%w: NULL batch", errInvalid))
-	}
-	slice := time.Duration(sliceMs) * time.Millisecond
-	if sliceMs <= 0 {
-		slice = time.Millisecond
-	}
-	b, err := eo.e.NextWithin(slice)
-	switch {
-	case errors.Is(err, engine.ErrNotReady):
-		return C.DDS_AGAIN
-	case err == io.EOF:
-		return C.DDS_EOF
-	case err != nil:
-		return fail(e, err)
-	}
-	rows := len(b.Indices)
-	if int64(out.indices_cap) < int64(rows) || (rows > 0 && out.indices == nil) {
-		b.Release()
-		return fail(e, fmt.Errorf("%w: indices buffer of %d entries for a batch of %d rows", errInvalid, int64(out.indices_cap), rows))
-	}
-	copy(unsafe.Slice((*int64)(unsafe.Pointer(out.indices)), rows), b.Indices)
-	bo := &batchObj{b: b}
-	bo.refs.Store(1)
-	out.batch = C.uint64_t(cgo.NewHandle(bo))
-	out.epoch, out.number, out.rows = C.int64_t(b.Epoch), C.int64_t(b.Number), C.int64_t(rows)
-	out.nvars = C.int32_t(len(b.Data))
-	for v, d := range b.Data {
-		out.data[v] = unsafe.Pointer(unsafe.SliceData(d)) // off-heap (fabric.Alloc)
-		out.nbytes[v] = C.int64_t(len(d))
-	}
-	return C.DDS_OK
+func dds_epoch_next(h C.uint64_t, sliceMs C.int32_t, out *C.dds_batch, e *C.dds_error) C.int {
+	return on(h, "epoch", e, func(eo *epochObj) error {
+		if out == nil {
+			return fmt.Errorf("%w: NULL batch", errInvalid)
+		}
+		b, err := eo.e.NextWithin(max(time.Duration(sliceMs)*time.Millisecond, time.Millisecond))
+		if err != nil {
+			return err // ErrNotReady: DDS_AGAIN; io.EOF: DDS_EOF
+		}
+		rows := len(b.Indices)
+		if int64(out.indices_cap) < int64(rows) || (rows > 0 && out.indices == nil) {
+			b.Release()
+			return fmt.Errorf("%w: indices buffer of %d entries for a batch of %d rows", errInvalid, int64(out.indices_cap), rows)
+		}
+		copy(unsafe.Slice((*int64)(unsafe.Pointer(out.indices)), rows), b.Indices)
+		bo := &batchObj{b: b}
+		bo.refs.Store(1)
+		out.batch = C.uint64_t(cgo.NewHandle(bo))
+		out.epoch, out.number, out.rows = C.int64_t(b.Epoch), C.int64_t(b.Number), C.int64_t(rows)
+		out.nvars = C.int32_t(len(b.Data))
+		for v, d := range b.Data {
+			out.data[v] = unsafe.Pointer(unsafe.SliceData(d)) // off-heap (fabric.Alloc)
+			out.nbytes[v] = C.int64_t(len(d))
+		}
+		return nil
+	})
 }
 
 //export dds_epoch_drain
-func dds_epoch_drain(h C.uint64_t, out *C.int64_t, e *C.dds_error) (rc C.int) {
-	defer guard(e, &rc)
-	eo, err := value[*epochObj](h, "epoch")
-	if err != nil {
-		return fail(e, err)
-	}
-	o := unsafe.Slice(out, 3)
-	t0 := time.Now()
-	var batches, rows int64
-	for {
-		b, err := eo.e.Next()
-		if err == io.EOF {
-			break
+func dds_epoch_drain(h C.uint64_t, out *C.int64_t, e *C.dds_error) C.int {
+	return on(h, "epoch", e, func(eo *epochObj) error {
+		t0 := time.Now()
+		var batches, rows int64
+		for {
+			b, err := eo.e.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				return err
+			}
+			batches++
+			rows += int64(len(b.Indices))
+			b.Release()
 		}
-		if err != nil {
-			return fail(e, err)
-		}
-		batches++
-		rows += int64(len(b.Indices))
-		b.Release()
-	}
-	o[0], o[1], o[2] = C.int64_t(batches), C.int64_t(rows), C.int64_t(time.Since(t0))
-	return C.DDS_OK
+		o := unsafe.Slice(out, 3)
+		o[0], o[1], o[2] = C.int64_t(batches), C.int64_t(rows), C.int64_t(time.Since(t0))
+		return nil
+	})
 }
 
 //export dds_epoch_stats
-func dds_epoch_stats(h C.uint64_t, out *C.int64_t, e *C.dds_error) (rc C.int) {
-	defer guard(e, &rc)
-	eo, err := value[*epochObj](h, "epoch")
-	if err != nil {
-		return fail(e, err)
-	}
-	st := eo.e.Stats()
-	o := unsafe.Slice(out, 4)
-	o[0], o[1], o[2], o[3] = C.int64_t(st.Wait), C.int64_t(st.Step), C.int64_t(st.Batches), C.int64_t(st.Rows)
-	return C.DDS_OK
+func dds_epoch_stats(h C.uint64_t, out *C.int64_t, e *C.dds_error) C.int {
+	return on(h, "epoch", e, func(eo *epochObj) error {
+		st := eo.e.Stats()
+		o := unsafe.Slice(out, 4)
+		o[0], o[1], o[2], o[3] = C.int64_t(st.Wait), C.int64_t(st.Step), C.int64_t(st.Batches), C.int64_t(st.Rows)
+		return nil
+	})
 }
 
 //export dds_epoch_close
-func dds_epoch_close(h C.uint64_t, e *C.dds_error) (rc C.int) {
-	defer guard(e, &rc)
-	eo, err := value[*epochObj](h, "epoch")
-	if err != nil {
-		return fail(e, err)
+func dds_epoch_close(h C.uint64_t, e *C.dds_error) C.int {
+	return on(h, "epoch", e, func(eo *epochObj) error { eo.e.Close(); return nil })
+}
+
+// adjust adds delta (+1 or -1) to the lease's references, refusing a
+// lease that has none left; the last release ends handle h.
+func (bo *batchObj) adjust(h C.uint64_t, delta int32) error {
+	for {
+		n := bo.refs.Load()
+		if n <= 0 {
+			return fmt.Errorf("%w: batch lease already released", errInvalid)
+		}
+		if !bo.refs.CompareAndSwap(n, n+delta) {
+			continue
+		}
+		if delta > 0 {
+			bo.b.Retain()
+			return nil
+		}
+		if n == 1 {
+			cgo.Handle(h).Delete()
+		}
+		bo.b.Release()
+		return nil
 	}
-	eo.e.Close()
-	return C.DDS_OK
 }
 
 //export dds_batch_retain
-func dds_batch_retain(h C.uint64_t, e *C.dds_error) (rc C.int) {
-	defer guard(e, &rc)
-	bo, err := value[*batchObj](h, "batch")
-	if err != nil {
-		return fail(e, err)
-	}
-	for {
-		n := bo.refs.Load()
-		if n <= 0 {
-			return fail(e, fmt.Errorf("%w: batch lease already released", errInvalid))
-		}
-		if bo.refs.CompareAndSwap(n, n+1) {
-			bo.b.Retain()
-			return C.DDS_OK
-		}
-	}
+func dds_batch_retain(h C.uint64_t, e *C.dds_error) C.int {
+	return on(h, "batch", e, func(bo *batchObj) error { return bo.adjust(h, 1) })
 }
 
 //export dds_batch_release
-func dds_batch_release(h C.uint64_t, e *C.dds_error) (rc C.int) {
-	defer guard(e, &rc)
-	bo, err := value[*batchObj](h, "batch")
-	if err != nil {
-		return fail(e, err)
-	}
-	for {
-		n := bo.refs.Load()
-		if n <= 0 {
-			return fail(e, fmt.Errorf("%w: batch lease already released", errInvalid))
-		}
-		if bo.refs.CompareAndSwap(n, n-1) {
-			if n == 1 {
-				cgo.Handle(h).Delete()
-			}
-			bo.b.Release()
-			return C.DDS_OK
-		}
-	}
+func dds_batch_release(h C.uint64_t, e *C.dds_error) C.int {
+	return on(h, "batch", e, func(bo *batchObj) error { return bo.adjust(h, -1) })
 }
