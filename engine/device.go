@@ -395,7 +395,7 @@ func (g *storeGPU) close() error {
 	}
 	g.tried, g.err = true, fault.New(fault.ErrClosed, "open GPU", "the store is closed")
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("ddstore: GPU close: %w", err)
+		return wrapf(nil, "Close", "", err, "GPU")
 	}
 	return nil
 }

@@ -287,7 +287,7 @@ func (v *Var) addReplicas(metas []varMeta, localErr *error) (needFabric bool) {
 		}
 		f, err := openShard(m.Path, r, m.NLocal*m.RowBytes)
 		if err != nil {
-			*localErr = fmt.Errorf("variable %q: replica rank %d's shard: %w", v.name, r, err)
+			*localErr = &Error{Var: v.name, Ranks: []int{r}, Side: fault.Local, Detail: "map the replica's shard", Err: err}
 			return needFabric
 		}
 		v.mapped = append(v.mapped, f)
