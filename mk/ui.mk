@@ -1,12 +1,16 @@
-# ui/ and cmd/ddtop. ddtop report's page is checked in a real browser:
-# headless Chromium renders report.html and the test finds every plot's
-# colours on the screenshot (go test ./... skips it where no Chromium is).
+# ui/ and cmd/ddtop. ddtop report's page is checked in a real browser
+# (ui/report TestReportInBrowser: headless Chromium renders report.html and
+# the test finds every plot's colours on the screenshot) and ddtop serve
+# against a real Prometheus (examples/train TestPrometheus). Both run in
+# go test ./... and skip where their program is missing; make test first
+# makes sure that both are installed, so there they run.
 
-DEPS += chromium:chromium
+DEPS += chromium:chromium prometheus:prometheus
 
-.PHONY: ddtop-report-check
+.PHONY: ui-check-tools
 
-ddtop-report-check: deps
-	DDTOP_REQUIRE_BROWSER=1 $(GO) test -count=1 -run TestReportInBrowser ./ui/report
+ui-check-tools: deps
+	@command -v chromium >/dev/null && command -v prometheus >/dev/null || \
+	  { echo "ui: chromium and prometheus are needed by the report and serve tests" >&2; exit 1; }
 
-TEST_EXTRA += ddtop-report-check
+TEST_EXTRA += ui-check-tools

@@ -91,7 +91,7 @@ enter drill in, esc back, s sort, / filter, p pause, ? help, q quit.`,
 	f.Bool("json", false, "print one snapshot as JSON and exit (implies --once)")
 	f.Duration("window", time.Second, "with --once/--json: time between the two snapshots that give rates; 0 = cumulative only")
 	f.Int("width", 120, "with --once: table width")
-	cmd.AddCommand(recordCommand(out), replayCommand(), reportCommand(out))
+	cmd.AddCommand(recordCommand(out), replayCommand(), reportCommand(out), serveCommand(out))
 	return cmd
 }
 

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ddstore/ddstore/ui/serve"
+)
+
+// serveCommand: ddtop serve --listen :9464.
+func serveCommand(out io.Writer) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "serve --listen :9464",
+		Short: "expose every segment at /metrics for Prometheus (read-only; segments are read only when scraped)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o, err := settings(cmd)
+			if err != nil {
+				return err
+			}
+			addr, _ := cmd.Flags().GetString("listen")
+			c := serve.NewCollector(o.Dir, o.Job)
+			defer c.Close()
+			h, err := serve.Handler(c)
+			if err != nil {
+				return err
+			}
+			ln, err := net.Listen("tcp", addr)
+			if err != nil {
+				return fmt.Errorf("serve: %w", err)
+			}
+			fmt.Fprintf(out, "ddtop serve: %s at http://%s/metrics\n", o.Dir, ln.Addr())
+			srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			go func() {
+				<-ctx.Done()
+				sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				srv.Shutdown(sctx)
+			}()
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("serve: %w", err)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().String("listen", ":9464", "address to serve /metrics on")
+	return cmd
+}

@@ -1,0 +1,228 @@
+// Package serve owns ddtop serve: every telemetry segment of a directory
+// exposed at /metrics in the Prometheus exposition format
+// (prometheus/client_golang), labelled by job, rank, host, variable and
+// phase. It reads the segments only when scraped (read-only, no
+// background polling): counters are the segments' own cumulative
+// counters (names end in _total, times in seconds), and each variable's
+// call-latency histogram becomes a Prometheus histogram.
+package serve
+
+import (
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/ddstore/ddstore/telemetry"
+)
+
+const ns = "ddstore"
+
+var (
+	lRank  = []string{"job", "rank", "host"}
+	lVar   = []string{"job", "rank", "host", "var"}
+	lPhase = []string{"job", "rank", "host", "var", "phase"}
+	lPeer  = []string{"job", "rank", "host", "target"}
+	lProc  = []string{"job", "rank", "host", "counter"}
+
+	dUp        = prometheus.NewDesc(ns+"_rank_up", "1 while the rank's writer is live (heartbeat fresh, process alive), else 0.", append(lRank, "state"), nil)
+	dHeartbeat = prometheus.NewDesc(ns+"_heartbeat_age_seconds", "Age of the rank's last telemetry heartbeat.", lRank, nil)
+	dWorld     = prometheus.NewDesc(ns+"_world_size", "World size the rank's segment reports.", lRank, nil)
+	dCalls     = prometheus.NewDesc(ns+"_calls_total", "Read calls (Get, GetBatch, ...).", lVar, nil)
+	dRows      = prometheus.NewDesc(ns+"_rows_total", "Rows read.", lVar, nil)
+	dBytes     = prometheus.NewDesc(ns+"_bytes_total", "Bytes read.", lVar, nil)
+	dLocal     = prometheus.NewDesc(ns+"_local_rows_total", "Rows copied from mapped (same-node) shards.", lVar, nil)
+	dRemote    = prometheus.NewDesc(ns+"_remote_rows_total", "Rows read through the fabric.", lVar, nil)
+	dErrors    = prometheus.NewDesc(ns+"_errors_total", "Read calls that failed.", lVar, nil)
+	dRegs      = prometheus.NewDesc(ns+"_mr_registrations_total", "Memory registrations made by read calls.", lVar, nil)
+	dFailovers = prometheus.NewDesc(ns+"_failovers_total", "Rows read from another replica after a failure.", lVar, nil)
+	dPhase     = prometheus.NewDesc(ns+"_phase_seconds_total", "Time spent in each phase of the read calls.", lPhase, nil)
+	dLatency   = prometheus.NewDesc(ns+"_call_latency_seconds", "Duration of read calls (log2 buckets).", lVar, nil)
+	dBatches   = prometheus.NewDesc(ns+"_loader_batches_total", "Batches the loader handed to the consumer.", lRank, nil)
+	dWait      = prometheus.NewDesc(ns+"_loader_wait_seconds_total", "Time the consumer waited for batches.", lRank, nil)
+	dStep      = prometheus.NewDesc(ns+"_loader_step_seconds_total", "Time between batches (the training step, wait included).", lRank, nil)
+	dPeerCalls = prometheus.NewDesc(ns+"_peer_calls_total", "Read calls that read from the target rank.", lPeer, nil)
+	dPeerRows  = prometheus.NewDesc(ns+"_peer_rows_total", "Rows read from the target rank.", lPeer, nil)
+	dPeerSecs  = prometheus.NewDesc(ns+"_peer_seconds_total", "Time attributed to reads from the target rank.", lPeer, nil)
+	dPeerErrs  = prometheus.NewDesc(ns+"_peer_errors_total", "Failed calls blamed on the target rank.", lPeer, nil)
+	dProc      = prometheus.NewDesc(ns+"_process_events_total", "Engine process counters (quarantined readers, leaked buffers, ...).", lProc, nil)
+	dBad       = prometheus.NewDesc(ns+"_unreadable_segments", "Segments in the directory that could not be read.", nil, nil)
+)
+
+// latencyBounds are the upper bounds (seconds) of histogram buckets
+// 0..NumBuckets-2; the last (open) bucket is +Inf.
+var latencyBounds = func() []float64 {
+	b := make([]float64, telemetry.NumBuckets-1)
+	for i := range b {
+		_, hi := telemetry.BucketBounds(i)
+		b[i] = float64(hi) / 1e9
+	}
+	return b
+}()
+
+// Collector is a prometheus.Collector over the segments of one directory.
+type Collector struct {
+	dir, job string
+	mu       sync.Mutex
+	segs     map[string]*telemetry.Segment // open segments by path
+}
+
+// NewCollector follows dir (only job's segments when job is not "").
+func NewCollector(dir, job string) *Collector {
+	return &Collector{dir: dir, job: job, segs: map[string]*telemetry.Segment{}}
+}
+
+// Describe sends every metric's description.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{dUp, dHeartbeat, dWorld, dCalls, dRows, dBytes, dLocal, dRemote, dErrors,
+		dRegs, dFailovers, dPhase, dLatency, dBatches, dWait, dStep, dPeerCalls, dPeerRows, dPeerSecs, dPeerErrs, dProc, dBad} {
+		ch <- d
+	}
+}
+
+// Close unmaps every segment.
+func (c *Collector) Close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for p, s := range c.segs {
+		s.Close()
+		delete(c.segs, p)
+	}
+}
+
+func (c *Collector) open(path string) *telemetry.Segment { return c.segs[path] }
+
+// Collect snapshots every segment and sends its metrics.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	infos, err := telemetry.DiscoverOpen(c.dir, c.open)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(dBad, err)
+		return
+	}
+	seen := map[string]bool{}
+	bad := 0
+	for _, in := range infos {
+		if c.job != "" && in.Job != c.job {
+			continue
+		}
+		if in.State == telemetry.StateInvalid {
+			bad++
+			continue
+		}
+		seen[in.Path] = true
+		s := c.segs[in.Path]
+		if s == nil {
+			if s, err = telemetry.Open(in.Path); err != nil {
+				bad++
+				continue
+			}
+			c.segs[in.Path] = s
+		}
+		snap, err := s.Snapshot()
+		if err != nil || snap.StartNs != in.StartNs {
+			s.Close() // replaced by a new incarnation, or gone: reopen next time
+			delete(c.segs, in.Path)
+			if err != nil {
+				bad++
+			}
+			continue
+		}
+		emit(ch, snap)
+	}
+	for p, s := range c.segs {
+		if !seen[p] {
+			s.Close()
+			delete(c.segs, p)
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(dBad, prometheus.GaugeValue, float64(bad))
+}
+
+// emit sends one segment's metrics.
+func emit(ch chan<- prometheus.Metric, s *telemetry.Snapshot) {
+	rank := strconv.Itoa(s.Rank)
+	rl := []string{s.Job, rank, s.Host}
+	up := 0.0
+	if s.State == telemetry.StateLive {
+		up = 1
+	}
+	gauge := func(d *prometheus.Desc, v float64, l ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, l...)
+	}
+	counter := func(d *prometheus.Desc, v float64, l ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, l...)
+	}
+	gauge(dUp, up, append(rl, s.State)...)
+	gauge(dHeartbeat, math.Max(s.HeartbeatAge.Seconds(), 0), rl...)
+	gauge(dWorld, float64(s.World), rl...)
+	for i := range s.Vars {
+		v := &s.Vars[i]
+		t := v.Total()
+		vl := append(rl[:3:3], v.Name)
+		counter(dCalls, float64(t.Calls), vl...)
+		counter(dRows, float64(t.Rows), vl...)
+		counter(dBytes, float64(t.Bytes), vl...)
+		counter(dLocal, float64(t.LocalRows), vl...)
+		counter(dRemote, float64(t.RemoteRows), vl...)
+		counter(dErrors, float64(t.Errors), vl...)
+		counter(dRegs, float64(t.MRRegs), vl...)
+		counter(dFailovers, float64(t.Failovers), vl...)
+		for p, n := range t.PhaseNs {
+			counter(dPhase, float64(n)/1e9, append(vl[:4:4], telemetry.PhaseNames[p])...)
+		}
+		// Prometheus histograms are cumulative; the last bucket is +Inf
+		// (the count). The sum is exact: the calls' phases add up to it.
+		buckets := make(map[float64]uint64, len(latencyBounds))
+		var cum uint64
+		for b, ub := range latencyBounds {
+			cum += t.CallHist[b]
+			buckets[ub] = cum
+		}
+		count := cum + t.CallHist[telemetry.NumBuckets-1]
+		ch <- prometheus.MustNewConstHistogram(dLatency, count, float64(t.TotalNs())/1e9, buckets, vl...)
+	}
+	l := s.Loader
+	if l.Batches > 0 {
+		counter(dBatches, float64(l.Batches), rl...)
+		counter(dWait, float64(l.WaitNs)/1e9, rl...)
+		counter(dStep, float64(l.StepNs)/1e9, rl...)
+	}
+	for _, p := range s.Peers {
+		pl := append(rl[:3:3], strconv.Itoa(p.Rank))
+		counter(dPeerCalls, float64(p.Calls), pl...)
+		counter(dPeerRows, float64(p.Rows), pl...)
+		counter(dPeerSecs, float64(p.Ns)/1e9, pl...)
+		counter(dPeerErrs, float64(p.Errors), pl...)
+	}
+	for i, v := range s.Proc {
+		if v != 0 {
+			counter(dProc, float64(v), append(rl[:3:3], telemetry.ProcNames[i])...)
+		}
+	}
+}
+
+// Handler serves /metrics for the collector (and nothing else of ours:
+// client_golang's own process metrics are left out, ddtop is not what
+// is being watched).
+func Handler(c *Collector) (http.Handler, error) {
+	reg := prometheus.NewRegistry()
+	if err := reg.Register(c); err != nil {
+		return nil, fmt.Errorf("ddtop serve: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/" {
+			http.NotFound(w, r)
+			return
+		}
+		fmt.Fprintln(w, "ddtop serve: ddstore telemetry of", c.dir, "at /metrics")
+	})
+	return mux, nil
+}

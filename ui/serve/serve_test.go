@@ -1,0 +1,129 @@
+package serve
+
+import (
+	"io"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ddstore/ddstore/telemetry"
+)
+
+// The metrics are the segment's counters, in seconds where they are
+// times, with the call-latency histogram bucket by bucket.
+func TestMetrics(t *testing.T) {
+	dir := t.TempDir()
+	w, err := telemetry.Create(telemetry.WriterOptions{Dir: dir, Job: "pj", Rank: 1, World: 2, Host: "hx"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	id, _ := w.AddVar("img", "float32", 100, 1000, 500)
+	var hist telemetry.Histogram
+	for k := range 50 {
+		rows := int64(k%4 + 1)
+		c := telemetry.Call{Var: int32(id), Reader: int32(k % 2), Concurrent: k%2 == 0, Rows: rows, Bytes: 100 * rows, RemoteRows: rows, MRRegs: 1}
+		c.Targets.Add(0, rows)
+		c.Phases[telemetry.PhaseCQWait] = 1000 * rows
+		c.Phases[telemetry.PhasePost] = 500
+		c.Err = k == 7
+		w.Record(&c)
+		hist[telemetry.BucketIndex(c.Total())]++
+	}
+	w.RecordLoader(2_000_000, 10_000_000)
+	c := NewCollector(dir, "")
+	defer c.Close()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]*dto.MetricFamily{}
+	for _, mf := range mfs {
+		got[mf.GetName()] = mf
+	}
+	one := func(name string, labels map[string]string) *dto.Metric {
+		t.Helper()
+		mf := got[name]
+		if mf == nil {
+			t.Fatalf("no %s", name)
+		}
+	next:
+		for _, m := range mf.Metric {
+			for _, lp := range m.Label {
+				if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
+					continue next
+				}
+			}
+			return m
+		}
+		t.Fatalf("no %s with %v", name, labels)
+		return nil
+	}
+	vl := map[string]string{"job": "pj", "rank": "1", "host": "hx", "var": "img"}
+	rows := int64(0)
+	for k := range 50 {
+		rows += int64(k%4 + 1)
+	}
+	for name, want := range map[string]float64{
+		"ddstore_calls_total": 50, "ddstore_rows_total": float64(rows), "ddstore_bytes_total": float64(100 * rows),
+		"ddstore_errors_total": 1, "ddstore_mr_registrations_total": 50, "ddstore_remote_rows_total": float64(rows),
+	} {
+		if v := one(name, vl).GetCounter().GetValue(); v != want {
+			t.Errorf("%s = %v, want %v", name, v, want)
+		}
+	}
+	cq := map[string]string{"job": "pj", "rank": "1", "var": "img", "phase": "cq_wait"}
+	if v := one("ddstore_phase_seconds_total", cq).GetCounter().GetValue(); v != float64(1000*rows)/1e9 {
+		t.Errorf("cq_wait seconds %v", v)
+	}
+	h := one("ddstore_call_latency_seconds", vl).GetHistogram()
+	if h.GetSampleCount() != 50 || h.GetSampleSum() != float64(1000*rows+50*500)/1e9 {
+		t.Errorf("histogram count %d sum %v", h.GetSampleCount(), h.GetSampleSum())
+	}
+	var cum uint64
+	for i, b := range h.Bucket {
+		cum += hist[i]
+		if b.GetCumulativeCount() != cum {
+			t.Fatalf("bucket %d (le %v): %d, want %d", i, b.GetUpperBound(), b.GetCumulativeCount(), cum)
+		}
+	}
+	if v := one("ddstore_loader_wait_seconds_total", map[string]string{"rank": "1"}).GetCounter().GetValue(); v != 0.002 {
+		t.Errorf("loader wait %v", v)
+	}
+	if v := one("ddstore_peer_rows_total", map[string]string{"target": "0"}).GetCounter().GetValue(); v != float64(rows) {
+		t.Errorf("peer rows %v", v)
+	}
+	// Host "hx" is not this one: the fresh heartbeat alone says live.
+	if v := one("ddstore_rank_up", map[string]string{"rank": "1", "state": "live"}).GetGauge().GetValue(); v != 1 {
+		t.Errorf("rank_up %v", v)
+	}
+
+	// Over HTTP, in the text format, with the labels the issue asks for.
+	hd, err := Handler(NewCollector(dir, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(hd)
+	defer srv.Close()
+	resp, err := srv.Client().Get(srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, s := range []string{
+		`ddstore_calls_total{host="hx",job="pj",rank="1",var="img"} 50`,
+		`ddstore_phase_seconds_total{host="hx",job="pj",phase="post",rank="1",var="img"} 2.5e-05`,
+		`ddstore_call_latency_seconds_bucket{host="hx",job="pj",rank="1",var="img",le="+Inf"} 50`,
+		"# TYPE ddstore_call_latency_seconds histogram", "# TYPE ddstore_rows_total counter",
+	} {
+		if !strings.Contains(string(b), s) {
+			t.Fatalf("/metrics lacks %q:\n%s", s, b)
+		}
+	}
+}
