@@ -926,3 +926,79 @@ func TestGPUDirect(t *testing.T) {
 		})
 	}
 }
+
+// TestDeviceConcurrent: goroutines opening the device, making Readers and
+// reading into device memory at once, through Readers and through the
+// Store's shared device path (make test runs it under -race).
+func TestDeviceConcurrent(t *testing.T) {
+	libs := standinLibs(t)
+	s := openSingleGPU(t, "gpuconc", GPUOptions{Device: "cuda", Libraries: []string{libs.CUDA}, StageBytes: 4 << 10})
+	spec := gpuSpec(1001)
+	if err := addPattern(s, spec); err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Query(spec.name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	salt := spec.salt(s.Group())
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for g := 0; g < 6; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- func() error {
+				dev, err := s.Device()
+				if err != nil {
+					return err
+				}
+				buf, err := dev.Alloc(20 * 1001)
+				if err != nil {
+					return err
+				}
+				defer buf.Free()
+				back, err := dev.NewStream()
+				if err != nil {
+					return err
+				}
+				defer back.Close()
+				var get deviceGetter = s
+				if g%2 == 1 {
+					r, err := s.NewReader()
+					if err != nil {
+						return err
+					}
+					defer r.Close()
+					get = r
+				}
+				host := make([]byte, buf.Len())
+				rng := rand.New(rand.NewSource(int64(g)))
+				for it := 0; it < 30; it++ {
+					idx := make([]int64, 1+rng.Intn(20))
+					for i := range idx {
+						idx[i] = rng.Int63n(info.GlobalRows)
+					}
+					if err := get.GetBatchDevice(spec.name, idx, buf, 0); err != nil {
+						return err
+					}
+					got := host[:len(idx)*1001]
+					if err := back.ReadBack(got, buf, 0); err != nil {
+						return err
+					}
+					if err := checkRows(got, 1001, salt, idx); err != nil {
+						return fmt.Errorf("goroutine %d iteration %d: %w", g, it, err)
+					}
+				}
+				return nil
+			}()
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
