@@ -71,6 +71,7 @@ var keys = []key{
 	{"fabric.provider", "DDSTORE_FABRIC", kindString, func(c *Config, v any) { c.Fabric.Provider = v.(string) }},
 	{"fabric.iface", "FABRIC_IFACE", kindString, func(c *Config, v any) { c.Fabric.Iface = v.(string) }},
 	{"fabric.window", "DDSTORE_FABRIC_WINDOW", kindInt, func(c *Config, v any) { c.Fabric.Window = v.(int) }},
+	{"fabric.max_peers", "DDSTORE_FABRIC_MAX_PEERS", kindInt, func(c *Config, v any) { c.Fabric.MaxPeers = v.(int) }},
 	{"fabric.timeout", "DDSTORE_FABRIC_TIMEOUT", kindDuration, func(c *Config, v any) { c.Fabric.Timeout = v.(time.Duration) }},
 	{"store.node_mode", "DDSTORE_NODE_MODE", kindString, func(c *Config, v any) { c.Store.NodeMode = v.(string) }},
 	{"store.width", "DDSTORE_WIDTH", kindInt, func(c *Config, v any) { c.Store.Width = v.(int) }},
@@ -382,6 +383,8 @@ func (c Config) Validate() error {
 		return bad("gpu.stage_bytes", "%d outside [1 KiB, 4 MiB]", c.GPU.StageBytes)
 	case c.Fabric.Window < 1:
 		return bad("fabric.window", "%d < 1", c.Fabric.Window)
+	case c.Fabric.MaxPeers < 1:
+		return bad("fabric.max_peers", "%d < 1", c.Fabric.MaxPeers)
 	case c.Fabric.Timeout <= 0:
 		return bad("fabric.timeout", "%v must be > 0", c.Fabric.Timeout)
 	case c.Store.Width < 0:

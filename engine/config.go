@@ -45,6 +45,7 @@ func (c Config) StoreOptions() Options {
 	o.Fabric.Provider = c.Fabric.Provider
 	o.Fabric.Domain = fabricDomain(c.Fabric.Provider, c.Fabric.Iface)
 	o.Fabric.Window = c.Fabric.Window
+	o.Fabric.MaxPeers = c.Fabric.MaxPeers
 	o.Fabric.Timeout = c.Fabric.Timeout
 	o.Fabric.GatherMaxBytes = int(c.Exchange.AlltoallMaxBytes)
 	o.NodeMode = c.Store.NodeMode

@@ -42,7 +42,7 @@ func TestLoadConfigDefault(t *testing.T) {
 		t.Fatalf("Source %q does not name the embedded default", c.Source)
 	}
 	o := c.StoreOptions()
-	if o.Fabric.Provider != c.Fabric.Provider || o.Fabric.Domain != "lo" || o.Fabric.Window != 128 ||
+	if o.Fabric.Provider != c.Fabric.Provider || o.Fabric.Domain != "" || o.Fabric.Window != 128 || o.Fabric.MaxPeers != 1024 ||
 		o.NodeMode != "auto" || o.DisableTelemetry || o.TelemetryDir != "/dev/shm" || o.Bootstrap.Method != "auto" || o.ReadMode != ReadModeAuto ||
 		o.Fabric.GatherMaxBytes != 2<<20 {
 		t.Fatalf("StoreOptions mapping wrong: %+v", o)

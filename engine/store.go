@@ -243,7 +243,7 @@ func (s *Store) open() error {
 	// with replica groups, for a replica there (failover reads).
 	needFabric := false
 	for r := range s.peers {
-		if !s.peers[r].sameNode && (s.world > s.width || (r >= s.groupLo && r < s.groupLo+s.width)) {
+		if s.readsThroughFabric(s.rank, r) {
 			needFabric = true
 		}
 	}
@@ -252,10 +252,27 @@ func (s *Store) open() error {
 	// Local setup whose failure every rank must learn of: fabric, telemetry.
 	var localErr error
 	var addr []byte
+	var iface fabricIface
 	if needFabric {
+		var mine []int
+		for r := range s.peers {
+			if s.readsThroughFabric(s.rank, r) {
+				mine = append(mine, r)
+			}
+		}
+		if name := s.chooseIface(mine); name != "" {
+			o.Fabric.Domain = name
+		}
 		s.fab, localErr = fabric.Open(o.Fabric)
 		if localErr == nil {
 			addr = s.fab.Address()
+			iface = ifaceOf(s.fab.Info().Domain)
+			if n, av := len(mine), s.fab.Info().AVCount; av > 0 && n > av {
+				localErr = &Error{Op: "Open", Kind: ErrInvalid, Side: fault.Local,
+					Detail: fmt.Sprintf("rank %d reads %d ranks through the fabric, more than its address vector holds (%d): "+
+						"raise fabric.max_peers (env DDSTORE_FABRIC_MAX_PEERS; provider %s allows %d)",
+						s.rank, n, av, s.fab.Info().Provider, s.fab.Info().MaxPeers)}
+			}
 		}
 	} else if o.Fabric.Provider != "" {
 		// No rank of the group needs the fabric on this run, but a provider
@@ -276,10 +293,12 @@ func (s *Store) open() error {
 		}
 	}
 	type round2 struct {
-		Addr []byte `json:"addr"`
-		Err  string `json:"err,omitempty"`
+		Addr  []byte      `json:"addr"`
+		Iface fabricIface `json:"iface"`
+		Err   string      `json:"err,omitempty"`
 	}
-	r2 := round2{Addr: addr}
+	r2 := round2{Addr: addr, Iface: iface}
+	ifaces := make([]fabricIface, s.world)
 	if localErr != nil {
 		r2.Err = localErr.Error()
 	}
@@ -299,12 +318,24 @@ func (s *Store) open() error {
 			failedRanks = append(failedRanks, r)
 		}
 		s.peers[r].Addr = x.Addr
+		ifaces[r] = x.Iface
 	}
 	if localErr != nil {
 		return &Error{Op: "Open", Ranks: []int{s.rank}, Side: fault.Local, Err: localErr}
 	}
 	if len(failed) > 0 {
 		return &Error{Op: "Open", Ranks: failedRanks, Side: fault.Remote, Detail: "failed on " + strings.Join(failed, "; ")}
+	}
+	if err := checkLoopback(s.peers, ifaces, func(r int) []int {
+		var out []int
+		for q := range s.peers {
+			if s.readsThroughFabric(r, q) {
+				out = append(out, q)
+			}
+		}
+		return out
+	}); err != nil {
+		return err
 	}
 
 	// Peers on this machine (even in NodeMode "fabric", where they are
@@ -328,6 +359,17 @@ func (s *Store) open() error {
 		go s.heartbeat()
 	}
 	return nil
+}
+
+// readsThroughFabric reports whether rank r reads rank q's shards through
+// the fabric: q is on another node (or NodeMode is "fabric") and in r's
+// width group, or any rank with replica groups (failover reads).
+func (s *Store) readsThroughFabric(r, q int) bool {
+	if r == q || s.peers[q].Node == s.peers[r].Node {
+		return false
+	}
+	lo := r / s.width * s.width
+	return s.world > s.width || (q >= lo && q < lo+s.width)
 }
 
 func (s *Store) providerName() string {

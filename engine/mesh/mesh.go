@@ -774,3 +774,30 @@ func (m *Mesh) Close() error {
 	m.wg.Wait()
 	return nil
 }
+
+// LocalIP is this rank's address on its connection to rank (the path the
+// store's traffic to that rank takes), nil when there is none.
+func (m *Mesh) LocalIP(rank int) net.IP {
+	if rank < 0 || rank >= len(m.peers) || m.peers[rank] == nil {
+		return nil
+	}
+	if a, ok := m.peers[rank].conn.LocalAddr().(*net.TCPAddr); ok {
+		return a.IP
+	}
+	return nil
+}
+
+// InterfaceOf names the up interface that holds ip, and whether it is a
+// loopback interface; "" when none does.
+func InterfaceOf(ip net.IP) (name string, loopback bool) {
+	ifs, _ := net.Interfaces()
+	for _, ifc := range ifs {
+		addrs, _ := ifc.Addrs()
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok && ipn.IP.Equal(ip) {
+				return ifc.Name, ifc.Flags&net.FlagLoopback != 0
+			}
+		}
+	}
+	return "", ip.IsLoopback()
+}
