@@ -98,3 +98,30 @@ func BenchmarkSingleGet(b *testing.B) {
 		})
 	}
 }
+
+// TestAdaptiveSleepsWhenIdle: after serving reads, an adaptive target
+// polls for its window only, then sleeps on its wait fd: over tcp it makes
+// no wakeup at all while idle, and its progress thread uses (almost) no CPU.
+func TestAdaptiveSleepsWhenIdle(t *testing.T) {
+	f, e, r, p, _ := selfExport(t, 1<<20, func(f *Fabric) {})
+	if f.opts.Progress != "adaptive" || !f.Info().WaitFD {
+		t.Skipf("progress %q, wait fd %v", f.opts.Progress, f.Info().WaitFD)
+	}
+	dst := make([]byte, 3072)
+	for i := 0; i < 200; i++ {
+		if _, err := r.Read(ReadOp{Dst: dst, Peer: p, Addr: e.Base() + uint64(i)*3072, Key: e.Key()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := checkPattern(dst, 199*3072); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // past the window, however loaded
+	w0, c0 := f.ProgressWakeups(), f.ProgressCPU()
+	time.Sleep(300 * time.Millisecond)
+	w, c := f.ProgressWakeups()-w0, f.ProgressCPU()-c0
+	t.Logf("idle after serving: %d wakeups, %v progress CPU in 300ms", w, c)
+	if w != 0 || c > 5*time.Millisecond {
+		t.Fatalf("idle adaptive target: %d wakeups and %v CPU in 300ms, want 0 and ~0", w, c)
+	}
+}
