@@ -248,6 +248,7 @@ int dd_endpoint(struct fid_domain *dom, struct fi_info *info, size_t cq_size, si
 int dd_mr_reg(struct fid_domain *dom, struct fid_ep *ep, void *buf, size_t len, uint64_t access,
 		uint64_t key, int bind_ep, struct fid_mr **mr, uint64_t *out_key, void **desc);
 const char *dd_strerror(int err);
+uint64_t dd_info_key_size(struct fi_info *i);
 
 // dd_server.c
 dd_server *dd_server_new(void);

@@ -143,3 +143,6 @@ int dd_mr_reg(struct fid_domain *dom, struct fid_ep *ep, void *buf, size_t len, 
 // dd_strerror is fi_strerror's text; before libfabric is loaded (or without
 // it) the C library's, which covers the errno-valued codes.
 const char *dd_strerror(int err) { return dd_fi.strerror ? dd_fi.strerror(err) : strerror(err); }
+
+// dd_info_key_size is the provider's MR key size in bytes (0 when unknown).
+uint64_t dd_info_key_size(struct fi_info *i) { return i->domain_attr ? i->domain_attr->mr_key_size : 0; }

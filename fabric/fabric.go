@@ -15,6 +15,7 @@ import "C"
 
 import (
 	"fmt"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -215,6 +216,17 @@ func selectAt(o Options, threading C.int) (*C.struct_fi_info, error) {
 		Detail: fmt.Sprintf("%s is not available for FI_EP_RDM with FI_RMA reads; available: %s", what, strings.Join(provs, ", "))}
 }
 
+// keyBase is where this process's requested MR keys start: the pid in the
+// high bits where the provider's keys are 8 bytes, so that a stale address
+// (a dead peer's port reused by another ddstore process) meets a key that
+// process never issued and fails, instead of reading its memory.
+func keyBase(keySize uint64) uint64 {
+	if keySize >= 8 {
+		return uint64(os.Getpid()) << 24
+	}
+	return 1
+}
+
 // CheckProvider reports whether this libfabric offers provider name ("tcp"
 // and "verbs" also match their ofi_rxm stacks; "" the default order) for
 // FI_EP_RDM endpoints with FI_RMA reads, without opening anything. The
@@ -323,7 +335,7 @@ func Open(o Options) (*Fabric, error) {
 	f.inf.SoftwareRMA = softwareRMA(f.inf.Provider)
 	f.inf.GatherMaxBytes = f.opts.GatherMaxBytes
 	f.inf.GatherRounds = f.opts.GatherRounds
-	f.nextKey.Store(1)
+	f.nextKey.Store(keyBase(uint64(C.dd_info_key_size(info))))
 
 	if rc := C.dd_open_fabric(info, &f.fab); rc != 0 {
 		C.dd_freeinfo(info)
