@@ -32,7 +32,7 @@
 #   GPU_CHECK_BIN=bin/gpu-check/gpu.test ENGINE_CHECK_BIN=bin/gpu-check/engine.test examples/gpu/check.sh
 #                                          runs binaries built elsewhere (make gpu-check-build),
 #                                          for machines without Go; no CUDA toolkit is needed
-#                                          (the engine binary needs libfabric.so.1 at run time)
+#                                          (the engine steps need libfabric.so.1 at run time)
 #   DDSTORE_GPU_RUNTIME=cuda|hip DDSTORE_GPU_INDEX=N
 #                                          picks the device (default: CUDA, else HIP; device 0);
 #                                          the engine steps get DDSTORE_GPU_DEVICE=runtime:N from them
@@ -105,10 +105,14 @@ goal() { # goal NAME PATTERN OP LIMIT
 goal "sync=stream (per-reader stream sync)" '^BenchmarkSync/sync=stream' '<=' 1.5
 goal "sync=device (context-wide sync, the seed's)" '^BenchmarkSync/sync=device' '>=' 10
 
-# Engine steps: real ranks are this binary re-executed; they need libfabric.
+# Engine steps: real ranks are this binary re-executed; the fabric loads
+# libfabric.so.1 at run time (dlopen), which the tcp cases need.
 cd "$root/engine"
-if ! ldd "$ebin" | grep -q 'libfabric.so.1 => /'; then
-  echo "FAIL: engine steps: $ebin cannot load libfabric.so.1 here (install libfabric1)"; status=1
+have_fabric=0
+ldconfig -p 2>/dev/null | grep -q 'libfabric\.so\.1 ' && have_fabric=1
+for d in ${LD_LIBRARY_PATH//:/ }; do [ -e "$d/libfabric.so.1" ] && have_fabric=1; done
+if [ $have_fabric -eq 0 ]; then
+  echo "FAIL: engine steps: libfabric.so.1 not found (ldconfig -p, LD_LIBRARY_PATH); install libfabric1"; status=1
 else
   echo "== 4. engine device path against the real driver"
   timeout 240 "$ebin" -test.run '^(TestDeviceRead|TestDeviceSyncBusy|TestDeviceLoader)$' -test.v -test.count=1 -test.timeout 230s 2>&1 |
