@@ -48,7 +48,7 @@ type job struct {
 func startJob(t *testing.T, world int, args string, env ...string) *job {
 	t.Helper()
 	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Second) // hang guard, with room for a loaded machine
 	name := fmt.Sprintf("trfo%d-%d", os.Getpid(), time.Now().UnixNano())
 	j := &job{cancel: cancel, dir: dir}
 	for r := range world {
@@ -144,7 +144,7 @@ func TestStalledOwnerFailsOver(t *testing.T) {
 	}
 
 	j := startJob(t, 4, args, env...)
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(120 * time.Second)
 	for !strings.Contains(j.outs[1].String(), `"epoch":0`) {
 		if time.Now().After(deadline) {
 			t.Fatalf("rank 1 printed no epoch: %s", j.errs[1])
