@@ -40,8 +40,8 @@ func JobOf(x Exchanger, fallback string) string {
 // launcher's environment, 60s timeout.
 type Options struct {
 	// Method: "auto" (default when ""), "pmi", "tcp", "dir" or "single".
-	// auto: pmi if PMI_FD is set (and PMI_JOBID is not: that is Slurm's
-	// PMI-2); else tcp if Addr, DDSTORE_BOOTSTRAP_ADDR or
+	// auto: pmi if PMI_FD is set (PMI-1 under MPICH's mpiexec, PMI-2 when
+	// PMI_JOBID is set too, as under srun --mpi=pmi2); else tcp if Addr, DDSTORE_BOOTSTRAP_ADDR or
 	// MASTER_ADDR/MASTER_PORT is set, or under srun (SlurmRendezvous); else dir if Dir or
 	// DDSTORE_BOOTSTRAP_DIR is set; else single when the world has one rank;
 	// else an error saying what to set.
@@ -151,12 +151,8 @@ func (o Options) resolve() (resolved, error) {
 	}
 	m := o.Method
 	if m == "" || m == "auto" {
-		// Slurm's PMI-2 plugin also sets PMI_FD (and PMI_JOBID, which Hydra
-		// does not): its wire protocol is not PMI-1, so it is not used.
+		// PMI_FD: MPICH Hydra's PMI-1, or with PMI_JOBID Slurm's PMI-2.
 		_, hasPMI := os.LookupEnv("PMI_FD")
-		if _, pmi2 := os.LookupEnv("PMI_JOBID"); pmi2 {
-			hasPMI = false
-		}
 		switch {
 		case hasPMI:
 			m = "pmi"

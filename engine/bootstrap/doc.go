@@ -7,7 +7,9 @@
 //
 // Three exchange methods exist, chosen by Options.Method:
 //
-//   - "pmi": the launcher's PMI-1 key-value store over PMI_FD (MPICH Hydra).
+//   - "pmi": the launcher's key-value store over PMI_FD: PMI-1 (MPICH
+//     Hydra), or Slurm's PMI-2 wire protocol when PMI_JOBID is set too
+//     (srun --mpi=pmi2).
 //     PMI-1 cannot tell who is missing from a barrier, so a PMI timeout
 //     names no ranks.
 //   - "tcp": a rendezvous at rank 0 (Options.Addr, DDSTORE_BOOTSTRAP_ADDR or

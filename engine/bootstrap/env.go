@@ -219,6 +219,13 @@ func detectHydra(look lookupFunc) (Env, error) {
 		}
 	}
 	e.Job = fmt.Sprintf("hydra-%d", os.Getppid())
+	if j := nonEmpty(look, "PMI_JOBID"); j != "" {
+		// Slurm's PMI-2 (srun --mpi=pmi2) sets PMI_RANK/PMI_SIZE too.
+		e.Launcher, e.Job = "slurm", "slurm-"+slurmJob(look)
+		if slurmJob(look) == "" {
+			e.Job = "pmi2-" + j
+		}
+	}
 	return e, nil
 }
 

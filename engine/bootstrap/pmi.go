@@ -19,7 +19,10 @@ import (
 )
 
 // pmiEx is the pmi method: the PMI-1 wire protocol that MPICH's Hydra
-// mpiexec speaks on the socket PMI_FD. Collective number s puts this rank's
+// mpiexec speaks on the socket PMI_FD, or, when PMI_JOBID is set too
+// (srun --mpi=pmi2), Slurm's PMI-2 wire protocol on the same socket: a
+// PMI-1 style init line asking for version 2, then length-prefixed
+// commands (fullinit, kvs-put, kvs-fence, kvs-get, finalize); see pmi2.go. Collective number s puts this rank's
 // blob, base64url-encoded and split to the server's vallen_max, under the
 // keys "b<s>/<rank>/<chunk>", plus a header key "b<s>/<rank>" holding the
 // chunk count, length, CRC and tag; then barrier; then gets the other ranks'
@@ -35,6 +38,7 @@ type pmiEx struct {
 	keyMax  int
 	token   string
 	pending bool // a command is outstanding after a failure: the stream is out of sync
+	v2      bool // PMI-2 (Slurm's srun --mpi=pmi2)
 }
 
 func connectPMI(r resolved) (Exchanger, error) {
@@ -53,6 +57,9 @@ func connectPMI(r resolved) (Exchanger, error) {
 	x := &pmiEx{
 		collective: collective{method: "pmi", rank: r.Env.Rank, world: r.Env.World, timeout: r.Timeout},
 		conn:       conn, rd: bufio.NewReader(conn), token: r.Token,
+	}
+	if jobid, ok := os.LookupEnv("PMI_JOBID"); ok {
+		x.v2, x.kvs, x.method = true, jobid, "pmi2"
 	}
 	deadline := time.Now().Add(r.Timeout)
 	if err := x.handshake(deadline); err != nil {
@@ -83,12 +90,15 @@ func connectPMI(r resolved) (Exchanger, error) {
 
 func (x *pmiEx) handshake(deadline time.Time) error {
 	const op = "connect"
+	if x.v2 {
+		return x.handshake2(deadline)
+	}
 	kv, err := x.call(op, "cmd=init pmi_version=1 pmi_subversion=1", "response_to_init", deadline)
 	if err != nil {
 		return err
 	}
 	if kv["pmi_version"] != "1" {
-		return x.errf(op, ErrEnv, nil, "PMI server speaks version %s, want 1 (srun --mpi=pmi2 is not supported; use mpiexec or tcp)", kv["pmi_version"])
+		return x.errf(op, ErrEnv, nil, "PMI server speaks version %s, want 1 (PMI-2 is used when PMI_JOBID is set, as under srun --mpi=pmi2)", kv["pmi_version"])
 	}
 	if kv, err = x.call(op, "cmd=get_maxes", "maxes", deadline); err != nil {
 		return err
@@ -191,6 +201,10 @@ func untagField(f string) string {
 var pmiDirectMax = 16
 
 func (x *pmiEx) put(op, key, val string, deadline time.Time) error {
+	if x.v2 {
+		_, err := x.call2(op, "kvs-put", "kvs-put-response", deadline, "key", key, "value", val)
+		return x.wrap(op, err, "kvs-put of "+key)
+	}
 	_, err := x.call(op, fmt.Sprintf("cmd=put kvsname=%s key=%s value=%s", x.kvs, key, val), "put_result", deadline)
 	if err != nil {
 		return x.wrap(op, err, "put of "+key)
@@ -199,6 +213,13 @@ func (x *pmiEx) put(op, key, val string, deadline time.Time) error {
 }
 
 func (x *pmiEx) get(op, key string, deadline time.Time) (string, error) {
+	if x.v2 {
+		kv, err := x.call2(op, "kvs-get", "kvs-get-response", deadline, "jobid", x.kvs, "srcid", "-1", "key", key)
+		if err == nil && !strings.EqualFold(kv["found"], "TRUE") {
+			err = &pmiRC{rc: "0", msg: "not found"}
+		}
+		return kv["value"], err
+	}
 	kv, err := x.call(op, fmt.Sprintf("cmd=get kvsname=%s key=%s", x.kvs, key), "get_result", deadline)
 	if err != nil {
 		return "", err
@@ -262,6 +283,10 @@ func (x *pmiEx) getChunks(op, key string, n, size int, sum uint32, deadline time
 }
 
 func (x *pmiEx) barrier(op string, deadline time.Time) error {
+	if x.v2 {
+		_, err := x.call2(op, "kvs-fence", "kvs-fence-response", deadline)
+		return x.wrap(op, err, "kvs-fence")
+	}
 	if _, err := x.call(op, "cmd=barrier_in", "barrier_out", deadline); err != nil {
 		return x.wrap(op, err, "barrier")
 	}
@@ -411,6 +436,9 @@ func (x *pmiEx) fetchAll(op, tag, prefix string, mine []byte, deadline time.Time
 
 // wrap turns a PMI rc error into a *fault.Error; a *fault.Error passes through.
 func (x *pmiEx) wrap(op string, err error, what string) error {
+	if err == nil {
+		return nil
+	}
 	var e *fault.Error
 	if errors.As(err, &e) {
 		return err
@@ -435,7 +463,12 @@ func (x *pmiEx) Close() error {
 		x.abandon()
 		return nil
 	}
-	_, err := x.call("close", "cmd=finalize", "finalize_ack", time.Now().Add(5*time.Second))
+	var err error
+	if x.v2 {
+		_, err = x.call2("close", "finalize", "finalize-response", time.Now().Add(5*time.Second))
+	} else {
+		_, err = x.call("close", "cmd=finalize", "finalize_ack", time.Now().Add(5*time.Second))
+	}
 	if err != nil {
 		x.abandon()
 		return err
