@@ -32,8 +32,9 @@ const (
 	MaxGatherRoundBytes = 64 << 20
 	// MinGatherRoundBytes is the smallest exchange.alltoall_max_bytes.
 	MinGatherRoundBytes = 4 << 10
-	// MaxStageBytes is the largest gpu.stage_bytes (the engine's largest read).
-	MaxStageBytes = 4 << 20
+	// MaxStageBytes is the largest gpu.stage_bytes (each of a reader's two
+	// pinned staging halves).
+	MaxStageBytes = 256 << 20
 	// MinStageBytes is the smallest gpu.stage_bytes.
 	MinStageBytes = 1 << 10
 	// MinDdtopInterval is the shortest ddtop.interval.
@@ -380,7 +381,7 @@ func (c Config) Validate() error {
 	}
 	switch {
 	case c.GPU.StageBytes < MinStageBytes || c.GPU.StageBytes > MaxStageBytes:
-		return bad("gpu.stage_bytes", "%d outside [1 KiB, 4 MiB]", c.GPU.StageBytes)
+		return bad("gpu.stage_bytes", "%d outside [1 KiB, 256 MiB]", c.GPU.StageBytes)
 	case c.Fabric.Window < 1:
 		return bad("fabric.window", "%d < 1", c.Fabric.Window)
 	case c.Fabric.MaxPeers < 1:

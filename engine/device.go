@@ -53,8 +53,17 @@ const (
 	GPUDirectOff  = "off"  // always stage through pinned host memory
 )
 
-// defaultStageBytes is the size of each of a reader's two staging halves.
-const defaultStageBytes = 4 << 20
+// Staging halves: the default and the largest size of each of a reader's
+// two halves. A half's fabric reads are one batch, so its size bounds the
+// reads in flight: 16 MiB keeps 16 reads of 1 MiB rows in flight.
+const (
+	defaultStageBytes = 16 << 20
+	maxStageBytes     = 256 << 20
+)
+
+// maxPieceBytes caps one read (one fabric op or memcpy) of the device
+// path, as maxReadBytes caps Get's; a variable so tests can lower it.
+var maxPieceBytes int64 = maxReadBytes
 
 // GPUOptions configure the device read path. The device is opened at the
 // first device read (or Store.Device), so a store that never reads into
@@ -73,7 +82,8 @@ type GPUOptions struct {
 	// Direct: GPUDirectAuto (default), GPUDirectOn or GPUDirectOff.
 	Direct string
 	// StageBytes: size of each of a reader's two pinned staging halves,
-	// 1 KiB to 4 MiB; 0 means 4 MiB.
+	// 1 KiB to 256 MiB; 0 means 16 MiB. A half's reads are one fabric
+	// batch: its size bounds the reads in flight for large rows.
 	StageBytes int
 	// Libraries replaces the GPU runtime's library names (tests point it at
 	// the stand-in drivers of gpu/gputest; nothing else should).
@@ -144,8 +154,8 @@ func (g *GPUOptions) validate() error {
 	default:
 		return errf(ErrInvalid, "options", "", "GPU.Direct %q: want %q, %q or %q", g.Direct, GPUDirectAuto, GPUDirectOn, GPUDirectOff)
 	}
-	if g.StageBytes != 0 && (g.StageBytes < 1<<10 || g.StageBytes > maxReadBytes) {
-		return errf(ErrInvalid, "options", "", "GPU.StageBytes %d: want 1 KiB to %d bytes", g.StageBytes, maxReadBytes)
+	if g.StageBytes != 0 && (g.StageBytes < 1<<10 || g.StageBytes > maxStageBytes) {
+		return errf(ErrInvalid, "options", "", "GPU.StageBytes %d: want 1 KiB to %d bytes", g.StageBytes, maxStageBytes)
 	}
 	return nil
 }
@@ -516,7 +526,7 @@ func (v *Var) readDevice(c *readCtx, dc *devCtx, rd *devRead) (ev *gpu.Event, er
 			if inrow == 0 {
 				rowsStarted = 1
 			}
-			l := min(rb-inrow, n-p)
+			l := min(rb-inrow, n-p, maxPieceBytes)
 			if inrow += l; inrow == rb {
 				i, inrow = i+1, 0
 			}
@@ -528,8 +538,11 @@ func (v *Var) readDevice(c *readCtx, dc *devCtx, rd *devRead) (ev *gpu.Event, er
 				if next != g+1 {
 					break
 				}
+				take := min(rb, n-p-l, maxPieceBytes-l)
+				if take <= 0 {
+					break
+				}
 				g = next
-				take := min(rb, n-p-l)
 				l += take
 				rowsStarted++
 				if take == rb {

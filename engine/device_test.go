@@ -110,6 +110,9 @@ func gpuSpec(rb int64) varSpec {
 // batches many times the staging half; every row read back and checked;
 // no allocation per call; bad input; gpu_sync in telemetry.
 func scenarioGPU(w *worker) error {
+	if v := w.intParam("MAXPIECE", 0); v > 0 {
+		maxPieceBytes = int64(v) // reads split below a row, as 4 MiB splits larger rows
+	}
 	s, err := w.open()
 	if err != nil {
 		return err
@@ -367,13 +370,16 @@ func checkGPUSyncPhase(s *Store, name string, reader int) error {
 }
 
 func TestDeviceRead(t *testing.T) {
-	cases := []struct{ mode, runtime string }{{"local", "cuda"}, {"tcp", "cuda"}, {"tcp-rma", "hip"}, {"shm", "cuda"}}
+	// piece: the largest read, lowered so that rows and runs split into
+	// several reads (as rows over 4 MiB do); stage: the staging halves.
+	cases := []struct{ mode, runtime, piece, stage string }{{"local", "cuda", "", ""}, {"tcp", "cuda", "", ""},
+		{"tcp-rma", "hip", "5000", "65536"}, {"shm", "cuda", "", ""}}
 	if realGPU() {
 		cases = cases[:2]
 	}
 	for _, c := range cases {
 		t.Run("path="+c.mode+"/gpu="+c.runtime, func(t *testing.T) {
-			params := gpuParams(t, c.runtime, map[string]string{"MODE": c.mode})
+			params := gpuParams(t, c.runtime, map[string]string{"MODE": c.mode, "MAXPIECE": c.piece, "STAGE": c.stage})
 			spawnRanks(t, 3, "gpu", params, 120*time.Second, nil)
 		})
 	}
@@ -633,7 +639,7 @@ func TestGPUConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := c.StoreOptions().GPU
-	if g.Device != "cuda:$LOCAL_RANK" || g.Sync != GPUSyncStream || g.Direct != GPUDirectAuto || g.StageBytes != 4<<20 {
+	if g.Device != "cuda:$LOCAL_RANK" || g.Sync != GPUSyncStream || g.Direct != GPUDirectAuto || g.StageBytes != 16<<20 {
 		t.Fatalf("perlmutter GPU options: %+v", g)
 	}
 	clearConfigEnv(t)
@@ -657,7 +663,7 @@ func TestGPUConfig(t *testing.T) {
 		t.Fatalf("local GPU device: %q, %v", c.StoreOptions().GPU.Device, err)
 	}
 	for env, val := range map[string]string{"DDSTORE_GPU": "tpu", "DDSTORE_GPU_DEVICE": "first", "DDSTORE_GPU_SYNC": "never",
-		"DDSTORE_GPU_DIRECT": "yes", "DDSTORE_GPU_STAGE_BYTES": "8MiB"} {
+		"DDSTORE_GPU_DIRECT": "yes", "DDSTORE_GPU_STAGE_BYTES": "512MiB"} {
 		clearConfigEnv(t)
 		t.Setenv(env, val)
 		_, err := LoadConfig("")
