@@ -264,3 +264,58 @@ func TestDirBadJob(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestTCPRendezvous1024 runs the real tcp hub with 1024 ranks (goroutines
+// of this process, one TCP connection each to rank 0): connect, an
+// all-gather and a barrier. The root handles a constant number of frames
+// per rank: in, one hello and one frame per collective; out, accept,
+// ready and one result per collective.
+func TestTCPRendezvous1024(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	clearLauncherEnv(t)
+	const world = 1024
+	start := time.Now()
+	xs := connectAll(t, Options{Method: "tcp", Addr: "127.0.0.1:" + freePort(t), Token: "sim", Timeout: 2 * time.Minute}, world)
+	connected := time.Since(start)
+	res, errs := gatherAll(xs, "addr", func(r int) []byte { return []byte(fmt.Sprint("rank-", r)) })
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	for _, r := range []int{0, 1, world / 2, world - 1} {
+		for q := range world {
+			if string(res[r][q]) != fmt.Sprint("rank-", q) {
+				t.Fatalf("rank %d: blob of rank %d = %q", r, q, res[r][q])
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	for _, x := range xs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := x.Barrier("end", 2*time.Minute); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	total := time.Since(start)
+	root := xs[0].(*tcpEx)
+	in, out := root.rootIn.Load(), root.rootOut.Load()
+	const collectives = 2
+	t.Logf("1024 ranks: connect %v, connect+allgather+barrier %v; root frames in %d (%.2f per rank), out %d (%.2f per rank)",
+		connected.Round(time.Millisecond), total.Round(time.Millisecond), in, float64(in)/(world-1), out, float64(out)/(world-1))
+	if in != (world-1)*(1+collectives) || out != (world-1)*(2+collectives) {
+		t.Errorf("root frames in %d, out %d; want %d and %d (O(1) per rank)", in, out, (world-1)*(1+collectives), (world-1)*(2+collectives))
+	}
+	if total > 90*time.Second {
+		t.Errorf("1024-rank rendezvous took %v", total)
+	}
+	for _, x := range xs {
+		x.Close()
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -33,6 +34,11 @@ type tcpEx struct {
 	peers   []net.Conn // by rank; peers[0] is nil
 	notes   []string   // connections refused while joining
 	tokenNo bool       // a refusal was a token mismatch
+
+	// Frames the root received from and sent to the other ranks: the
+	// fan-in at the root is a constant number of frames per rank and
+	// collective (TestTCPRendezvous1024).
+	rootIn, rootOut atomic.Int64
 }
 
 const (
@@ -128,6 +134,7 @@ func (x *tcpEx) serve(deadline time.Time) error {
 	x.mu.Unlock()
 	var lost []int
 	for r := 1; r < x.world; r++ {
+		x.rootOut.Add(1)
 		if err := writeFrame(x.peers[r], newEnc(fReady).frame(), deadline.Add(grace(x.timeout))); err != nil {
 			lost = append(lost, r)
 		}
@@ -165,6 +172,7 @@ func (x *tcpEx) acceptLoop() {
 func (x *tcpEx) handshake(c net.Conn) {
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	typ, d, err := readFrameMax(c, maxHandshake)
+	x.rootIn.Add(1)
 	var h hello
 	if err == nil && typ != fHello {
 		err = fmt.Errorf("first frame has type %d, want hello", typ)
@@ -204,6 +212,7 @@ func (x *tcpEx) handshake(c net.Conn) {
 	case x.phase != phaseJoining:
 		refuse(ErrEnv, "all ranks have already joined")
 	default:
+		x.rootOut.Add(1)
 		if err := writeFrame(c, newEnc(fAccept).frame(), time.Now().Add(5*time.Second)); err != nil {
 			c.Close()
 			return
@@ -225,6 +234,7 @@ func (x *tcpEx) note(token bool, format string, args ...any) {
 func (x *tcpEx) readLoop(rank int, c net.Conn) {
 	for {
 		typ, d, err := readFrame(c)
+		x.rootIn.Add(1)
 		select {
 		case x.inbox <- inFrame{rank: rank, typ: typ, d: d, err: err}:
 		case <-x.done:
@@ -324,6 +334,7 @@ func (x *tcpEx) AllGather(tag string, mine []byte, timeout time.Duration) ([][]b
 		wdl = min
 	}
 	for r := 1; r < x.world; r++ {
+		x.rootOut.Add(1)
 		if err := writeFrame(x.peers[r], frame, wdl); err != nil {
 			return nil, x.rootAbort(op, ErrPeerLost, []int{r}, "sending the result to rank %d failed: %v", r, err)
 		}

@@ -38,6 +38,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/ddstore/ddstore/fabric/fault"
 )
 
@@ -259,6 +261,7 @@ func Listen(o Options) (*Mesh, Addr, error) {
 	if o.World == 1 {
 		return m, m.addr, nil
 	}
+	raiseNoFile(2*o.World + 256)
 	ln, err := net.Listen("tcp", net.JoinHostPort(o.Bind, "0"))
 	if err != nil {
 		return nil, Addr{}, &fault.Error{Op: "mesh listen", Side: fault.Local, Kind: fault.ErrInvalid,
@@ -800,4 +803,16 @@ func InterfaceOf(ip net.IP) (name string, loopback bool) {
 		}
 	}
 	return "", ip.IsLoopback()
+}
+
+// raiseNoFile lifts the soft limit on open files towards need (bounded by
+// the hard limit): a full mesh holds world−1 sockets, beside the
+// fabric's and the launcher's own.
+func raiseNoFile(need int) {
+	var l unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_NOFILE, &l) != nil || l.Cur >= uint64(need) {
+		return
+	}
+	l.Cur = min(uint64(need), l.Max)
+	unix.Setrlimit(unix.RLIMIT_NOFILE, &l)
 }
