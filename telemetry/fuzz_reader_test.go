@@ -50,46 +50,53 @@ func FuzzTelemetryReader(f *testing.F) {
 		if err := os.WriteFile(path, buf[:n], 0o600); err != nil {
 			t.Fatal(err)
 		}
-		infos, err := Discover(dir)
-		if err != nil || len(infos) != 1 {
-			t.Fatalf("Discover: %v %+v", err, infos)
-		}
-		s, err := Open(path)
-		if err != nil {
-			if !errors.Is(err, ErrForeign) && !errors.Is(err, ErrTruncated) && !errors.Is(err, ErrVersion) &&
-				!errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrNotReady) {
-				t.Fatalf("untyped error: %v", err)
-			}
-			if infos[0].State != StateInvalid {
-				t.Fatalf("Open fails (%v) but Discover says %+v", err, infos[0])
-			}
-			return
-		}
-		defer s.Close()
-		if infos[0].State == StateInvalid {
-			t.Fatalf("Open works but Discover says %+v", infos[0])
-		}
-		if _, err := s.Info(); err != nil {
-			t.Fatalf("Info of an open segment: %v", err)
-		}
-		snap, err := s.Snapshot()
-		if err != nil {
-			t.Fatalf("Snapshot of a segment that opened: %v", err)
-		}
-		for _, v := range snap.Vars {
-			if len(v.Readers) > snap.MaxReaders {
-				t.Fatalf("var %d has %d readers > %d", v.ID, len(v.Readers), snap.MaxReaders)
-			}
-			tot := v.Total()
-			_ = tot.CallHist.Quantile(0.5)
-			_ = tot.CallHist.Quantile(0.99)
-		}
-		head := s.RingHead()
-		for _, cursor := range []uint64{0, head, head - 1, head - 3, 1 << 63, ^uint64(0)} {
-			n, next, _, err := s.ReadRing(cursor, recs)
-			if err != nil || n > len(recs) || next > head && next > cursor {
-				t.Fatalf("ReadRing(%d) = %d, %d, %v (head %d)", cursor, n, next, err, head)
-			}
-		}
+		readFuzzed(t, dir, path, recs)
 	})
+}
+
+// readFuzzed checks that the reader copes with the one segment file path
+// in dir: Discover, Open, Info, Snapshot and ReadRing return data or a
+// typed error, and agree with each other; a segment that opens snapshots.
+func readFuzzed(t *testing.T, dir, path string, recs []Record) {
+	infos, err := Discover(dir)
+	if err != nil || len(infos) != 1 {
+		t.Fatalf("Discover: %v %+v", err, infos)
+	}
+	s, err := Open(path)
+	if err != nil {
+		if !errors.Is(err, ErrForeign) && !errors.Is(err, ErrTruncated) && !errors.Is(err, ErrVersion) &&
+			!errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrNotReady) {
+			t.Fatalf("untyped error: %v", err)
+		}
+		if infos[0].State != StateInvalid {
+			t.Fatalf("Open fails (%v) but Discover says %+v", err, infos[0])
+		}
+		return
+	}
+	defer s.Close()
+	if infos[0].State == StateInvalid {
+		t.Fatalf("Open works but Discover says %+v", infos[0])
+	}
+	if _, err := s.Info(); err != nil {
+		t.Fatalf("Info of an open segment: %v", err)
+	}
+	snap, err := s.Snapshot()
+	if err != nil {
+		t.Fatalf("Snapshot of a segment that opened: %v", err)
+	}
+	for _, v := range snap.Vars {
+		if len(v.Readers) > snap.MaxReaders {
+			t.Fatalf("var %d has %d readers > %d", v.ID, len(v.Readers), snap.MaxReaders)
+		}
+		tot := v.Total()
+		_ = tot.CallHist.Quantile(0.5)
+		_ = tot.CallHist.Quantile(0.99)
+	}
+	head := s.RingHead()
+	for _, cursor := range []uint64{0, head, head - 1, head - 3, 1 << 63, ^uint64(0)} {
+		n, next, _, err := s.ReadRing(cursor, recs)
+		if err != nil || n > len(recs) || next > head && next > cursor {
+			t.Fatalf("ReadRing(%d) = %d, %d, %v (head %d)", cursor, n, next, err, head)
+		}
+	}
 }

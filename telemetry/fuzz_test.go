@@ -1,7 +1,6 @@
 package telemetry
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -29,41 +28,7 @@ func FuzzOpen(f *testing.F) {
 		if err := os.WriteFile(path, data, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		infos, err := Discover(dir)
-		if err != nil || len(infos) != 1 {
-			t.Fatalf("Discover: %v %+v", err, infos)
-		}
-		s, err := Open(path)
-		if err != nil {
-			if !errors.Is(err, ErrForeign) && !errors.Is(err, ErrTruncated) && !errors.Is(err, ErrVersion) &&
-				!errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrNotReady) {
-				t.Fatalf("untyped error: %v", err)
-			}
-			if infos[0].State != StateInvalid {
-				t.Fatalf("Open fails (%v) but Discover says %+v", err, infos[0])
-			}
-			return
-		}
-		defer s.Close()
-		if infos[0].State == StateInvalid {
-			t.Fatalf("Open works but Discover says %+v", infos[0])
-		}
-		snap, err := s.Snapshot()
-		if err != nil {
-			t.Fatalf("Snapshot of a valid header: %v", err)
-		}
-		for _, v := range snap.Vars {
-			if len(v.Readers) > snap.MaxReaders {
-				t.Fatalf("var %d has %d readers > %d", v.ID, len(v.Readers), snap.MaxReaders)
-			}
-			_ = v.Total().CallHist.Quantile(0.99)
-		}
-		for _, cursor := range []uint64{0, snap.RingHead, snap.RingHead - 1, 1 << 63} {
-			n, next, _, err := s.ReadRing(cursor, recs)
-			if err != nil || n > len(recs) || next > snap.RingHead && next > cursor {
-				t.Fatalf("ReadRing(%d) = %d, %d, %v (head %d)", cursor, n, next, err, snap.RingHead)
-			}
-		}
+		readFuzzed(t, dir, path, recs)
 	})
 }
 
