@@ -40,11 +40,12 @@ def rows(g):
 
 def handoff(store, reps, rows_per_rank):
     ld = ddstore.Loader(store, ["x"], batch_size=64, workers=1, prefetch=2, shuffle=True, seed=1)
-    py, go = [], []
+    py, go, cpu = [], [], {"py": [], "go": []}
     for r in range(reps):
         for kind in ("py", "go"):
             ld.set_epoch(r)
             it = iter(ld)
+            c0 = time.process_time()
             if kind == "go":
                 n, _, secs = it.drain_in_go()
                 go.append(n / secs)
@@ -54,9 +55,11 @@ def handoff(store, reps, rows_per_rank):
                 for b in it:
                     n += 1
                 py.append(n / (time.perf_counter() - t0))
+            cpu[kind].append((time.process_time() - c0) / n * 1e6)
     ld.close()
     ratios = [p / g for p, g in zip(py, go)]
-    return statistics.median(py), statistics.median(go), statistics.median(ratios)
+    return (statistics.median(py), statistics.median(go), statistics.median(ratios),
+            statistics.median(cpu["py"]), statistics.median(cpu["go"]))
 
 
 class PerSample(tud.Dataset):
@@ -151,9 +154,10 @@ def samenode(a, only):
     store.barrier()
     if rank == 0:
         if "handoff" in only:
-            py, go, r = handoff(store, a.reps, a.rows)
+            py, go, r, cpy, cgo = handoff(store, a.reps, a.rows)
             print("handoff  (same node, 3 KB rows, batch 64, 1 worker, prefetch 2): Python %.0f batches/s, "
-                  "Go %.0f batches/s, Python/Go %.2f" % (py, go, r), flush=True)
+                  "Go %.0f batches/s, Python/Go %.2f; process CPU per batch: Python consumer %.1f us, "
+                  "Go consumer %.1f us" % (py, go, r, cpy, cgo), flush=True)
         if "fetchwait" in only:
             m, l, r = fetchwait(store, a.reps, 2 * a.rows)
             print("fetchwait (same node, 3 KB rows, batch 64): map-style get() per sample %.4f s/epoch, "
