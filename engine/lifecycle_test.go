@@ -6,6 +6,7 @@ package engine
 
 import (
 	"errors"
+	"github.com/ddstore/ddstore/fabric/fault"
 	"math"
 	"os"
 	"os/exec"
@@ -401,5 +402,18 @@ func TestErrorFields(t *testing.T) {
 		if !errors.As(c.err, &e) || !errors.Is(c.err, c.kind) || e.Op != c.op || e.Var != c.name {
 			t.Errorf("%v: want an *Error of class %v with Op %q and Var %q", c.err, c.kind, c.op, c.name)
 		}
+	}
+}
+
+// TestFabricErrorFields: a failed fabric read is one *Error naming the
+// variable and the peer, with the cause's side and the class.
+func TestFabricErrorFields(t *testing.T) {
+	v := &Var{name: "x", s: &Store{dead: newDeadSet(8)}}
+	cause := &fault.Error{Op: "fi_cq_readerr", Ranks: []int{5}, Side: fault.Remote, Kind: fault.ErrTimeout}
+	err := v.fabricError(&readCtx{}, cause)
+	var e *Error
+	if !errors.As(err, &e) || e.Op != "read" || e.Var != "x" || fault.RankOf(err) != 5 || !fault.IsRemote(err) ||
+		!errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "read from rank 5") {
+		t.Fatalf("fabricError: %v (%+v)", err, e)
 	}
 }

@@ -572,20 +572,20 @@ func (v *Var) fabricError(c *readCtx, err error) error {
 			}
 		}
 	}
-	who := "a peer rank"
+	e := &Error{Op: "read", Var: v.name, Side: fault.SideOf(err), Detail: "read from a peer rank", Err: err}
 	if rank >= 0 {
-		who = fmt.Sprintf("rank %d", rank)
+		e.Ranks, e.Detail = []int{rank}, fmt.Sprintf("read from rank %d", rank)
 	}
 	switch {
 	case errors.Is(err, fabric.ErrTimeout):
-		return fmt.Errorf("%w: variable %q: read from %s: %w", ErrTimeout, v.name, who, err)
+		e.Kind = ErrTimeout
 	case isPeerFailure(err):
 		if rank >= 0 {
 			v.s.dead.mark(rank)
 		}
-		return fmt.Errorf("%w: variable %q: read from %s: %w", ErrPeerDead, v.name, who, err)
+		e.Kind = ErrPeerDead
 	}
-	return fmt.Errorf("ddstore: variable %q: read from %s: %w", v.name, who, err)
+	return e
 }
 
 func (v *Var) errShort(op string, rows, need int64, have int) error {
