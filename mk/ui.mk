@@ -14,3 +14,11 @@ ui-check-tools: deps
 	  { echo "ui: chromium and prometheus are needed by the report and serve tests" >&2; exit 1; }
 
 TEST_EXTRA += ui-check-tools
+
+# ddtop's CPU cost: 64 synthetic segments, ddtop's ranks view at 10 Hz and
+# ddtop serve scraped once a second, each for 30 s (docs/BENCHMARKS.md).
+# On a shared machine run it as: flock /work/bench.lock make ddtop-cost
+.PHONY: ddtop-cost
+ddtop-cost: build
+	$(GO) build -o $(BIN)/ ./examples/ddtopcost
+	$(BIN)/ddtopcost --ddtop $(BIN)/ddtop --for 30s

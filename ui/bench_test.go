@@ -15,13 +15,17 @@ import (
 // recorded per rank between refreshes), the frame's Update and the View, in
 // the ranks view and in the rank detail view.
 func BenchmarkRefresh(b *testing.B) {
-	for _, view := range []string{"ranks", "detail"} {
+	for _, view := range []string{"ranks", "detail", "ranks64"} {
 		b.Run(view, func(b *testing.B) {
+			nseg := 4
+			if view == "ranks64" {
+				nseg = 64
+			}
 			dir := b.TempDir()
 			clk := &clock{t: time.Unix(1_700_000_000, 0)}
 			var ws []*telemetry.Writer
-			for r := range 4 {
-				w, err := telemetry.Create(telemetry.WriterOptions{Dir: dir, Job: "bench", Rank: r, World: 4,
+			for r := range nseg {
+				w, err := telemetry.Create(telemetry.WriterOptions{Dir: dir, Job: "bench", Rank: r, World: nseg,
 					Host: "node1", Pid: os.Getpid(), Provider: "tcp;ofi_rxm", ReaderMode: "thread", Method: "tcp"})
 				if err != nil {
 					b.Fatal(err)

@@ -1,0 +1,157 @@
+// Command ddtopcost measures what ddtop costs in CPU time: it writes 64
+// synthetic telemetry segments (ranks of one job, two variables each,
+// calls recorded continuously from one goroutine), then runs
+//
+//   - ddtop in the ranks view at --interval (default 100ms: 10 Hz) in a
+//     pseudo-terminal (script(1)), and
+//   - ddtop serve, scraped once a second,
+//
+// each for --for, and reports each one's CPU time (user+system, from
+// wait4's rusage of the child, which includes script's relaying for the
+// terminal run) as a share of one core. Run it under flock /work/bench.lock
+// on a shared machine; make ddtop-cost builds and runs it.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/ddstore/ddstore/telemetry"
+)
+
+func main() {
+	ddtop := flag.String("ddtop", "bin/ddtop", "ddtop binary")
+	n := flag.Int("segments", 64, "synthetic segments")
+	rate := flag.Int("calls", 200, "calls per second per segment")
+	interval := flag.Duration("interval", 100*time.Millisecond, "ddtop refresh interval")
+	dur := flag.Duration("for", 30*time.Second, "how long each measurement runs")
+	flag.Parse()
+	if err := run(*ddtop, *n, *rate, *interval, *dur); err != nil {
+		fmt.Fprintln(os.Stderr, "ddtopcost:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ddtop string, n, rate int, interval, dur time.Duration) error {
+	dir, err := os.MkdirTemp("", "ddtopcost")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	ws := make([]*telemetry.Writer, n)
+	ids := make([][2]int, n)
+	for r := range n {
+		w, err := telemetry.Create(telemetry.WriterOptions{Dir: dir, Job: "cost", Rank: r, World: n})
+		if err != nil {
+			return err
+		}
+		defer w.Close()
+		w.StartHeartbeat(time.Second)
+		ws[r] = w
+		ids[r][0], _ = w.AddVar("image", "float32", 3136, int64(n)*1024, 1024)
+		ids[r][1], _ = w.AddVar("label", "int64", 8, int64(n)*1024, 1024)
+		w.SetLoaderConfig(telemetry.LoaderConfig{Workers: 2, Prefetch: 4, Readers: telemetry.LoaderReadersThread, BatchRows: 32})
+	}
+	var stop atomic.Bool
+	go func() { // the synthetic job: every 10 ms, rate/100 calls per segment
+		k := 0
+		for !stop.Load() {
+			for r, w := range ws {
+				for i := 0; i < max(rate/100, 1); i++ {
+					c := telemetry.Call{Var: int32(ids[r][k%2]), Reader: int32(1 + k%2), Rows: 32, Bytes: 32 * 3136, RemoteRows: 24, LocalRows: 8}
+					c.Targets.Add(r, 8)
+					c.Targets.Add((r+1)%n, 12)
+					c.Targets.Add((r+2)%n, 12)
+					c.Phases[telemetry.PhaseCQWait] = 40_000 + int64(k%7)*1000
+					c.Phases[telemetry.PhasePost] = 8_000
+					c.Phases[telemetry.PhaseCopy] = 3_000
+					w.Record(&c)
+					k++
+				}
+				w.RecordLoader(200_000, 20_000_000)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	defer stop.Store(true)
+	time.Sleep(time.Second)
+
+	// ddtop in a terminal, ranks view.
+	cmdline := fmt.Sprintf("stty cols 160 rows 50; exec %s --dir %s --interval %s --nice 0", ddtop, dir, interval)
+	tui := exec.Command("script", "-qfec", cmdline, "/dev/null")
+	in, err := tui.StdinPipe()
+	if err != nil {
+		return err
+	}
+	tui.Stdout = io.Discard
+	tui.Env = append(os.Environ(), "TERM=xterm-256color")
+	t0 := time.Now()
+	if err := tui.Start(); err != nil {
+		return fmt.Errorf("script: %w", err)
+	}
+	time.Sleep(dur)
+	io.WriteString(in, "q")
+	done := make(chan error, 1)
+	go func() { done <- tui.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("ddtop in script: %w", err)
+		}
+	case <-time.After(10 * time.Second):
+		tui.Process.Kill()
+		return fmt.Errorf("ddtop did not quit on q")
+	}
+	wall := time.Since(t0)
+	report("ddtop ranks view", n, fmt.Sprintf("--interval %v", interval), tui.ProcessState, wall)
+
+	// ddtop serve, scraped once a second.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	srv := exec.Command(ddtop, "serve", "--dir", dir, "--listen", addr, "--nice", "0")
+	srv.Stdout, srv.Stderr = io.Discard, os.Stderr
+	t0 = time.Now()
+	if err := srv.Start(); err != nil {
+		return err
+	}
+	scrapes, size := 0, 0
+	for time.Since(t0) < dur {
+		time.Sleep(time.Second)
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			continue // still starting
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(b), "ddstore_calls_total") {
+			return fmt.Errorf("/metrics has no ddstore_calls_total")
+		}
+		scrapes++
+		size = len(b)
+	}
+	srv.Process.Signal(syscall.SIGTERM)
+	srv.Wait()
+	wall = time.Since(t0)
+	report("ddtop serve", n, fmt.Sprintf("%d scrapes of %d KiB", scrapes, size>>10), srv.ProcessState, wall)
+	return nil
+}
+
+func report(what string, n int, how string, ps *os.ProcessState, wall time.Duration) {
+	cpu := ps.UserTime() + ps.SystemTime()
+	fmt.Printf("%-17s %d segments, %s: CPU %v (user %v, sys %v) over %v = %.2f%% of one core\n",
+		what, n, how, cpu.Round(time.Millisecond), ps.UserTime().Round(time.Millisecond), ps.SystemTime().Round(time.Millisecond),
+		wall.Round(time.Millisecond), 100*cpu.Seconds()/wall.Seconds())
+}
