@@ -195,3 +195,24 @@ def test_free_all_and_barrier(store):
         with pytest.raises(KeyError):
             store.query(v)
     assert ddstore.PyDDStore is ddstore.DDStore
+
+
+class OneRankComm:
+    """The part of an mpi4py communicator DDStore uses (mpi4py itself is
+    not installable next to MPICH here): one rank."""
+
+    def Get_rank(self):
+        return 0
+
+    def Get_size(self):
+        return 1
+
+    def bcast(self, obj, root=0):
+        return obj
+
+
+def test_comm_bootstrap():
+    with ddstore.PyDDStore(OneRankComm(), method=1, telemetry=False) as s:
+        assert (s.rank, s.size) == (0, 1)
+        s.add("c", pattern(np.arange(20), (3,), np.int64))
+        np.testing.assert_array_equal(s.get_batch("c", [19, 2]), pattern([19, 2], (3,), np.int64))
