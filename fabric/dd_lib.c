@@ -7,6 +7,7 @@
 
 #include "dd.h"
 #include <dlfcn.h>
+#include <stdio.h>
 
 dd_fi_api dd_fi;
 static void *dd_lib;
@@ -42,3 +43,11 @@ int dd_load(char *err, size_t n) {
 uint32_t dd_lib_version(void) { return dd_lib ? dd_fi.version() : 0; }
 
 void dd_freeinfo(struct fi_info *i) { if (i) dd_fi.freeinfo(i); }
+
+// dd_lib_path writes the file the loaded libfabric came from into buf.
+int dd_lib_path(char *buf, size_t n) {
+	Dl_info di;
+	if (!dd_lib || !dladdr(*(void **)&dd_fi.getinfo, &di) || !di.dli_fname) return -1;
+	snprintf(buf, n, "%s", di.dli_fname);
+	return 0;
+}

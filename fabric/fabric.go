@@ -63,6 +63,19 @@ func LibraryVersion() (string, error) {
 	return fmt.Sprintf("%d.%d", v>>16, v&0xffff), nil
 }
 
+// LibraryPath is the file the loaded libfabric was mapped from (loading it
+// if needed): diagnostics, and tests that hide it.
+func LibraryPath() (string, error) {
+	if err := loadLibrary(); err != nil {
+		return "", err
+	}
+	var buf [4096]C.char
+	if C.dd_lib_path(&buf[0], C.size_t(len(buf))) != 0 {
+		return "", localErr("dladdr", 0, "cannot tell where %s was loaded from", C.DD_LIBFABRIC)
+	}
+	return C.GoString(&buf[0]), nil
+}
+
 // strerror is fi_strerror's text for a positive code.
 func strerror(code int) string { return C.GoString(C.dd_strerror(C.int(code))) }
 
