@@ -77,11 +77,12 @@ func TestPrometheus(t *testing.T) {
 	// The truth: rank 0's segment, sampled every 100 ms by the test.
 	seg := rankSegment(t, j.dir, 0)
 	type sample struct {
-		t     time.Time
-		calls float64
+		t0, t1 time.Time // the snapshot was read between t0 and t1
+		calls  float64
 	}
 	var truth []sample
 	take := func() {
+		t0 := time.Now()
 		s, err := seg.Snapshot()
 		if err != nil {
 			t.Fatal(err)
@@ -90,7 +91,7 @@ func TestPrometheus(t *testing.T) {
 		if v == nil {
 			t.Fatal("no variable image")
 		}
-		truth = append(truth, sample{time.Now(), float64(v.Total().Calls)})
+		truth = append(truth, sample{t0, time.Now(), float64(v.Total().Calls)})
 	}
 	ready := time.Now().Add(30 * time.Second)
 	for {
@@ -121,27 +122,49 @@ func TestPrometheus(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	take()
+	mid := func(s sample) time.Time { return s.t0.Add(s.t1.Sub(s.t0) / 2) }
 	at := func(ts time.Time) float64 { // the segment's count at ts (linear between samples)
 		for i := 1; i < len(truth); i++ {
-			if !truth[i].t.Before(ts) {
+			if !mid(truth[i]).Before(ts) {
 				a, b := truth[i-1], truth[i]
-				f := float64(ts.Sub(a.t)) / float64(b.t.Sub(a.t))
+				f := float64(ts.Sub(mid(a))) / float64(mid(b).Sub(mid(a)))
 				return a.calls + math.Max(0, math.Min(1, f))*(b.calls-a.calls)
 			}
 		}
 		return truth[len(truth)-1].calls
 	}
+	// Bounds that no load can break: a snapshot read before ts (it ended
+	// by then) counts at most what the segment held at ts; one read after
+	// ts (it began then) at least.
+	atLeast := func(ts time.Time) float64 {
+		lo := 0.0
+		for _, s := range truth {
+			if !s.t1.After(ts) {
+				lo = s.calls
+			}
+		}
+		return lo
+	}
+	atMost := func(ts time.Time) float64 {
+		for _, s := range truth {
+			if !s.t0.Before(ts) {
+				return s.calls
+			}
+		}
+		return math.Inf(1)
+	}
 
-	// Every stored sample lies between the segment's counts just before
-	// and just after its scrape (3 s of slack for the scrape itself on a loaded machine).
-	end := truth[len(truth)-1].t
+	// Every stored sample lies between the segment's counts at its scrape's
+	// timestamp (Prometheus stamps the scrape's start; the count is read
+	// after it) and 3 s later (the scrape itself on a loaded machine).
+	end := truth[len(truth)-1].t1
 	res := query(t, api, sel+"[15s]", end)
 	if len(res) != 1 || len(res[0].Values) < 5 {
 		t.Fatalf("samples of %s: %+v\nprometheus log:\n%s", sel, res, plog.String())
 	}
 	for _, v := range res[0].Values {
 		ts, val := v.at(), v.val()
-		lo, hi := at(ts.Add(-50*time.Millisecond)), at(ts.Add(3*time.Second))
+		lo, hi := atLeast(ts.Add(-50*time.Millisecond)), atMost(ts.Add(3*time.Second))
 		if val < lo || val > hi {
 			t.Fatalf("sample %v at %v outside the segment's [%v, %v]", val, ts, lo, hi)
 		}
