@@ -106,6 +106,7 @@ func TestLoadErrorsNameKeyAndSource(t *testing.T) {
 		{"bad node mode", write("n.yaml", "store:\n  node_mode: psychic\n"), [2]string{}, []string{"store.node_mode", "psychic", "n.yaml"}},
 		{"bad read mode env", "", [2]string{"DDSTORE_READ_MODE", "telepathy"}, []string{"reads.mode", "telepathy"}},
 		{"zero window env", "", [2]string{"DDSTORE_FABRIC_WINDOW", "0"}, []string{"fabric.window", "DDSTORE_FABRIC_WINDOW"}},
+		{"bad progress env", "", [2]string{"DDSTORE_FABRIC_PROGRESS", "busy"}, []string{"fabric.progress", "DDSTORE_FABRIC_PROGRESS"}},
 		{"missing file", filepath.Join(dir, "nope.yaml"), [2]string{}, []string{"nope.yaml"}},
 		{"broken yaml", write("y.yaml", "fabric: [\n"), [2]string{}, []string{"y.yaml"}},
 	} {

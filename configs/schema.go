@@ -27,6 +27,7 @@ type FabricConfig struct {
 	Window   int           // reads in flight per batch, default 128
 	MaxPeers int           // DDSTORE_FABRIC_MAX_PEERS: address-vector size, default 1024
 	Timeout  time.Duration // deadline of every fabric operation, default 10s
+	Progress string        // DDSTORE_FABRIC_PROGRESS: sleep | adaptive | spin (the target's progress thread), default adaptive
 }
 
 // StoreConfig is the store section.
