@@ -3,8 +3,10 @@
 // (prometheus/client_golang), labelled by job, rank, host, variable and
 // phase. It reads the segments only when scraped (read-only, no
 // background polling): counters are the segments' own cumulative
-// counters (names end in _total, times in seconds), and each variable's
-// call-latency histogram becomes a Prometheus histogram.
+// counters (names end in _total, times in seconds; a series appears with
+// its first non-zero count, calls excepted), and each variable's
+// call-latency histogram becomes a Prometheus histogram of 15 buckets
+// (every second log2 bucket of the segment's, 256 ns to 68.7 s).
 package serve
 
 import (
@@ -53,13 +55,23 @@ var (
 	dBad       = prometheus.NewDesc(ns+"_unreadable_segments", "Segments in the directory that could not be read.", nil, nil)
 )
 
-// latencyBounds are the upper bounds (seconds) of histogram buckets
-// 0..NumBuckets-2; the last (open) bucket is +Inf.
+// latencyTop are the telemetry buckets whose upper bounds are the
+// Prometheus buckets' (every second log2 bucket, 256 ns to 68.7 s, then
+// +Inf): 15 buckets a variable instead of 40 keep a scrape cheap.
+var latencyTop = func() []int {
+	var t []int
+	for i := 8; i <= 36; i += 2 {
+		t = append(t, i)
+	}
+	return t
+}()
+
+// latencyBounds are latencyTop's upper bounds in seconds.
 var latencyBounds = func() []float64 {
-	b := make([]float64, telemetry.NumBuckets-1)
-	for i := range b {
+	b := make([]float64, len(latencyTop))
+	for k, i := range latencyTop {
 		_, hi := telemetry.BucketBounds(i)
-		b[i] = float64(hi) / 1e9
+		b[k] = float64(hi) / 1e9
 	}
 	return b
 }()
@@ -155,8 +167,13 @@ func emit(ch chan<- prometheus.Metric, s *telemetry.Snapshot) {
 	gauge := func(d *prometheus.Desc, v float64, l ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, l...)
 	}
+	// A counter series appears with its first count, as a labelled
+	// counter of client_golang does on first use: the many counters that
+	// stay zero (gpu_sync without a GPU, errors, failovers) cost nothing.
 	counter := func(d *prometheus.Desc, v float64, l ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, l...)
+		if v != 0 {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, l...)
+		}
 	}
 	gauge(dUp, up, append(rl, s.State)...)
 	gauge(dHeartbeat, math.Max(s.HeartbeatAge.Seconds(), 0), rl...)
@@ -165,7 +182,7 @@ func emit(ch chan<- prometheus.Metric, s *telemetry.Snapshot) {
 		v := &s.Vars[i]
 		t := v.Total()
 		vl := append(rl[:3:3], v.Name)
-		counter(dCalls, float64(t.Calls), vl...)
+		ch <- prometheus.MustNewConstMetric(dCalls, prometheus.CounterValue, float64(t.Calls), vl...) // even 0: the variable exists
 		counter(dRows, float64(t.Rows), vl...)
 		counter(dBytes, float64(t.Bytes), vl...)
 		counter(dLocal, float64(t.LocalRows), vl...)
@@ -180,11 +197,17 @@ func emit(ch chan<- prometheus.Metric, s *telemetry.Snapshot) {
 		// (the count). The sum is exact: the calls' phases add up to it.
 		buckets := make(map[float64]uint64, len(latencyBounds))
 		var cum uint64
-		for b, ub := range latencyBounds {
-			cum += t.CallHist[b]
-			buckets[ub] = cum
+		next := 0
+		for k, top := range latencyTop {
+			for ; next <= top; next++ {
+				cum += t.CallHist[next]
+			}
+			buckets[latencyBounds[k]] = cum
 		}
-		count := cum + t.CallHist[telemetry.NumBuckets-1]
+		count := cum
+		for ; next < telemetry.NumBuckets; next++ {
+			count += t.CallHist[next]
+		}
 		ch <- prometheus.MustNewConstHistogram(dLatency, count, float64(t.TotalNs())/1e9, buckets, vl...)
 	}
 	l := s.Loader

@@ -85,11 +85,18 @@ func TestMetrics(t *testing.T) {
 	if h.GetSampleCount() != 50 || h.GetSampleSum() != float64(1000*rows+50*500)/1e9 {
 		t.Errorf("histogram count %d sum %v", h.GetSampleCount(), h.GetSampleSum())
 	}
-	var cum uint64
+	if len(h.Bucket) != 15 {
+		t.Fatalf("%d buckets", len(h.Bucket))
+	}
 	for i, b := range h.Bucket {
-		cum += hist[i]
-		if b.GetCumulativeCount() != cum {
-			t.Fatalf("bucket %d (le %v): %d, want %d", i, b.GetUpperBound(), b.GetCumulativeCount(), cum)
+		var want uint64 // calls of at most le seconds
+		for j, c := range hist {
+			if _, hi := telemetry.BucketBounds(j); float64(hi)/1e9 <= b.GetUpperBound()*(1+1e-9) {
+				want += c
+			}
+		}
+		if b.GetCumulativeCount() != want || i > 0 && b.GetUpperBound() != 4*h.Bucket[i-1].GetUpperBound() {
+			t.Fatalf("bucket %d (le %v): %d, want %d", i, b.GetUpperBound(), b.GetCumulativeCount(), want)
 		}
 	}
 	if v := one("ddstore_loader_wait_seconds_total", map[string]string{"rank": "1"}).GetCounter().GetValue(); v != 0.002 {
