@@ -108,6 +108,11 @@ func storeOptions(mode string, params map[string]string) Options {
 	if d := params["TELDIR"]; d != "" {
 		o.TelemetryDir = d
 	}
+	if v := params["FAILOVER"]; v != "" {
+		if d, err := time.ParseDuration(v); err == nil {
+			o.FailoverAfter = d
+		}
+	}
 	if v := params["FTIMEOUT"]; v != "" {
 		if d, err := time.ParseDuration(v); err == nil {
 			o.Fabric.Timeout = d

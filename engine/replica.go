@@ -135,6 +135,20 @@ func (v *Var) replica(o int) int {
 	return -1
 }
 
+// lastResort is the first rank holding shard o that is not dead (suspect
+// or not), or -1.
+func (v *Var) lastResort(o int) int {
+	if r := v.home[o]; !v.s.dead.has(r) {
+		return r
+	}
+	for _, r := range v.alt[o] {
+		if !v.s.dead.has(r) {
+			return r
+		}
+	}
+	return -1
+}
+
 // shun reports whether reads of home owner r should go elsewhere: it is
 // dead, or (for a variable with replicas) it missed the failover deadline
 // recently. One atomic load per row when all is well.
@@ -185,11 +199,11 @@ func (v *Var) readTimeout(c *readCtx) time.Duration {
 	}
 	for i := range c.ops {
 		o := int(c.opMember[i])
-		if c.opRank[i] == v.home[o] {
+		if c.opRank[i] == v.home[o] && !v.s.avoid(c.opRank[i]) {
 			continue // the owner: the replicas are untried
 		}
 		if v.replica(o) < 0 {
-			return 0
+			return 0 // a last resort: the hard deadline
 		}
 	}
 	return v.s.repl.after
@@ -222,11 +236,19 @@ func (v *Var) retarget(c *readCtx, st *callStats, cause error) error {
 		if s.avoid(r) {
 			r2 := v.replica(o)
 			if r2 < 0 {
+				// Every rank holding the shard is dead or suspect: try a
+				// suspect one again (slow is not dead), now with the
+				// fabric's hard deadline (readTimeout: no alternative).
+				r2 = v.lastResort(o)
+			}
+			if r2 < 0 {
 				return v.errNoReplica(st, o, cause)
 			}
 			owner := v.home[o]
 			rows := int64(len(op.Dst)) / v.rowBytes
-			v.countFailover(st, owner, r2, rows)
+			if r2 != owner {
+				v.countFailover(st, owner, r2, rows)
+			}
 			st.targets.Add(r2, rows)
 			if src := v.rsrc[r2]; src != nil {
 				copy(op.Dst, src[off:off+int64(len(op.Dst))])

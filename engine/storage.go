@@ -503,6 +503,13 @@ func (s *Store) openStorageRole() error {
 	if width == 0 {
 		width = st.Ranks
 	}
+	// A storage rank talks to the trainers only (the join exchange): its
+	// launch's own exchange closes first, while every storage rank is
+	// alive and before the trainers can read, so that a storage rank that
+	// dies later cannot fail the others.
+	if err := s.closeExchange(); err != nil {
+		return wrapf(nil, "Open", "", err, "storage launch's exchange")
+	}
 	T := st.Trainers
 	s.nranks = T + st.Ranks
 	s.dead = newDeadSet(s.nranks)

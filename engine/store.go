@@ -117,13 +117,7 @@ func Open(o Options) (*Store, error) {
 		s.job = fmt.Sprintf("p%d", os.Getpid())
 	}
 	if o.Role == RoleStorage {
-		// After Open a storage rank talks to the trainers only (the join
-		// exchange); its launch's exchange closes now, while every
-		// storage rank is alive, so a storage rank that dies later cannot
-		// fail the others' Close.
-		if err = s.openStorageRole(); err == nil {
-			err = s.closeExchange()
-		}
+		err = s.openStorageRole()
 	} else if err = s.open(); err == nil && o.Storage.Ranks > 0 {
 		err = s.joinStorage()
 	}

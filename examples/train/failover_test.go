@@ -45,7 +45,7 @@ type job struct {
 
 // startJob starts the trainer as world ranks (bootstrap directory, as
 // runRanks) with extra environment variables.
-func startJob(t *testing.T, world int, args string, env ...string) *job {
+func startJob(t testing.TB, world int, args string, env ...string) *job {
 	t.Helper()
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Second) // hang guard, with room for a loaded machine
@@ -80,12 +80,19 @@ func startJob(t *testing.T, world int, args string, env ...string) *job {
 }
 
 // wait waits for every rank and returns their JSON lines.
-func (j *job) wait(t *testing.T, what string) []epochResult {
+func (j *job) wait(t testing.TB, what string) []epochResult {
 	t.Helper()
 	var res []epochResult
 	for r, cmd := range j.cmds {
 		if err := cmd.Wait(); err != nil {
-			t.Fatalf("%s: rank %d: %v\nstderr:\n%s", what, r, err, j.errs[r])
+			for _, c := range j.cmds[r+1:] {
+				c.Wait()
+			}
+			var all strings.Builder
+			for k, e := range j.errs {
+				fmt.Fprintf(&all, "rank %d: %s\n", k, e)
+			}
+			t.Fatalf("%s: rank %d: %v\nstderr:\n%s", what, r, err, all.String())
 		}
 		sc := bufio.NewScanner(strings.NewReader(j.outs[r].String()))
 		for sc.Scan() {
@@ -100,7 +107,7 @@ func (j *job) wait(t *testing.T, what string) []epochResult {
 }
 
 // lossesOf returns the per-epoch loss, checking that every rank agrees.
-func lossesOf(t *testing.T, what string, res []epochResult, epochs int) []float64 {
+func lossesOf(t testing.TB, what string, res []epochResult, epochs int) []float64 {
 	t.Helper()
 	l := make([]float64, epochs)
 	for _, e := range res {

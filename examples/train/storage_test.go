@@ -41,7 +41,7 @@ func storageMain() bool {
 
 // storageEnv is the environment both launches of a job with storage
 // ranks share.
-func storageEnv(t *testing.T, dir string, trainers, ranks, width int) []string {
+func storageEnv(t testing.TB, dir string, trainers, ranks, width int) []string {
 	return []string{"DDSTORE_STORAGE_JOB=" + fmt.Sprintf("st%d-%d", os.Getpid(), time.Now().UnixNano()),
 		"DDSTORE_STORAGE_ADDR=127.0.0.1:" + strconv.Itoa(freeTCPPort(t)), "DDSTORE_STORAGE_DATA=" + dir,
 		"DDSTORE_STORAGE_RANKS=" + strconv.Itoa(ranks), "DDSTORE_STORAGE_TRAINERS=" + strconv.Itoa(trainers),
@@ -49,7 +49,7 @@ func storageEnv(t *testing.T, dir string, trainers, ranks, width int) []string {
 }
 
 // storageLaunch starts n storage ranks as a launch of their own.
-func storageLaunch(t *testing.T, n int, env ...string) *job {
+func storageLaunch(t testing.TB, n int, env ...string) *job {
 	return startJob(t, n, "", append([]string{envStorage + "=1"}, env...)...)
 }
 
@@ -165,11 +165,73 @@ func readCalls(dir string) int64 {
 	return n
 }
 
-func freeTCPPort(t *testing.T) int {
+func freeTCPPort(t testing.TB) int {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// epochTimes returns every epoch's step time (max over the trainers) and
+// the largest fetch wait ÷ step of any trainer and epoch.
+func epochTimes(res []epochResult, epochs int) ([]float64, float64) {
+	t := make([]float64, epochs)
+	var wait float64
+	for _, e := range res {
+		t[e.Epoch] = max(t[e.Epoch], e.StepS)
+		wait = max(wait, e.WaitStep)
+	}
+	return t, wait
+}
+
+// BenchmarkStorageDeadRank: 2 trainers read from 4 storage-only ranks in
+// 2 replica groups with the example's default loader settings (1 worker,
+// prefetch 2, batches of 64), reads failing over after 500 ms
+// (reads.failover_after). Side by side in one run, per path (fabric: every
+// read through tcp; colocate: storage ranks on the trainers' node, shards
+// mapped): a healthy job, and the same job with storage rank 1 SIGKILLed
+// once the trainers read. Goals: epoch time with the dead rank ≤ 1.3×
+// healthy (kill epoch, which pays the detection, and later ones); fetch
+// wait ÷ step ≤ 0.05 for the healthy trainers.
+func BenchmarkStorageDeadRank(b *testing.B) {
+	const epochs = 3
+	args := "--epochs 3 --rows-per-rank 8192 --hidden 8 --lr 0.01 --seed 7 --workers 1 --prefetch 2 --storage"
+	dir := b.TempDir()
+	if err := writeShards(dir, 2, 8192, 1); err != nil {
+		b.Fatal(err)
+	}
+	for _, path := range []struct{ name, mode string }{{"fabric", "fabric"}, {"colocate", "auto"}} {
+		b.Run(path.name, func(b *testing.B) {
+			run := func(kill bool) []epochResult {
+				env := append(storageEnv(b, dir, 2, 4, 2), "DDSTORE_NODE_MODE="+path.mode, "DDSTORE_FAILOVER_AFTER=500ms")
+				tr := startJob(b, 2, args, env...)
+				sr := storageLaunch(b, 4, env...)
+				if kill {
+					for t0 := time.Now(); readCalls(tr.dir) == 0; time.Sleep(2 * time.Millisecond) {
+						if time.Since(t0) > 60*time.Second {
+							b.Fatal("the trainers never read")
+						}
+					}
+					sr.cmds[1].Process.Signal(syscall.SIGKILL)
+				}
+				res := tr.wait(b, "trainers")
+				for r, c := range sr.cmds {
+					if err := c.Wait(); err != nil && !(kill && r == 1) {
+						b.Errorf("storage rank %d: %v\n%s", r, err, sr.errs[r])
+					}
+				}
+				return res
+			}
+			for i := 0; i < b.N; i++ {
+				healthy, hw := epochTimes(run(false), epochs)
+				dead, _ := epochTimes(run(true), epochs)
+				b.ReportMetric(dead[0]/healthy[0], "kill-epoch÷healthy")
+				b.ReportMetric((dead[1]+dead[2])/(healthy[1]+healthy[2]), "later-epochs÷healthy")
+				b.ReportMetric(hw, "fetch-wait÷step")
+				b.Logf("epoch s healthy %v, storage rank 1 dead %v", healthy, dead)
+			}
+		})
+	}
 }
