@@ -85,7 +85,27 @@ type LoaderOptions struct {
 	Device bool
 }
 
-// Validate checks the options and fills defaults.
+// DefaultLoaderTimeout is LoaderOptions.Timeout when zero.
+const DefaultLoaderTimeout = 2 * time.Minute
+
+// EnsureDefaults fills the zero fields with their documented defaults
+// (Prefetch 2, and never fewer than Workers; Timeout 2m) and returns o; it
+// checks nothing (Validate does). NewLoader calls it.
+func (o *LoaderOptions) EnsureDefaults() *LoaderOptions {
+	if o.Prefetch == 0 {
+		o.Prefetch = 2
+	}
+	if o.Prefetch < o.Workers {
+		o.Prefetch = o.Workers
+	}
+	if o.Timeout == 0 {
+		o.Timeout = DefaultLoaderTimeout
+	}
+	return o
+}
+
+// Validate checks the options and changes nothing; zero fields are valid
+// where they have a default.
 func (o *LoaderOptions) Validate() error {
 	switch {
 	case len(o.Vars) == 0:
@@ -107,15 +127,6 @@ func (o *LoaderOptions) Validate() error {
 			return loaderErr(v, nil, "variable listed twice")
 		}
 		seen[v] = true
-	}
-	if o.Prefetch == 0 {
-		o.Prefetch = 2
-	}
-	if o.Prefetch < o.Workers {
-		o.Prefetch = o.Workers
-	}
-	if o.Timeout == 0 {
-		o.Timeout = 2 * time.Minute
 	}
 	return nil
 }
@@ -169,7 +180,7 @@ type loaderRecorder interface{ RecordLoader(waitNs, stepNs int64) }
 
 // NewLoader returns a loader over o.Vars.
 func (s *Store) NewLoader(o LoaderOptions) (*Loader, error) {
-	if err := o.Validate(); err != nil {
+	if err := o.EnsureDefaults().Validate(); err != nil {
 		return nil, err
 	}
 	l := &Loader{s: s, o: o, direct: sharedPath{}, rowBytes: make([]int, len(o.Vars)), vars: make([]*Var, len(o.Vars))}

@@ -135,7 +135,10 @@ func TestLoaderOptionsValidate(t *testing.T) {
 		}
 	}
 	o := LoaderOptions{Vars: []string{"a"}, BatchSize: 4, Workers: 3, Prefetch: 1}
-	if err := o.Validate(); err != nil || o.Prefetch != 3 || o.Timeout == 0 {
+	if err := o.Validate(); err != nil || o.Prefetch != 1 || o.Timeout != 0 {
+		t.Fatalf("Validate changed the options or refused them: %+v %v", o, err)
+	}
+	if err := o.EnsureDefaults().Validate(); err != nil || o.Prefetch != 3 || o.Timeout != DefaultLoaderTimeout {
 		t.Fatalf("defaults: %+v %v", o, err)
 	}
 }
