@@ -144,7 +144,7 @@ type epochResult struct {
 	Checked    int64         `json:"checked,omitempty"` // rows checked against the pattern (--check)
 }
 
-func run(cmd *cobra.Command, f flags, stdout, stderr io.Writer) error {
+func run(cmd *cobra.Command, f flags, stdout, stderr io.Writer) (err error) {
 	cfg, err := engine.LoadConfig(f.config)
 	if err != nil {
 		return err
@@ -222,6 +222,13 @@ func run(cmd *cobra.Command, f flags, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer ld.Close()
+	// A failure (a dead peer, say) is reported the moment it happens, with
+	// its time, before the cleanup above waits for reads in flight.
+	defer func() {
+		if err != nil {
+			fmt.Fprintf(stderr, "train: rank %d failed at %d ns (unix): %v\n", rank, time.Now().UnixNano(), err)
+		}
+	}()
 
 	m := model.New(px, f.hidden, f.seed)
 	tty := rank == 0 && !f.json && !f.noProgress && isTerminal(os.Stderr)
