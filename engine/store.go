@@ -378,12 +378,19 @@ func (s *Store) heartbeat() {
 	t := time.NewTicker(500 * time.Millisecond)
 	defer t.Stop()
 	s.tel.Heartbeat()
+	// Readers the fabric quarantined (a provider call that never returned)
+	// since this store opened; process-wide, published with the heartbeat.
+	quar := fabric.QuarantinedReaders()
 	for {
 		select {
 		case <-s.hbStop:
 			return
 		case <-t.C:
 			s.tel.Heartbeat()
+			if q := fabric.QuarantinedReaders(); q > quar {
+				s.tel.AddProc(telemetry.ProcQuarantinedReaders, int64(q-quar))
+				quar = q
+			}
 		}
 	}
 }
