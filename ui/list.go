@@ -5,10 +5,13 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/charmbracelet/x/ansi"
+
 	"github.com/ddstore/ddstore/telemetry"
 	"github.com/ddstore/ddstore/ui/components/bar"
 	"github.com/ddstore/ddstore/ui/components/columns"
 	"github.com/ddstore/ddstore/ui/data"
+	"github.com/ddstore/ddstore/ui/styles"
 )
 
 // row is one line of a list page: a rank, a variable, or a variable on a
@@ -257,7 +260,94 @@ func (l *list) selected() *row {
 	return l.shown[l.tbl.Cursor()]
 }
 
-func (l *list) view() string { return l.tbl.View() }
+func (l *list) view() string { return colorRows(l.tbl.View()) }
+
+// colorRows colours the cells that the table holds as plain text: the
+// PHASES bar (glyphs become coloured blocks), the STATE word and a
+// non-zero ERR count, in every row but the selected one (drawn in
+// reverse video). Columns are found by their titles in the header line;
+// a row keeps its width. Without colour it returns v.
+func colorRows(v string) string {
+	if styles.Plain() {
+		return v
+	}
+	lines := strings.Split(v, "\n")
+	if len(lines) < 2 {
+		return v
+	}
+	head := []rune(ansi.Strip(lines[0]))
+	find := func(title string) (int, int) { // rune offset and width of a column's cells
+		at := strings.Index(string(head), title)
+		if at < 0 {
+			return -1, 0
+		}
+		start := len([]rune(string(head)[:at]))
+		end := start + len([]rune(title))
+		for end < len(head) && head[end] != ' ' {
+			end++ // sort arrow
+		}
+		for end < len(head) && head[end] == ' ' && (end+1 >= len(head) || head[end+1] == ' ') {
+			end++ // padding up to the next title
+		}
+		return start, end - start
+	}
+	type span struct {
+		at, w int
+		paint func(cell string) string
+	}
+	var spans []span
+	if at, w := find("STATE"); at >= 0 {
+		spans = append(spans, span{at, w, func(c string) string {
+			word := strings.TrimSpace(c)
+			if word == "" {
+				return c
+			}
+			return strings.Replace(c, word, styles.State(word), 1)
+		}})
+	}
+	if at, w := find("ERR"); at >= 0 {
+		// ERR is right-aligned: its cells end where its title ends and
+		// may start left of it, up to where the column before ends.
+		for at > 0 && head[at-1] == ' ' {
+			at--
+			w++
+		}
+		spans = append(spans, span{at, w, func(c string) string {
+			n := strings.TrimSpace(c)
+			if n == "" || n == "0" {
+				return c
+			}
+			return strings.Replace(c, n, styles.Bad.Render(n), 1)
+		}})
+	}
+	if at, _ := find("PHASES"); at >= 0 {
+		spans = append(spans, span{at, -1, bar.Colorize})
+	}
+	for i := 1; i < len(lines); i++ {
+		l := lines[i]
+		if strings.ContainsRune(l, '\x1b') {
+			continue // the selected row, or already styled
+		}
+		rs := []rune(l)
+		var b strings.Builder
+		pos := 0
+		for _, sp := range spans { // in column order: STATE, ERR, PHASES
+			end := sp.at + sp.w
+			if sp.w < 0 || end > len(rs) {
+				end = len(rs)
+			}
+			if sp.at < pos || sp.at >= len(rs) {
+				continue
+			}
+			b.WriteString(string(rs[pos:sp.at]))
+			b.WriteString(sp.paint(string(rs[sp.at:end])))
+			pos = end
+		}
+		b.WriteString(string(rs[pos:]))
+		lines[i] = b.String()
+	}
+	return strings.Join(lines, "\n")
+}
 
 // Row builders.
 

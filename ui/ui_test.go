@@ -716,3 +716,53 @@ func TestReplayKeys(t *testing.T) {
 		t.Fatal("replay of nothing")
 	}
 }
+
+// TestColouredRows: with colour, the list's PHASES bars, STATE words and
+// non-zero ERR counts are coloured, every other character stays where it
+// was (the plain view is the coloured one with its colour stripped), and
+// the lines keep their widths.
+func TestColouredRows(t *testing.T) {
+	fx, m := threeRanks(t)
+	c := telemetry.Call{Var: int32(fx.ids[2]["x"]), Reader: 0, Rows: 1, Bytes: 16, Err: true}
+	c.Phases[telemetry.PhaseCQWait] = 100
+	fx.ws[2].Record(&c)
+	fx.clk.advance(time.Second)
+	refresh(t, m)
+	plain := m.View()
+	lipgloss.SetColorProfile(termenv.TrueColor)
+	defer lipgloss.SetColorProfile(termenv.Ascii)
+	m.drawnOK = false
+	col := m.View()
+	if ansi.Strip(col) == col {
+		t.Fatal("no colour at all")
+	}
+	pl, cl := strings.Split(plain, "\n"), strings.Split(col, "\n")
+	if len(pl) != len(cl) {
+		t.Fatalf("%d lines plain, %d coloured", len(pl), len(cl))
+	}
+	coloured := 0
+	for i := range pl {
+		if ansi.StringWidth(cl[i]) != ansi.StringWidth(pl[i]) {
+			t.Fatalf("line %d: width %d coloured, %d plain", i, ansi.StringWidth(cl[i]), ansi.StringWidth(pl[i]))
+		}
+		s := ansi.Strip(cl[i])
+		if f := fields(s); len(f) < 2 || f[1] != "alpha" && f[1] != "beta" && f[1] != "gamma" {
+			continue
+		}
+		// a rank row: its bar in coloured blocks, its state coloured
+		if !strings.Contains(cl[i], "█") || strings.ContainsAny(s, "lq") && strings.Contains(s, "qqq") ||
+			!strings.Contains(cl[i], "mlive\x1b[") {
+			t.Fatalf("row not coloured: %q", cl[i])
+		}
+		coloured++
+	}
+	if coloured != 3 {
+		t.Fatalf("%d coloured rank rows, want 3:\n%s", coloured, col)
+	}
+	// Rank 2's error count is red: an escape sequence right before "1".
+	for _, l := range cl {
+		if f := fields(ansi.Strip(l)); len(f) > 1 && f[1] == "gamma" && !strings.Contains(l, "m1\x1b[") {
+			t.Fatalf("error count not coloured: %q", l)
+		}
+	}
+}

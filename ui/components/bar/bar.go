@@ -154,3 +154,41 @@ func Horizontal(v, hi float64, width int) string {
 	n = min(max(n, 1), width)
 	return strings.Repeat("█", n)
 }
+
+// Colorize turns a bar drawn by Glyphs into the coloured bar Phases draws
+// (same width): each phase glyph becomes a coloured block, '·' faint. Other
+// runes are kept. Without colour it returns s.
+func Colorize(s string) string {
+	if styles.Plain() {
+		return s
+	}
+	var b strings.Builder
+	rs := []rune(s)
+	for i := 0; i < len(rs); {
+		j := i
+		for j < len(rs) && rs[j] == rs[i] {
+			j++
+		}
+		run := j - i
+		switch p := glyphPhase(rs[i]); {
+		case p >= 0:
+			b.WriteString(styles.PhaseStyle(p).Render(strings.Repeat("█", run)))
+		case rs[i] == '·':
+			b.WriteString(styles.Faint.Render(strings.Repeat("·", run)))
+		default:
+			b.WriteString(string(rs[i:j]))
+		}
+		i = j
+	}
+	return b.String()
+}
+
+// glyphPhase is the phase whose glyph is r, -1 if none.
+func glyphPhase(r rune) int {
+	for i, g := range styles.PhaseGlyphs {
+		if g == r {
+			return i
+		}
+	}
+	return -1
+}
