@@ -1,17 +1,22 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/ddstore/ddstore/engine"
+	"github.com/ddstore/ddstore/engine/launch"
 	"github.com/ddstore/ddstore/telemetry"
 )
 
@@ -233,5 +238,53 @@ func BenchmarkStorageDeadRank(b *testing.B) {
 				b.Logf("epoch s healthy %v, storage rank 1 dead %v", healthy, dead)
 			}
 		})
+	}
+}
+
+// Two launches exactly as two ddrun commands start them (engine/launch,
+// ddrun's library: each its own RANK/WORLD_SIZE, rendezvous port, job id
+// and token): 2 trainers and 2 storage-only ranks meeting at the join
+// rendezvous, on the fabric path; the trainers' loss equals that of the
+// same trainers holding the data themselves (every row checked).
+func TestStorageRanksTwoDdrunLaunches(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process test")
+	}
+	const epochs = 2
+	ref := lossesOf(t, "trainers alone", startJob(t, 2, storageArgs).wait(t, "trainers alone"), epochs)
+	dir := t.TempDir()
+	if err := writeShards(dir, 2, 256, 1); err != nil {
+		t.Fatal(err)
+	}
+	env := append(storageEnv(t, dir, 2, 2, 0), "DDSTORE_NODE_MODE=fabric", "DDSTORE_TELEMETRY_DIR="+t.TempDir())
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	var storeOut, trainOut, trainErr bytes.Buffer
+	done := make(chan error, 1)
+	go func() {
+		done <- launch.Run(ctx, launch.Spec{N: 2, Prog: os.Args[0], Env: append([]string{envStorage + "=1"}, env...),
+			Stdout: &storeOut, Stderr: &storeOut, Grace: 5 * time.Second})
+	}()
+	err := launch.Run(ctx, launch.Spec{N: 2, Prog: os.Args[0], Env: append([]string{envArgs + "=" + storageArgs + " --storage --json"}, env...),
+		Stdout: &trainOut, Stderr: &trainErr, Grace: 5 * time.Second})
+	if err != nil {
+		t.Fatalf("trainer launch: %v\n%s", err, trainErr.String())
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("storage launch: %v\n%s", err, storeOut.String())
+	}
+	var res []epochResult
+	for _, l := range strings.Split(strings.TrimSpace(trainOut.String()), "\n") {
+		var e epochResult
+		if err := json.Unmarshal([]byte(l), &e); err != nil {
+			t.Fatalf("bad line %q: %v", l, err)
+		}
+		if e.Checked != int64(e.Epoch+1)*256 {
+			t.Fatalf("trainer %d checked %d rows by epoch %d", e.Rank, e.Checked, e.Epoch)
+		}
+		res = append(res, e)
+	}
+	if got := lossesOf(t, "two launches", res, epochs); !slices.Equal(got, ref) {
+		t.Fatalf("loss with storage ranks of a second launch %v, trainers alone %v", got, ref)
 	}
 }
