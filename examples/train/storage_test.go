@@ -108,29 +108,7 @@ func TestStorageRankKilledLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	run := func(kill bool) ([]float64, []epochResult) {
-		env := append(storageEnv(t, dir, 2, 4, 2), "DDSTORE_NODE_MODE=fabric", "DDSTORE_FAILOVER_AFTER=1s")
-		tr := startJob(t, 2, args, env...)
-		sr := storageLaunch(t, 4, env...)
-		if kill {
-			// Kill once trainer 0 has read (its telemetry counts calls),
-			// in the first epoch (the trainers print after each epoch).
-			for t0 := time.Now(); readCalls(tr.dir) == 0; time.Sleep(2 * time.Millisecond) {
-				if time.Since(t0) > 60*time.Second {
-					t.Fatal("the trainers never read")
-				}
-			}
-			if tr.outs[0].String() != "" {
-				t.Fatal("trainer 0 finished an epoch before the kill")
-			}
-			sr.cmds[1].Process.Signal(syscall.SIGKILL)
-		}
-		res := tr.wait(t, "trainers")
-		for r, c := range sr.cmds {
-			err := c.Wait()
-			if (err != nil) != (kill && r == 1) {
-				t.Errorf("storage rank %d: %v\n%s", r, err, sr.errs[r])
-			}
-		}
+		res := killJob(t, dir, args, kill, "DDSTORE_NODE_MODE=fabric", "DDSTORE_FAILOVER_AFTER=1s")
 		return lossesOf(t, "trainers", res, epochs), res
 	}
 	ref, _ := run(false)
@@ -179,6 +157,36 @@ func freeTCPPort(t testing.TB) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
+// killJob runs 2 trainers (args) reading from 4 storage-only ranks in 2
+// replica groups (shard files in dir); with kill, storage rank 1 is
+// SIGKILLed once the trainers read, in the first epoch. Every other rank
+// must exit 0; it returns the trainers' epoch results.
+func killJob(tb testing.TB, dir, args string, kill bool, env ...string) []epochResult {
+	env = append(storageEnv(tb, dir, 2, 4, 2), env...)
+	tr := startJob(tb, 2, args, env...)
+	sr := storageLaunch(tb, 4, env...)
+	if kill {
+		// Kill once trainer 0 has read (its telemetry counts calls), in the
+		// first epoch (the trainers print after each epoch).
+		for t0 := time.Now(); readCalls(tr.dir) == 0; time.Sleep(2 * time.Millisecond) {
+			if time.Since(t0) > 60*time.Second {
+				tb.Fatal("the trainers never read")
+			}
+		}
+		if tr.outs[0].String() != "" {
+			tb.Fatal("trainer 0 finished an epoch before the kill")
+		}
+		sr.cmds[1].Process.Signal(syscall.SIGKILL)
+	}
+	res := tr.wait(tb, "trainers")
+	for r, c := range sr.cmds {
+		if err := c.Wait(); (err != nil) != (kill && r == 1) {
+			tb.Errorf("storage rank %d: %v\n%s", r, err, sr.errs[r])
+		}
+	}
+	return res
+}
+
 // epochTimes returns every epoch's step time (max over the trainers) and
 // the largest fetch wait ÷ step of any trainer and epoch.
 func epochTimes(res []epochResult, epochs int) ([]float64, float64) {
@@ -210,24 +218,7 @@ func BenchmarkStorageDeadRank(b *testing.B) {
 	for _, path := range []struct{ name, mode string }{{"fabric", "fabric"}, {"colocate", "auto"}} {
 		b.Run(path.name, func(b *testing.B) {
 			run := func(kill bool) []epochResult {
-				env := append(storageEnv(b, dir, 2, 4, 2), "DDSTORE_NODE_MODE="+path.mode, "DDSTORE_FAILOVER_AFTER=500ms")
-				tr := startJob(b, 2, args, env...)
-				sr := storageLaunch(b, 4, env...)
-				if kill {
-					for t0 := time.Now(); readCalls(tr.dir) == 0; time.Sleep(2 * time.Millisecond) {
-						if time.Since(t0) > 60*time.Second {
-							b.Fatal("the trainers never read")
-						}
-					}
-					sr.cmds[1].Process.Signal(syscall.SIGKILL)
-				}
-				res := tr.wait(b, "trainers")
-				for r, c := range sr.cmds {
-					if err := c.Wait(); err != nil && !(kill && r == 1) {
-						b.Errorf("storage rank %d: %v\n%s", r, err, sr.errs[r])
-					}
-				}
-				return res
+				return killJob(b, dir, args, kill, "DDSTORE_NODE_MODE="+path.mode, "DDSTORE_FAILOVER_AFTER=500ms")
 			}
 			for i := 0; i < b.N; i++ {
 				healthy, hw := epochTimes(run(false), epochs)
