@@ -84,6 +84,7 @@ func (r *Reader) endGather(n int) {
 func (r *Reader) gatherChunk(ops []ReadOp, base int, timeout time.Duration, tm *Timing) error {
 	n := len(ops)
 	npeers := uint32(len(r.peers))
+	r.checkStuck()
 	limit := uint64(r.f.opts.GatherMaxBytes)
 	if r.big == nil {
 		r.big = make([]ReadOp, 0, chunkOps)
@@ -98,6 +99,9 @@ func (r *Reader) gatherChunk(ops []ReadOp, base int, timeout time.Duration, tm *
 		op := &ops[i]
 		if op.Peer.id == 0 || op.Peer.id > npeers {
 			return badPeer(base + i)
+		}
+		if err := r.stuckErr(&r.peers[op.Peer.id-1], base+i); err != nil {
+			return err
 		}
 		if len(op.Dst) == 0 {
 			return badDst(base+i, r.peers[op.Peer.id-1].rank, 0, 0)

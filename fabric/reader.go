@@ -32,8 +32,9 @@ type Reader struct {
 	peers       []peerEntry
 	window      int
 	timeout     time.Duration
-	broken      bool // endpoint torn down after a timeout; recreated lazily
-	quarantined bool // a provider call was abandoned: never used or freed again
+	broken      bool   // endpoint torn down after a timeout; recreated lazily
+	quarantined bool   // a provider call was abandoned: never used or freed again
+	stuckGen    uint64 // stuckPeers.gen last seen
 	closed      bool
 	pin         *pinSet
 	mrc         mrCache
@@ -49,8 +50,9 @@ type Reader struct {
 }
 
 type peerEntry struct {
-	rank int
-	addr []byte
+	rank    int
+	addr    []byte
+	stuckAt time.Time // when a quarantined reader blamed this address (stuckPeers), else zero
 }
 
 // NewReader opens a reader endpoint.
@@ -288,10 +290,14 @@ func (r *Reader) readChunk(ops []ReadOp, base int, timeout time.Duration, tm *Ti
 	for i := range ops {
 		ops[i].Done = false
 	}
+	r.checkStuck()
 	for i := range ops {
 		op := &ops[i]
 		if op.Peer.id == 0 || op.Peer.id > npeers {
 			return badPeer(r.opIndex(base, i))
+		}
+		if err := r.stuckErr(&r.peers[op.Peer.id-1], r.opIndex(base, i)); err != nil {
+			return err
 		}
 		if len(op.Dst) == 0 || uint64(len(op.Dst)) > maxMsg {
 			return badDst(r.opIndex(base, i), r.peers[op.Peer.id-1].rank, len(op.Dst), maxMsg)
@@ -352,6 +358,9 @@ func (r *Reader) readChunk(ops []ReadOp, base int, timeout time.Duration, tm *Ti
 // pinned and registered for the life of the process (leaked, and counted).
 func (r *Reader) afterCall(res *C.dd_result) {
 	if res.stage == C.DD_STUCK {
+		if i := int(res.failed_op); i >= 0 && i < chunkOps && int(r.ops[i].peer) < len(r.peers) {
+			markStuck(r.peers[r.ops[i].peer].addr)
+		}
 		r.quarantine()
 		return
 	}

@@ -55,6 +55,15 @@ func TestStuckCallQuarantined(t *testing.T) {
 		t.Fatal(err)
 	}
 	op.Peer = p2
+	// The blamed peer is not entered again for a while: a new reader's
+	// read of it fails at once.
+	start = time.Now()
+	if _, err := r2.Read(op); !errors.Is(err, ErrTimeout) || fault.RankOf(err) != 6 || !strings.Contains(err.Error(), "never returned") {
+		t.Fatalf("read of the blamed peer: %v", err)
+	} else if el := time.Since(start); el > time.Second {
+		t.Fatalf("read of the blamed peer took %v: it entered the provider", el)
+	}
+	forgetStuck()
 	readChecked(t, "new reader", r2.ReadBatch, []ReadOp{op}, tgs, []Peer{p2})
 }
 
