@@ -43,11 +43,15 @@ func pidAlive(pid int, start uint64) bool {
 }
 
 // liveness derives (alive, state) from a header: on this host the pid
-// decides exited vs not; elsewhere only the heartbeat can tell.
-func liveness(host string, pid int, pidStart uint64, age time.Duration) (bool, string) {
+// decides exited vs not (pidAlive, or alive when not nil: a remembered
+// answer); elsewhere only the heartbeat can tell.
+func liveness(host string, pid int, pidStart uint64, age time.Duration, alive func() bool) (bool, string) {
 	sameHost := host != "" && host == localHost()
 	if sameHost {
-		if !pidAlive(pid, pidStart) {
+		if alive == nil {
+			alive = func() bool { return pidAlive(pid, pidStart) }
+		}
+		if !alive() {
 			return false, StateExited
 		}
 		if age > StaleAfter {
@@ -235,7 +239,7 @@ func inspect(path string) (SegmentInfo, error) {
 	}
 	hb := int64(binary.LittleEndian.Uint64(b[hHeartbeat:]))
 	age := time.Duration(time.Now().UnixNano() - hb)
-	alive, state := liveness(h.host, h.pid, h.pidStart, age)
+	alive, state := liveness(h.host, h.pid, h.pidStart, age, nil)
 	return SegmentInfo{
 		Path: path, Job: h.job, Host: h.host, Rank: h.rank, World: h.world, Pid: h.pid,
 		StartNs: h.startNs, Alive: alive, HeartbeatAge: age, State: state,
@@ -303,6 +307,26 @@ type Segment struct {
 	mu     sync.Mutex
 	closed bool
 	torn   uint64
+	// The writer pid's last check (pidAlive), reused for pidRecheck: a
+	// viewer's Info and Snapshot of one refresh read /proc once.
+	aliveAt time.Time
+	alive   bool
+}
+
+// pidRecheck is how long a Segment reuses its answer to whether its
+// writer's pid is alive: long enough to cover one refresh of many
+// segments (DiscoverOpen's Info, then Snapshot), short against any
+// refresh interval a viewer uses.
+const pidRecheck = 50 * time.Millisecond
+
+// pidAlive is pidAlive for the segment's writer, remembered for
+// pidRecheck. s.mu is held.
+func (s *Segment) pidAlive() bool {
+	now := time.Now()
+	if s.aliveAt.IsZero() || now.Sub(s.aliveAt) >= pidRecheck || now.Before(s.aliveAt) {
+		s.alive, s.aliveAt = pidAlive(s.h.pid, s.h.pidStart), now
+	}
+	return s.alive
 }
 
 // Open maps the segment at path read-only after validating its header:
@@ -380,7 +404,7 @@ func (s *Segment) Info() (info SegmentInfo, err error) {
 	defer s.guard(&err)
 	hb := s.m.loadI(hHeartbeat)
 	age := time.Duration(time.Now().UnixNano() - hb)
-	alive, state := liveness(s.h.host, s.h.pid, s.h.pidStart, age)
+	alive, state := liveness(s.h.host, s.h.pid, s.h.pidStart, age, s.pidAlive)
 	h := &s.h
 	return SegmentInfo{Path: s.path, Job: h.job, Host: h.host, Rank: h.rank, World: h.world,
 		Pid: h.pid, StartNs: h.startNs, Alive: alive, HeartbeatAge: age, State: state}, nil
@@ -429,7 +453,7 @@ func (s *Segment) Snapshot() (snap *Snapshot, err error) {
 		Path:  s.path,
 	}
 	snap.HeartbeatAge = time.Duration(now.UnixNano() - snap.Heartbeat)
-	snap.Alive, snap.State = liveness(h.host, h.pid, h.pidStart, snap.HeartbeatAge)
+	snap.Alive, snap.State = liveness(h.host, h.pid, h.pidStart, snap.HeartbeatAge, s.pidAlive)
 
 	for v := int64(0); v < g.maxVars; v++ {
 		if vs, ok := s.readVar(v); ok {

@@ -267,6 +267,19 @@ func (p *Poller) diff(t *tracked, path string, s *telemetry.Snapshot, now time.T
 		BadCalls: s.BadVarCalls + s.BadReaderCalls,
 		Version:  s.Version, Proc: s.Proc,
 	}
+	// Slices of their final size: a refresh of many ranks allocates each
+	// once rather than growing it.
+	r.Peers = make([]PeerStat, 0, len(s.Peers))
+	r.Vars = make([]VarOnRank, 0, len(s.Vars))
+	nr := 0
+	for vi := range s.Vars {
+		for ri := range s.Vars[vi].Readers {
+			if s.Vars[vi].Readers[ri].Calls != 0 {
+				nr++
+			}
+		}
+	}
+	r.Readers = make([]ReaderStat, 0, nr)
 	for _, pc := range s.Peers {
 		ps := PeerStat{Total: pc, Interval: iv}
 		if prev != nil {
@@ -286,7 +299,7 @@ func (p *Poller) diff(t *tracked, path string, s *telemetry.Snapshot, now time.T
 			r.Loader.Delta = d
 		}
 	}
-	r.varNames = map[int32]string{}
+	r.varNames = make(map[int32]string, len(s.Vars))
 	for vi := range s.Vars {
 		v := &s.Vars[vi]
 		r.varNames[int32(v.ID)] = v.Name
@@ -344,6 +357,9 @@ func (p *Poller) readRing(t *tracked, s *telemetry.Snapshot) {
 			t.cursor = s.RingHead - uint64(keep)
 		}
 	}
+	if t.cursor == s.RingHead && t.raw == nil {
+		return // nothing recorded since the last poll
+	}
 	if t.buf == nil {
 		t.buf = make([]telemetry.Record, min(keep, 1024))
 	}
@@ -374,7 +390,7 @@ func (p *Poller) appendRecent(t *tracked, recs []telemetry.Record) {
 			// the old one. Room for keep more records, so this copy
 			// happens about once per keep records, not every poll.
 			from := max(len(t.recent)+n-keep, 0)
-			nr := make([]telemetry.Record, 0, 2*keep+n)
+			nr := make([]telemetry.Record, 0, 4*keep+n)
 			if from < len(t.recent) {
 				nr = append(nr, t.recent[from:]...)
 			}
@@ -395,12 +411,17 @@ func aggregateVars(ranks []*Rank) []*Var {
 	var out []*Var
 	for _, r := range ranks {
 		for _, vr := range r.Vars {
-			v := byName[vr.Name]
-			if v == nil {
-				v = &Var{Name: vr.Name, DType: vr.DType, RowBytes: vr.RowBytes, GlobalRows: vr.GlobalRows}
+			if byName[vr.Name] == nil {
+				v := &Var{Name: vr.Name, DType: vr.DType, RowBytes: vr.RowBytes, GlobalRows: vr.GlobalRows}
+				v.ByRank = make([]VarOnRank, 0, len(ranks))
 				byName[vr.Name] = v
 				out = append(out, v)
 			}
+		}
+	}
+	for _, r := range ranks {
+		for _, vr := range r.Vars {
+			v := byName[vr.Name]
 			v.Stat.add(vr.Stat)
 			v.ByRank = append(v.ByRank, vr)
 		}
