@@ -718,7 +718,8 @@ func TestReplayKeys(t *testing.T) {
 }
 
 // TestColouredRows: with colour, the list's PHASES bars, STATE words and
-// non-zero ERR counts are coloured, every other character stays where it
+// non-zero ERR counts are coloured (the selected row is in reverse video
+// instead), every other character stays where it
 // was (the plain view is the coloured one with its colour stripped), and
 // the lines keep their widths.
 func TestColouredRows(t *testing.T) {
@@ -740,7 +741,7 @@ func TestColouredRows(t *testing.T) {
 	if len(pl) != len(cl) {
 		t.Fatalf("%d lines plain, %d coloured", len(pl), len(cl))
 	}
-	coloured := 0
+	coloured, selected := 0, 0
 	for i := range pl {
 		if ansi.StringWidth(cl[i]) != ansi.StringWidth(pl[i]) {
 			t.Fatalf("line %d: width %d coloured, %d plain", i, ansi.StringWidth(cl[i]), ansi.StringWidth(pl[i]))
@@ -749,15 +750,23 @@ func TestColouredRows(t *testing.T) {
 		if f := fields(s); len(f) < 2 || f[1] != "alpha" && f[1] != "beta" && f[1] != "gamma" {
 			continue
 		}
-		// a rank row: its bar in coloured blocks, its state coloured
+		// the selected rank row: reverse video, the Mark in its gutter
+		if strings.HasPrefix(s, "▸") {
+			if !strings.HasPrefix(cl[i], "\x1b[7m▸") {
+				t.Fatalf("selected row not reversed: %q", cl[i])
+			}
+			selected++
+			continue
+		}
+		// another rank row: its bar in coloured blocks, its state coloured
 		if !strings.Contains(cl[i], "█") || strings.ContainsAny(s, "lq") && strings.Contains(s, "qqq") ||
 			!strings.Contains(cl[i], "mlive\x1b[") {
 			t.Fatalf("row not coloured: %q", cl[i])
 		}
 		coloured++
 	}
-	if coloured != 3 {
-		t.Fatalf("%d coloured rank rows, want 3:\n%s", coloured, col)
+	if coloured != 2 || selected != 1 {
+		t.Fatalf("%d coloured and %d selected rank rows, want 2 and 1:\n%s", coloured, selected, col)
 	}
 	// Rank 2's error count is red: an escape sequence right before "1".
 	for _, l := range cl {

@@ -1,21 +1,21 @@
-// Package columns fits a bubbles table (github.com/charmbracelet/bubbles/table)
-// to ddtop's pages: column definitions that drop by priority when the
-// terminal is narrow, a flex column that takes the spare width, right
-// alignment, a sort indicator in the header, and a cursor that stays on the
-// same row key across refreshes. Drawing, scrolling and cursor movement are
-// the bubbles table's (MoveUp works around one of its scrolling bugs);
-// sorting belongs to the page, which knows the typed values behind the cells.
+// Package columns draws ddtop's tables: column definitions that drop by
+// priority when the terminal is narrow, a flex column that takes the spare
+// width, right alignment, a sort indicator in the header, a cursor that
+// stays on the same row key across refreshes, and scrolling. Only the
+// visible rows are drawn, when View is called: a refresh that replaces
+// every row costs no rendering. The text is what a bubbles table
+// (github.com/charmbracelet/bubbles/table) draws for the same columns
+// (the tests compare the two); sorting belongs to the page, which knows
+// the typed values behind the cells.
 //
-// Cells are plain text: the bubbles table measures and cuts cells by runes,
-// so ANSI sequences would be cut in the middle. SetRows strips them.
+// Cells are plain text (SetRows strips ANSI sequences, so widths are
+// measured right); a column's Paint colours its cells after they are cut
+// to width.
 package columns
 
 import (
-	"slices"
 	"strings"
 
-	"github.com/charmbracelet/bubbles/table"
-	"github.com/charmbracelet/lipgloss"
 	"github.com/charmbracelet/x/ansi"
 	"github.com/mattn/go-runewidth"
 
@@ -29,14 +29,17 @@ type Column struct {
 	Right bool // right-align the cell
 	Flex  bool // takes the width left over by the others
 	Drop  int  // when too narrow, visible columns with the highest Drop go first; 0 never drops
+	// Paint, when set, colours a cell already cut and padded to its
+	// width; it must not change the cell's width. Not applied to the
+	// selected row, which is drawn in reverse video.
+	Paint func(cell string) string
 }
 
 // Mark is drawn in the gutter of the selected row.
 const Mark = "▸"
 
-// Table is a bubbles table plus the column rules above.
+// Table is a list of rows drawn in columns, with a cursor.
 type Table struct {
-	t       table.Model
 	cols    []Column
 	cells   [][]string // rows as given, ANSI stripped
 	keys    []string
@@ -44,48 +47,28 @@ type Table struct {
 	height  int // lines, header included
 	sortCol int // -1: none
 	desc    bool
-	static  bool // SetStatic: rows drawn directly, from the first, no cursor
+	focused bool
+	static  bool   // SetStatic: rows drawn from the first, no cursor
+	cur     int    // selected row
+	off     int    // first row on screen
+	widths  []int  // Layout, kept by apply
+	header  string // the header line, kept by apply
 }
 
 // New returns a table with the given columns, unsorted, focused, 80×10.
-// The page moves the cursor (MoveUp, MoveDown) on its own key map; the
-// bubbles table gets an empty one.
+// The page moves the cursor (MoveUp, MoveDown) on its own key map.
 func New(cols []Column) Table {
-	t := Table{cols: cols, sortCol: -1, width: 80, height: 10}
-	t.t = table.New(table.WithKeyMap(table.KeyMap{}))
-	t.SetFocused(true)
-	t.SetSize(80, 10)
+	t := Table{cols: cols, sortCol: -1, width: 80, height: 10, focused: true}
+	t.apply()
 	return t
-}
-
-// Styles are the bubbles table styles ddtop uses: one cell of left padding
-// per column (the first one is the cursor's gutter), a bold header and, when
-// focused, a reversed selected row with the Mark in its gutter.
-func Styles(focused bool) table.Styles {
-	s := table.Styles{
-		Header:   styles.Header.PaddingLeft(1),
-		Cell:     lipgloss.NewStyle().PaddingLeft(1),
-		Selected: lipgloss.NewStyle(),
-	}
-	if focused {
-		s.Selected = styles.Selected.Transform(func(row string) string {
-			if strings.HasPrefix(row, " ") {
-				return Mark + row[1:]
-			}
-			return row
-		})
-	}
-	return s
 }
 
 // SetSize sets the width and the height (header included) in cells; the
 // columns are laid out again.
 func (t *Table) SetSize(w, h int) {
 	t.width, t.height = max(w, 1), max(h, 2)
-	t.t.SetWidth(t.width)
-	t.t.SetHeight(t.height)
 	t.apply()
-	t.reveal(t.Cursor())
+	t.scroll()
 }
 
 // Width is the table's width in cells.
@@ -95,25 +78,16 @@ func (t Table) Width() int { return t.width }
 func (t Table) Height() int { return t.height }
 
 // SetFocused controls whether the cursor row is highlighted.
-func (t *Table) SetFocused(f bool) {
-	t.t.SetStyles(Styles(f))
-	if f {
-		t.t.Focus()
-	} else {
-		t.t.Blur()
-	}
-}
+func (t *Table) SetFocused(f bool) { t.focused = f }
 
 // SetStatic makes the table a static one (unfocused, no cursor, rows shown
-// from the first): SetRows keeps the rows and View formats them directly,
-// to the same text the bubbles table draws unfocused, without its
-// per-cell styling cost. For read-only tables rebuilt every refresh.
+// from the first). For read-only tables rebuilt every refresh.
 func (t *Table) SetStatic(on bool) {
 	t.static = on
 	if on {
-		t.SetFocused(false)
+		t.focused = false
+		t.cur, t.off = 0, 0
 	}
-	t.apply()
 }
 
 // SetSort sets the sort indicator: column col (-1 for none), descending or not.
@@ -130,85 +104,84 @@ func (t Table) Columns() []Column { return t.cols }
 
 // SetRows replaces the rows. keys identify rows across refreshes: the cursor
 // stays on the row with the same key when it is still there (nil keys: the
-// cursor stays on its index).
+// cursor stays on its index, clamped). Nothing is drawn until View.
 func (t *Table) SetRows(rows [][]string, keys []string) {
-	prev, at := t.SelectedKey(), t.Cursor()
-	t.cells = make([][]string, len(rows))
+	prev := t.SelectedKey()
+	if cap(t.cells) < len(rows) {
+		t.cells = make([][]string, len(rows))
+	}
+	t.cells = t.cells[:len(rows)]
 	for i, r := range rows {
-		t.cells[i] = make([]string, len(t.cols))
-		for j := range min(len(r), len(t.cols)) {
-			t.cells[i][j] = strip(r[j])
+		c := t.cells[i]
+		if cap(c) < len(t.cols) {
+			c = make([]string, len(t.cols))
 		}
+		c = c[:len(t.cols)]
+		for j := range c {
+			c[j] = ""
+			if j < len(r) {
+				c[j] = strip(r[j])
+			}
+		}
+		t.cells[i] = c
 	}
 	t.keys = keys
-	t.apply()
 	if t.static {
+		t.cur, t.off = 0, 0
 		return
 	}
-	to := at
 	if prev != "" {
 		for i, k := range keys {
 			if k == prev {
-				to = i
+				t.cur = i
 				break
 			}
 		}
 	}
-	if to != t.t.Cursor() {
-		t.reveal(to)
-	}
+	t.scroll()
 }
 
 // Len is the number of rows.
 func (t Table) Len() int { return len(t.cells) }
 
 // Cursor is the selected row's index, 0 when empty.
-func (t Table) Cursor() int { return max(t.t.Cursor(), 0) }
+func (t Table) Cursor() int { return t.cur }
 
 // SelectedKey is the key of the selected row, "" when there is none.
 func (t Table) SelectedKey() string {
-	c := t.t.Cursor()
-	if c < 0 || c >= len(t.keys) || c >= len(t.cells) {
+	if t.cur >= len(t.keys) || t.cur >= len(t.cells) {
 		return ""
 	}
-	return t.keys[c]
+	return t.keys[t.cur]
 }
 
 // SetCursor selects row i (clamped) and scrolls it into view.
-func (t *Table) SetCursor(i int) { t.reveal(i) }
-
-// MoveUp moves the cursor n rows up. The bubbles table (v1.0.0) scrolls
-// wrongly on a move that starts below its second page and ends on its
-// first (the row ends up off screen), so such a move goes in two steps,
-// each of which it scrolls right.
-func (t *Table) MoveUp(n int) {
-	c, h := t.t.Cursor(), t.t.Height()
-	if to := max(c-n, 0); c > h && to < h {
-		t.t.MoveUp(c - h)
-		n = h - to
-	}
-	t.t.MoveUp(n)
+func (t *Table) SetCursor(i int) {
+	t.cur = i
+	t.scroll()
 }
 
+// MoveUp moves the cursor n rows up.
+func (t *Table) MoveUp(n int) { t.SetCursor(t.cur - n) }
+
 // MoveDown moves the cursor n rows down.
-func (t *Table) MoveDown(n int) { t.t.MoveDown(n) }
+func (t *Table) MoveDown(n int) { t.SetCursor(t.cur + n) }
 
 // PageSize is the number of rows visible at once.
-func (t Table) PageSize() int { return max(t.t.Height(), 1) }
+func (t Table) PageSize() int { return max(min(t.height-1, len(t.cells)), 1) }
 
-// Model is the bubbles table underneath.
-func (t Table) Model() table.Model { return t.t }
-
-// reveal selects row i (clamped) with the bubbles table's own moves: from
-// the top, then down, which leaves the row on screen (at the bottom of the
-// page when it is below the first page).
-func (t *Table) reveal(i int) {
-	if len(t.cells) == 0 {
-		return
+// scroll clamps the cursor to the rows and the first row on screen so
+// that the cursor is on screen and the page is as full as the rows allow.
+func (t *Table) scroll() {
+	t.cur = min(max(t.cur, 0), max(len(t.cells)-1, 0))
+	page := max(t.height-1, 1)
+	if t.cur < t.off {
+		t.off = t.cur
 	}
-	t.t.SetCursor(0)
-	t.t.MoveUp(0) // scroll offset back to 0
-	t.t.MoveDown(min(max(i, 0), len(t.cells)-1))
+	if t.cur >= t.off+page {
+		t.off = t.cur - page + 1
+	}
+	t.off = max(min(t.off, len(t.cells)-page), 0)
 }
 
 // Layout returns, for each column, its width in this table's width, 0 for a
@@ -256,12 +229,17 @@ func (t Table) Layout() []int {
 	return w
 }
 
-// apply hands the bubbles table its columns (titles with the sort
-// indicator, widths from Layout) and its rows (aligned to those widths).
+// apply lays the columns out (Layout) and draws the header: titles with
+// the sort indicator, aligned to their widths.
 func (t *Table) apply() {
-	widths := t.Layout()
-	tc := make([]table.Column, len(t.cols))
+	t.widths = t.Layout()
+	var b strings.Builder
+	h := styles.Header.PaddingLeft(1)
 	for i, c := range t.cols {
+		w := t.widths[i]
+		if w <= 0 {
+			continue
+		}
 		title := c.Title
 		if i == t.sortCol {
 			arrow := "▲"
@@ -269,43 +247,17 @@ func (t *Table) apply() {
 				arrow = "▼"
 			}
 			// Keep the indicator visible in a narrow column.
-			if w := widths[i]; w > 1 && ansi.StringWidth(title)+1 > w {
+			if w > 1 && ansi.StringWidth(title)+1 > w {
 				title = ansi.Truncate(title, w-1, "")
 			}
 			title += arrow
 		}
-		tc[i] = table.Column{Title: align(title, widths[i], c.Right), Width: widths[i]}
+		b.WriteString(h.Render(fit(align(title, w, c.Right), w)))
 	}
-	if t.static {
-		if !slices.Equal(tc, t.t.Columns()) {
-			t.t.SetColumns(tc)
-		}
-		return
+	t.header = b.String()
+	if ansi.StringWidth(t.header) > t.width {
+		t.header = ansi.Truncate(t.header, t.width, "")
 	}
-	rows := make([]table.Row, len(t.cells))
-	for i, r := range t.cells {
-		row := make(table.Row, len(t.cols))
-		for j, cell := range r {
-			if widths[j] > 0 {
-				row[j] = align(cell, widths[j], t.cols[j].Right)
-			}
-		}
-		rows[i] = row
-	}
-	// Every row has one cell per column, so either order is safe; SetRows
-	// keeps the cursor's index (clamped). Each call renders the visible
-	// rows: skip SetColumns when nothing changed (a refresh).
-	if !slices.Equal(tc, t.t.Columns()) {
-		t.t.SetColumns(tc)
-	}
-	// When every row fits, the bubbles table gets just their height: it
-	// draws the same rows (all of them, from the first) without padding
-	// the empty rest of the page, which View would cut off again. Paging
-	// clamps to the first and last row either way.
-	if h := min(t.height, max(len(rows)+1, 2)); h != t.t.Height()+1 {
-		t.t.SetHeight(h)
-	}
-	t.t.SetRows(rows)
 }
 
 // align right-aligns s in w cells when right is set; the bubbles table pads
@@ -327,76 +279,58 @@ func align(s string, w int, right bool) string {
 // View renders the header and the visible rows: never wider than the width,
 // never taller than the height, without blank lines below the last row.
 func (t Table) View() string {
-	var lines []string
-	if t.static {
-		lines = t.staticLines()
-	} else {
-		lines = strings.Split(t.t.View(), "\n")
-	}
-	last := 0
-	for i, l := range lines {
-		if i == 0 || strings.TrimSpace(strip(l)) != "" {
-			last = i
-		}
-	}
-	lines = lines[:last+1]
-	for i, l := range lines {
-		if t.static && i > 0 {
-			break // rows are drawn to the width exactly
-		}
-		if ansi.StringWidth(l) > t.width {
-			lines[i] = ansi.Truncate(l, t.width, "")
-		}
-	}
-	return strings.Join(lines, "\n")
-}
-
-// staticLines draws a static table as the bubbles table draws it unfocused
-// with its cursor on the first row: the header, then each visible row as
-// its cells (each cut to its width with "…", padded, after one space of
-// left padding), the row padded to the table's width.
-func (t Table) staticLines() []string {
-	widths := t.Layout()
-	h := t.t.Height()
-	lines := make([]string, 0, 1+h)
-	lines = append(lines, headerLine(t.t.Columns()))
 	var b strings.Builder
-	for i := 0; i < h; i++ {
-		b.Reset()
-		if i < len(t.cells) {
-			for j, cell := range t.cells[i] {
-				w := widths[j]
-				if w <= 0 {
-					continue
-				}
-				s := align(cell, w, t.cols[j].Right)
-				n, ascii := plainWidth(s)
-				if !ascii || n > w {
-					s = runewidth.Truncate(s, w, "…")
-					n = ansi.StringWidth(s)
-				}
-				if n > w {
-					s = ansi.Truncate(s, w, "")
-				} else {
-					s += spaces(w - n)
-				}
-				b.WriteByte(' ')
-				b.WriteString(s)
+	b.WriteString(t.header)
+	page := max(t.height-1, 1)
+	var row strings.Builder
+	for i := t.off; i < min(t.off+page, len(t.cells)); i++ {
+		selected := t.focused && !t.static && i == t.cur
+		row.Reset()
+		for j, cell := range t.cells[i] {
+			w := t.widths[j]
+			if w <= 0 {
+				continue
 			}
+			s := fit(align(cell, w, t.cols[j].Right), w)
+			if p := t.cols[j].Paint; p != nil && !selected {
+				s = p(s)
+			}
+			row.WriteByte(' ')
+			row.WriteString(s)
 		}
-		l := b.String()
+		l := row.String()
 		n, ascii := plainWidth(l)
 		if !ascii {
 			n = ansi.StringWidth(l)
 		}
-		if n < t.width {
-			l += spaces(t.width - n)
-		} else if n > t.width {
+		if n > t.width {
 			l = ansi.Truncate(l, t.width, "")
+			n = t.width
 		}
-		lines = append(lines, l)
+		if selected && strings.HasPrefix(l, " ") {
+			// As the bubbles table: the Mark in the gutter, the cells in
+			// reverse video, the padding after them plain.
+			l = styles.Selected.Render(Mark + l[1:])
+		}
+		b.WriteByte('\n')
+		b.WriteString(l)
+		b.WriteString(spaces(t.width - n))
 	}
-	return lines
+	return b.String()
+}
+
+// fit cuts s to w cells with "…" as the bubbles table does, and pads it
+// to w cells.
+func fit(s string, w int) string {
+	n, ascii := plainWidth(s)
+	if !ascii || n > w {
+		s = runewidth.Truncate(s, w, "…")
+		n = ansi.StringWidth(s)
+	}
+	if n > w {
+		return ansi.Truncate(s, w, "")
+	}
+	return s + spaces(w-n)
 }
 
 const blanks = "                                                                                                                                "
@@ -425,18 +359,4 @@ func strip(s string) string {
 		return s
 	}
 	return ansi.Strip(s)
-}
-
-// headerLine draws the header as the bubbles table does (its headersView).
-func headerLine(cols []table.Column) string {
-	h := Styles(false).Header
-	s := make([]string, 0, len(cols))
-	for _, c := range cols {
-		if c.Width <= 0 {
-			continue
-		}
-		cell := lipgloss.NewStyle().Width(c.Width).MaxWidth(c.Width).Inline(true).Render(runewidth.Truncate(c.Title, c.Width, "…"))
-		s = append(s, h.Render(cell))
-	}
-	return lipgloss.JoinHorizontal(lipgloss.Top, s...)
 }

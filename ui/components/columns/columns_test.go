@@ -7,9 +7,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/charmbracelet/bubbles/table"
 	"github.com/charmbracelet/lipgloss"
 	"github.com/charmbracelet/x/ansi"
 	"github.com/muesli/termenv"
+
+	"github.com/ddstore/ddstore/ui/styles"
 )
 
 func TestMain(m *testing.M) {
@@ -52,12 +55,16 @@ func TestLayoutDropsAndFlex(t *testing.T) {
 		if got := m.Layout(); fmt.Sprint(got) != fmt.Sprint(tc.want) {
 			t.Errorf("width %d: layout %v, want %v", tc.w, got, tc.want)
 		}
-		// The bubbles table gets those widths; a dropped column has width 0.
-		bc := m.Model().Columns()
+		// The header shows the visible columns' titles, padded to their
+		// widths; a dropped column (width 0) is not drawn.
+		hdr := strings.Split(m.View(), "\n")[0]
 		for i, w := range tc.want {
-			if bc[i].Width != w {
-				t.Errorf("width %d: bubbles column %d width %d, want %d", tc.w, i, bc[i].Width, w)
+			if in := strings.Contains(hdr, cols()[i].Title); in != (w > 0) && tc.w > 15 {
+				t.Errorf("width %d: header %q: column %s shown %v, width %d", tc.w, hdr, cols()[i].Title, in, w)
 			}
+		}
+		if ansi.StringWidth(hdr) > tc.w {
+			t.Errorf("width %d: header %q too wide", tc.w, hdr)
 		}
 	}
 }
@@ -219,8 +226,9 @@ func contains(s []string, x string) bool {
 	return false
 }
 
-// A static table draws exactly what the bubbles table draws unfocused.
-func TestStaticMatchesBubbles(t *testing.T) {
+// Our rows draw exactly what a bubbles table draws for the same columns
+// and rows: unfocused, static, and focused with the cursor on a row.
+func TestMatchesBubbles(t *testing.T) {
 	cols := []Column{{Title: "TIME", Width: 12}, {Title: "VARIABLE", Width: 8}, {Title: "RDR", Width: 3, Right: true},
 		{Title: "µS/ROW", Width: 6, Right: true, Drop: 2}, {Title: "PHASES", Width: 5, Flex: true}}
 	var rows [][]string
@@ -229,15 +237,84 @@ func TestStaticMatchesBubbles(t *testing.T) {
 			fmt.Sprintf("%.2fµ", float64(i)*1.37), strings.Repeat("█", i*3)})
 	}
 	for _, size := range [][2]int{{80, 11}, {80, 5}, {40, 11}, {30, 4}, {120, 3}} {
-		ref, st := New(cols), New(cols)
-		ref.SetFocused(false)
-		st.SetStatic(true)
-		for _, tb := range []*Table{&ref, &st} {
+		for _, mode := range []string{"unfocused", "static", "focused"} {
+			tb := New(cols)
 			tb.SetSize(size[0], size[1])
+			tb.SetSort(2, true)
+			switch mode {
+			case "unfocused":
+				tb.SetFocused(false)
+			case "static":
+				tb.SetStatic(true)
+			}
 			tb.SetRows(rows, nil)
-		}
-		if a, b := ref.View(), st.View(); a != b {
-			t.Errorf("size %v: static view\n%q\nbubbles view\n%q", size, b, a)
+			cursor := 0
+			if mode == "focused" {
+				cursor = min(2, size[1]-2)
+				tb.SetCursor(cursor)
+			}
+			want := bubblesView(tb, rows, mode == "focused", cursor)
+			if got := tb.View(); got != want {
+				t.Errorf("size %v %s: our view\n%q\nbubbles view\n%q", size, mode, got, want)
+			}
 		}
 	}
+}
+
+// bubblesView is what a bubbles table draws for tb's layout, titles and
+// rows (cells aligned, one cell of left padding, a bold header, the
+// selected row reversed with the Mark in its gutter when focused), its
+// blank lines below the last row dropped and lines cut to the width.
+func bubblesView(tb Table, rows [][]string, focused bool, cursor int) string {
+	widths := tb.Layout()
+	st := table.Styles{Header: styles.Header.PaddingLeft(1), Cell: lipgloss.NewStyle().PaddingLeft(1), Selected: lipgloss.NewStyle()}
+	if focused {
+		st.Selected = styles.Selected.Transform(func(row string) string {
+			if strings.HasPrefix(row, " ") {
+				return Mark + row[1:]
+			}
+			return row
+		})
+	}
+	tc := make([]table.Column, len(tb.cols))
+	for i, c := range tb.cols {
+		title := c.Title
+		if i == tb.sortCol {
+			arrow := "▲"
+			if tb.desc {
+				arrow = "▼"
+			}
+			if w := widths[i]; w > 1 && ansi.StringWidth(title)+1 > w {
+				title = ansi.Truncate(title, w-1, "")
+			}
+			title += arrow
+		}
+		tc[i] = table.Column{Title: align(title, widths[i], c.Right), Width: widths[i]}
+	}
+	br := make([]table.Row, len(rows))
+	for i, r := range rows {
+		br[i] = make(table.Row, len(r))
+		for j, cell := range r {
+			if widths[j] > 0 {
+				br[i][j] = align(cell, widths[j], tb.cols[j].Right)
+			}
+		}
+	}
+	m := table.New(table.WithColumns(tc), table.WithRows(br), table.WithStyles(st), table.WithWidth(tb.width),
+		table.WithHeight(min(tb.height, max(len(rows)+1, 2))), table.WithFocused(focused))
+	m.SetCursor(cursor)
+	lines := strings.Split(m.View(), "\n")
+	last := 0
+	for i, l := range lines {
+		if i == 0 || strings.TrimSpace(ansi.Strip(l)) != "" {
+			last = i
+		}
+	}
+	lines = lines[:last+1]
+	for i, l := range lines {
+		if ansi.StringWidth(l) > tb.width {
+			lines[i] = ansi.Truncate(l, tb.width, "")
+		}
+	}
+	return strings.Join(lines, "\n")
 }
