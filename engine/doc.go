@@ -21,6 +21,13 @@
 // next half fills, and a call waits for its own copies only (the gpu_sync
 // phase). The loader's Device option puts batches in device memory.
 //
+// Replicas (replica.go): with Width < world every width group holds a full
+// copy; a row whose owner is dead, unreachable or past the failover
+// deadline is re-read from another group inside the same call, and
+// UpdateReplicas keeps the copies equal. Storage-only ranks (storage.go):
+// a separate launch with Role "storage" loads shards from files, joins the
+// trainers at a job rendezvous and serves reads until the job closes.
+//
 // Subpackages: engine/bootstrap (launcher environment and the exchange of
 // addresses between ranks) and engine/launch (a local launcher).
 package engine
