@@ -307,24 +307,29 @@ type Segment struct {
 	mu     sync.Mutex
 	closed bool
 	torn   uint64
-	// The writer pid's last check (pidAlive), reused for pidRecheck: a
-	// viewer's Info and Snapshot of one refresh read /proc once.
+	// The writer pid's last full check (pidAlive, /proc): see pidRecheck.
 	aliveAt time.Time
 	alive   bool
 }
 
-// pidRecheck is how long a Segment reuses its answer to whether its
-// writer's pid is alive: long enough to cover one refresh of many
-// segments (DiscoverOpen's Info, then Snapshot), short against any
-// refresh interval a viewer uses.
-const pidRecheck = 50 * time.Millisecond
+// pidRecheck is how often a Segment checks its writer's pid in full
+// (/proc/<pid>/stat: start time and zombie state, three system calls).
+// In between, a live answer is confirmed with kill(pid, 0) alone, which
+// sees the pid disappear, and an exited one is kept: a viewer refreshing
+// many segments ten times a second reads /proc once a second for each.
+// A pid reused, or a zombie not yet reaped, is seen within pidRecheck.
+const pidRecheck = time.Second
 
-// pidAlive is pidAlive for the segment's writer, remembered for
-// pidRecheck. s.mu is held.
+// pidAlive is pidAlive for the segment's writer, checked in full at most
+// every pidRecheck. s.mu is held.
 func (s *Segment) pidAlive() bool {
 	now := time.Now()
 	if s.aliveAt.IsZero() || now.Sub(s.aliveAt) >= pidRecheck || now.Before(s.aliveAt) {
 		s.alive, s.aliveAt = pidAlive(s.h.pid, s.h.pidStart), now
+	} else if s.alive {
+		if err := unix.Kill(s.h.pid, 0); err != nil && err != unix.EPERM {
+			s.alive = false
+		}
 	}
 	return s.alive
 }

@@ -5,8 +5,6 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/charmbracelet/x/ansi"
-
 	"github.com/ddstore/ddstore/telemetry"
 	"github.com/ddstore/ddstore/ui/components/bar"
 	"github.com/ddstore/ddstore/ui/components/columns"
@@ -37,8 +35,9 @@ type sortKey struct {
 	f float64
 }
 
-// colDef is a column: its columns.Column, how to draw a cell (plain text:
-// the bubbles table cuts cells by runes, so no ANSI styling), and how to sort.
+// colDef is a column: its columns.Column (with Paint, the cell's colour),
+// how to draw a cell (plain text, measured and cut by the table), and how
+// to sort.
 type colDef struct {
 	columns.Column
 	cell     func(r *row, width int) string
@@ -60,7 +59,7 @@ var (
 	colPid = colDef{Column: columns.Column{Title: "PID", Width: 7, Right: true, Drop: 5},
 		cell: func(r *row, _ int) string { return fmt.Sprint(r.pid) },
 		key:  num(func(r *row) float64 { return float64(r.pid) })}
-	colState = colDef{Column: columns.Column{Title: "STATE", Width: 6},
+	colState = colDef{Column: columns.Column{Title: "STATE", Width: 6, Paint: paintState},
 		cell: func(r *row, _ int) string { return r.state },
 		key:  func(r *row) sortKey { return sortKey{s: r.state, f: float64(r.rank)} }}
 	colVar = colDef{Column: columns.Column{Title: "VARIABLE", Width: 14},
@@ -93,7 +92,7 @@ var (
 	colP99 = colDef{Column: columns.Column{Title: "P99", Width: 6, Right: true, Drop: 3},
 		cell: func(r *row, _ int) string { return us(r.stat.RowQuantile(0.99)) },
 		key:  num(func(r *row) float64 { return r.stat.RowQuantile(0.99) }), descByDf: true}
-	colErr = colDef{Column: columns.Column{Title: "ERR", Width: 4, Right: true},
+	colErr = colDef{Column: columns.Column{Title: "ERR", Width: 4, Right: true, Paint: paintErr},
 		cell: func(r *row, _ int) string { return si(float64(r.stat.Total.Errors)) },
 		key:  num(func(r *row) float64 { return float64(r.stat.Total.Errors) }), descByDf: true}
 	colWait = colDef{Column: columns.Column{Title: "WAIT%", Width: 5, Right: true, Drop: 6},
@@ -109,7 +108,7 @@ var (
 			}
 			return r.loader.WaitShare()
 		}), descByDf: true}
-	colPhases = colDef{Column: columns.Column{Title: "PHASES", Width: 11, Flex: true},
+	colPhases = colDef{Column: columns.Column{Title: "PHASES", Width: 11, Flex: true, Paint: bar.Colorize},
 		cell: func(r *row, w int) string { s := r.stat.PhaseShare(); return bar.Glyphs(s[:], w) }}
 )
 
@@ -260,93 +259,30 @@ func (l *list) selected() *row {
 	return l.shown[l.tbl.Cursor()]
 }
 
-func (l *list) view() string { return colorRows(l.tbl.View()) }
+func (l *list) view() string { return l.tbl.View() }
 
-// colorRows colours the cells that the table holds as plain text: the
-// PHASES bar (glyphs become coloured blocks), the STATE word and a
-// non-zero ERR count, in every row but the selected one (drawn in
-// reverse video). Columns are found by their titles in the header line;
-// a row keeps its width. Without colour it returns v.
-func colorRows(v string) string {
+// paintState colours a STATE cell's word (live, stale, exited).
+func paintState(c string) string {
 	if styles.Plain() {
-		return v
+		return c
 	}
-	lines := strings.Split(v, "\n")
-	if len(lines) < 2 {
-		return v
+	word := strings.TrimSpace(c)
+	if word == "" {
+		return c
 	}
-	head := []rune(ansi.Strip(lines[0]))
-	find := func(title string) (int, int) { // rune offset and width of a column's cells
-		at := strings.Index(string(head), title)
-		if at < 0 {
-			return -1, 0
-		}
-		start := len([]rune(string(head)[:at]))
-		end := start + len([]rune(title))
-		for end < len(head) && head[end] != ' ' {
-			end++ // sort arrow
-		}
-		for end < len(head) && head[end] == ' ' && (end+1 >= len(head) || head[end+1] == ' ') {
-			end++ // padding up to the next title
-		}
-		return start, end - start
+	return strings.Replace(c, word, styles.State(word), 1)
+}
+
+// paintErr colours a non-zero ERR count.
+func paintErr(c string) string {
+	if styles.Plain() {
+		return c
 	}
-	type span struct {
-		at, w int
-		paint func(cell string) string
+	n := strings.TrimSpace(c)
+	if n == "" || n == "0" {
+		return c
 	}
-	var spans []span
-	if at, w := find("STATE"); at >= 0 {
-		spans = append(spans, span{at, w, func(c string) string {
-			word := strings.TrimSpace(c)
-			if word == "" {
-				return c
-			}
-			return strings.Replace(c, word, styles.State(word), 1)
-		}})
-	}
-	if at, w := find("ERR"); at >= 0 {
-		// ERR is right-aligned: its cells end where its title ends and
-		// may start left of it, up to where the column before ends.
-		for at > 0 && head[at-1] == ' ' {
-			at--
-			w++
-		}
-		spans = append(spans, span{at, w, func(c string) string {
-			n := strings.TrimSpace(c)
-			if n == "" || n == "0" {
-				return c
-			}
-			return strings.Replace(c, n, styles.Bad.Render(n), 1)
-		}})
-	}
-	if at, _ := find("PHASES"); at >= 0 {
-		spans = append(spans, span{at, -1, bar.Colorize})
-	}
-	for i := 1; i < len(lines); i++ {
-		l := lines[i]
-		if strings.ContainsRune(l, '\x1b') {
-			continue // the selected row, or already styled
-		}
-		rs := []rune(l)
-		var b strings.Builder
-		pos := 0
-		for _, sp := range spans { // in column order: STATE, ERR, PHASES
-			end := sp.at + sp.w
-			if sp.w < 0 || end > len(rs) {
-				end = len(rs)
-			}
-			if sp.at < pos || sp.at >= len(rs) {
-				continue
-			}
-			b.WriteString(string(rs[pos:sp.at]))
-			b.WriteString(sp.paint(string(rs[sp.at:end])))
-			pos = end
-		}
-		b.WriteString(string(rs[pos:]))
-		lines[i] = b.String()
-	}
-	return strings.Join(lines, "\n")
+	return strings.Replace(c, n, styles.BadP.Paint(n), 1)
 }
 
 // Row builders.

@@ -20,6 +20,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -40,7 +41,19 @@ func main() {
 	if os.Getenv("GOMAXPROCS") == "" {
 		runtime.GOMAXPROCS(1)
 	}
+	// DDTOP_CPUPROFILE=FILE writes a CPU profile of the whole run, "%p"
+	// in FILE replaced by the pid (how ddtop's own cost is profiled: see
+	// docs/BENCHMARKS.md).
+	if path := os.Getenv("DDTOP_CPUPROFILE"); path != "" {
+		if f, err := os.Create(strings.ReplaceAll(path, "%p", strconv.Itoa(os.Getpid()))); err == nil && pprof.StartCPUProfile(f) == nil {
+			defer f.Close()
+			defer pprof.StopCPUProfile()
+		} else {
+			fmt.Fprintln(os.Stderr, "ddtop: DDTOP_CPUPROFILE:", err)
+		}
+	}
 	if err := newCommand(os.Stdout, os.Stderr).Execute(); err != nil {
+		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "ddtop:", err)
 		os.Exit(1)
 	}

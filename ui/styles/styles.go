@@ -52,14 +52,33 @@ func PhaseStyle(i int) lipgloss.Style {
 	return lipgloss.NewStyle().Foreground(PhaseColors[i])
 }
 
+// Painters of the styles drawn most often: per-phase bar colours, the
+// state colours and faint.
+var (
+	phasePainters [NumPhases]*Painter
+	GoodP         = NewPainter(Good)
+	WarnP         = NewPainter(Warn)
+	BadP          = NewPainter(Bad)
+	FaintP        = NewPainter(Faint)
+)
+
+func init() {
+	for i := range phasePainters {
+		phasePainters[i] = NewPainter(PhaseStyle(i))
+	}
+}
+
+// PhasePaint colours s as phase i's bar segment (PhaseStyle(i).Render).
+func PhasePaint(i int, s string) string { return phasePainters[i].Paint(s) }
+
 // State colours a rank's state word: live, stale or exited.
 func State(s string) string {
 	switch s {
 	case "live":
-		return Good.Render(s)
+		return GoodP.Paint(s)
 	case "stale":
-		return Warn.Render(s)
+		return WarnP.Paint(s)
 	default:
-		return Bad.Render(s)
+		return BadP.Paint(s)
 	}
 }

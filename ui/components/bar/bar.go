@@ -68,7 +68,7 @@ func Phases(shares []float64, width int) string {
 			continue
 		}
 		total += n
-		b.WriteString(styles.PhaseStyle(i).Render(strings.Repeat("█", n)))
+		b.WriteString(styles.PhasePaint(i, strings.Repeat("█", n)))
 	}
 	if total < width {
 		b.WriteString(styles.Faint.Render(strings.Repeat("·", width-total)))
@@ -172,9 +172,9 @@ func Colorize(s string) string {
 		run := j - i
 		switch p := glyphPhase(rs[i]); {
 		case p >= 0:
-			b.WriteString(styles.PhaseStyle(p).Render(strings.Repeat("█", run)))
+			b.WriteString(styles.PhasePaint(p, strings.Repeat("█", run)))
 		case rs[i] == '·':
-			b.WriteString(styles.Faint.Render(strings.Repeat("·", run)))
+			b.WriteString(styles.FaintP.Paint(strings.Repeat("·", run)))
 		default:
 			b.WriteString(string(rs[i:j]))
 		}

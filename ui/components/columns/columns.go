@@ -283,6 +283,12 @@ func (t Table) View() string {
 	b.WriteString(t.header)
 	page := max(t.height-1, 1)
 	var row strings.Builder
+	rowWidth := 0
+	for _, w := range t.widths {
+		if w > 0 {
+			rowWidth += 1 + w
+		}
+	}
 	for i := t.off; i < min(t.off+page, len(t.cells)); i++ {
 		selected := t.focused && !t.static && i == t.cur
 		row.Reset()
@@ -299,10 +305,7 @@ func (t Table) View() string {
 			row.WriteString(s)
 		}
 		l := row.String()
-		n, ascii := plainWidth(l)
-		if !ascii {
-			n = ansi.StringWidth(l)
-		}
+		n := rowWidth // every cell is fit to its width exactly
 		if n > t.width {
 			l = ansi.Truncate(l, t.width, "")
 			n = t.width
@@ -322,8 +325,8 @@ func (t Table) View() string {
 // fit cuts s to w cells with "…" as the bubbles table does, and pads it
 // to w cells.
 func fit(s string, w int) string {
-	n, ascii := plainWidth(s)
-	if !ascii || n > w {
+	n, narrow := narrowWidth(s)
+	if !narrow || n > w {
 		s = runewidth.Truncate(s, w, "…")
 		n = ansi.StringWidth(s)
 	}
@@ -351,6 +354,23 @@ func plainWidth(s string) (int, bool) {
 		}
 	}
 	return len(s), true
+}
+
+// narrowWidth is the number of runes in s, and true, when every rune is
+// one cell wide for certain (printable Latin, box drawing and block
+// elements such as the bars' '█' and '·', '…', '▸'); otherwise false and
+// the caller measures.
+func narrowWidth(s string) (int, bool) {
+	n := 0
+	for _, r := range s {
+		switch {
+		case r >= 0x20 && r < 0x7f, r >= 0xa0 && r < 0x300, r >= 0x2500 && r < 0x25a0, r == '…', r == '▸':
+			n++
+		default:
+			return 0, false
+		}
+	}
+	return n, true
 }
 
 // strip is ansi.Strip, skipped for printable ASCII (the common cell).

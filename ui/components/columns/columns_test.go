@@ -318,3 +318,25 @@ func bubblesView(tb Table, rows [][]string, focused bool, cursor int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// Paint wraps each visible, non-selected cell after it is cut and padded,
+// and leaves the selected row alone.
+func TestPaint(t *testing.T) {
+	c := cols()
+	c[1].Paint = func(s string) string { return "<" + s + ">" }
+	m := New(c)
+	m.SetSize(40, 4)
+	r, k := rows(5)
+	m.SetRows(r, k)
+	m.SetCursor(1)
+	lines := strings.Split(m.View(), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("%d lines:\n%s", len(lines), m.View())
+	}
+	for i, l := range lines[1:] {
+		painted := strings.Contains(l, "<name-")
+		if want := i != 1; painted != want || painted && !strings.Contains(l, fmt.Sprintf("<name-%d  >", i)) {
+			t.Errorf("row %d painted %v, want %v: %q", i, painted, want, l)
+		}
+	}
+}
