@@ -30,6 +30,7 @@ func serveCommand(out io.Writer) *cobra.Command {
 			}
 			addr, _ := cmd.Flags().GetString("listen")
 			c := serve.NewCollector(o.Dir, o.Job)
+			c.Gzip, _ = cmd.Flags().GetBool("gzip")
 			defer c.Close()
 			h, err := serve.Handler(c)
 			if err != nil {
@@ -56,5 +57,6 @@ func serveCommand(out io.Writer) *cobra.Command {
 		},
 	}
 	cmd.Flags().String("listen", ":9464", "address to serve /metrics on")
+	cmd.Flags().Bool("gzip", false, "gzip /metrics for scrapers that accept it (costs ddtop more CPU than the encoding itself)")
 	return cmd
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/ddstore/ddstore/telemetry"
 )
@@ -78,20 +79,103 @@ var latencyBounds = func() []float64 {
 
 // Collector is a prometheus.Collector over the segments of one directory.
 type Collector struct {
+	// Gzip makes Handler compress /metrics when the scraper accepts it.
+	// Off by default: compressing a scrape costs more of ddtop's CPU than
+	// encoding it (a third of a scrape's time), and a scrape (~370 KiB of
+	// text for 64 ranks) is small beside any cluster network.
+	Gzip bool
+
 	dir, job string
 	mu       sync.Mutex
 	segs     map[string]*telemetry.Segment // open segments by path
+	// Label pairs of every series, built (and checked) once rather than
+	// on every scrape, by desc and label values; entries not used by a
+	// scrape are dropped after it.
+	labels map[string]*labelSet
+	scrape uint64
+	key    []byte
+}
+
+type labelSet struct {
+	pairs []*dto.LabelPair
+	used  uint64
 }
 
 // NewCollector follows dir (only job's segments when job is not "").
 func NewCollector(dir, job string) *Collector {
-	return &Collector{dir: dir, job: job, segs: map[string]*telemetry.Segment{}}
+	return &Collector{dir: dir, job: job, segs: map[string]*telemetry.Segment{}, labels: map[string]*labelSet{}}
 }
+
+// pairs are the label pairs of desc d with values l, from the cache.
+func (c *Collector) pairs(d *prometheus.Desc, l []string) []*dto.LabelPair {
+	k := append(c.key[:0], descIndex[d])
+	for _, v := range l {
+		k = append(append(k, 0xff), v...)
+	}
+	c.key = k
+	ls := c.labels[string(k)]
+	if ls == nil {
+		ls = &labelSet{pairs: prometheus.MakeLabelPairs(d, l)}
+		c.labels[string(k)] = ls
+	}
+	ls.used = c.scrape
+	return ls.pairs
+}
+
+// series is one counter or gauge sample with cached label pairs: what
+// prometheus.MustNewConstMetric makes, without building and checking
+// the labels again on every scrape.
+type series struct {
+	desc    *prometheus.Desc
+	labels  []*dto.LabelPair
+	counter bool
+	v       float64
+}
+
+func (s *series) Desc() *prometheus.Desc { return s.desc }
+
+func (s *series) Write(out *dto.Metric) error {
+	out.Label = s.labels
+	if s.counter {
+		out.Counter = &dto.Counter{Value: &s.v}
+	} else {
+		out.Gauge = &dto.Gauge{Value: &s.v}
+	}
+	return nil
+}
+
+// histogram is a histogram sample with cached label pairs (as
+// prometheus.MustNewConstHistogram makes it).
+type histogram struct {
+	desc   *prometheus.Desc
+	labels []*dto.LabelPair
+	h      dto.Histogram
+}
+
+func (h *histogram) Desc() *prometheus.Desc { return h.desc }
+
+func (h *histogram) Write(out *dto.Metric) error {
+	out.Label = h.labels
+	out.Histogram = &h.h
+	return nil
+}
+
+// descs are every metric's description; descIndex numbers them.
+var (
+	descs = []*prometheus.Desc{dUp, dHeartbeat, dWorld, dCalls, dRows, dBytes, dLocal, dRemote, dErrors,
+		dRegs, dFailovers, dPhase, dLatency, dBatches, dWait, dStep, dPeerCalls, dPeerRows, dPeerSecs, dPeerErrs, dProc, dBad}
+	descIndex = func() map[*prometheus.Desc]byte {
+		m := map[*prometheus.Desc]byte{}
+		for i, d := range descs {
+			m[d] = byte(i)
+		}
+		return m
+	}()
+)
 
 // Describe sends every metric's description.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{dUp, dHeartbeat, dWorld, dCalls, dRows, dBytes, dLocal, dRemote, dErrors,
-		dRegs, dFailovers, dPhase, dLatency, dBatches, dWait, dStep, dPeerCalls, dPeerRows, dPeerSecs, dPeerErrs, dProc, dBad} {
+	for _, d := range descs {
 		ch <- d
 	}
 }
@@ -112,6 +196,8 @@ func (c *Collector) open(path string) *telemetry.Segment { return c.segs[path] }
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.scrape++
+	defer c.prune()
 	infos, err := telemetry.DiscoverOpen(c.dir, c.open)
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(dBad, err)
@@ -145,7 +231,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			}
 			continue
 		}
-		emit(ch, snap)
+		c.emit(ch, snap)
 	}
 	for p, s := range c.segs {
 		if !seen[p] {
@@ -156,8 +242,18 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(dBad, prometheus.GaugeValue, float64(bad))
 }
 
+// prune drops the label sets the last scrape did not use (vanished
+// segments, variables and states).
+func (c *Collector) prune() {
+	for k, ls := range c.labels {
+		if ls.used != c.scrape {
+			delete(c.labels, k)
+		}
+	}
+}
+
 // emit sends one segment's metrics.
-func emit(ch chan<- prometheus.Metric, s *telemetry.Snapshot) {
+func (c *Collector) emit(ch chan<- prometheus.Metric, s *telemetry.Snapshot) {
 	rank := strconv.Itoa(s.Rank)
 	rl := []string{s.Job, rank, s.Host}
 	up := 0.0
@@ -165,14 +261,14 @@ func emit(ch chan<- prometheus.Metric, s *telemetry.Snapshot) {
 		up = 1
 	}
 	gauge := func(d *prometheus.Desc, v float64, l ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, l...)
+		ch <- &series{desc: d, labels: c.pairs(d, l), v: v}
 	}
 	// A counter series appears with its first count, as a labelled
 	// counter of client_golang does on first use: the many counters that
 	// stay zero (gpu_sync without a GPU, errors, failovers) cost nothing.
 	counter := func(d *prometheus.Desc, v float64, l ...string) {
 		if v != 0 {
-			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, l...)
+			ch <- &series{desc: d, labels: c.pairs(d, l), counter: true, v: v}
 		}
 	}
 	gauge(dUp, up, append(rl, s.State)...)
@@ -182,7 +278,7 @@ func emit(ch chan<- prometheus.Metric, s *telemetry.Snapshot) {
 		v := &s.Vars[i]
 		t := v.Total()
 		vl := append(rl[:3:3], v.Name)
-		ch <- prometheus.MustNewConstMetric(dCalls, prometheus.CounterValue, float64(t.Calls), vl...) // even 0: the variable exists
+		ch <- &series{desc: dCalls, labels: c.pairs(dCalls, vl), counter: true, v: float64(t.Calls)} // even 0: the variable exists
 		counter(dRows, float64(t.Rows), vl...)
 		counter(dBytes, float64(t.Bytes), vl...)
 		counter(dLocal, float64(t.LocalRows), vl...)
@@ -195,20 +291,27 @@ func emit(ch chan<- prometheus.Metric, s *telemetry.Snapshot) {
 		}
 		// Prometheus histograms are cumulative; the last bucket is +Inf
 		// (the count). The sum is exact: the calls' phases add up to it.
-		buckets := make(map[float64]uint64, len(latencyBounds))
+		h := &histogram{desc: dLatency, labels: c.pairs(dLatency, vl)}
+		bs := make([]dto.Bucket, len(latencyBounds))
+		cums := make([]uint64, len(latencyBounds))
+		h.h.Bucket = make([]*dto.Bucket, len(latencyBounds))
 		var cum uint64
 		next := 0
 		for k, top := range latencyTop {
 			for ; next <= top; next++ {
 				cum += t.CallHist[next]
 			}
-			buckets[latencyBounds[k]] = cum
+			cums[k] = cum
+			bs[k].CumulativeCount, bs[k].UpperBound = &cums[k], &latencyBounds[k]
+			h.h.Bucket[k] = &bs[k]
 		}
 		count := cum
 		for ; next < telemetry.NumBuckets; next++ {
 			count += t.CallHist[next]
 		}
-		ch <- prometheus.MustNewConstHistogram(dLatency, count, float64(t.TotalNs())/1e9, buckets, vl...)
+		sum := float64(t.TotalNs()) / 1e9
+		h.h.SampleCount, h.h.SampleSum = &count, &sum
+		ch <- h
 	}
 	l := s.Loader
 	if l.Batches > 0 {
@@ -239,7 +342,7 @@ func Handler(c *Collector) (http.Handler, error) {
 		return nil, fmt.Errorf("ddtop serve: %w", err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError, DisableCompression: !c.Gzip}))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/" {
 			http.NotFound(w, r)
