@@ -5,8 +5,9 @@
 // background polling): counters are the segments' own cumulative
 // counters (names end in _total, times in seconds; a series appears with
 // its first non-zero count, calls excepted), and each variable's
-// call-latency histogram becomes a Prometheus histogram of 15 buckets
-// (every second log2 bucket of the segment's, 256 ns to 68.7 s).
+// call-latency histogram becomes a Prometheus histogram of up to 15
+// buckets (every second log2 bucket of the segment's, 256 ns to 68.7 s;
+// a bucket appears with its first count).
 package serve
 
 import (
@@ -294,16 +295,23 @@ func (c *Collector) emit(ch chan<- prometheus.Metric, s *telemetry.Snapshot) {
 		h := &histogram{desc: dLatency, labels: c.pairs(dLatency, vl)}
 		bs := make([]dto.Bucket, len(latencyBounds))
 		cums := make([]uint64, len(latencyBounds))
-		h.h.Bucket = make([]*dto.Bucket, len(latencyBounds))
+		h.h.Bucket = make([]*dto.Bucket, 0, len(latencyBounds))
 		var cum uint64
 		next := 0
 		for k, top := range latencyTop {
 			for ; next <= top; next++ {
 				cum += t.CallHist[next]
 			}
+			if cum == 0 {
+				// Like a counter, a bucket appears with its first
+				// count: the empty buckets below the fastest call
+				// say nothing (histogram_quantile reads the first
+				// bucket present as starting at 0 either way).
+				continue
+			}
 			cums[k] = cum
 			bs[k].CumulativeCount, bs[k].UpperBound = &cums[k], &latencyBounds[k]
-			h.h.Bucket[k] = &bs[k]
+			h.h.Bucket = append(h.h.Bucket, &bs[k])
 		}
 		count := cum
 		for ; next < telemetry.NumBuckets; next++ {
