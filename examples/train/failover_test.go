@@ -79,31 +79,56 @@ func startJob(t testing.TB, world int, args string, env ...string) *job {
 	return j
 }
 
-// wait waits for every rank and returns their JSON lines.
+// wait waits for every rank and returns their JSON lines; if any rank
+// fails, it fails the test with every rank's exit status and output.
 func (j *job) wait(t testing.TB, what string) []epochResult {
 	t.Helper()
+	res, err := j.results(what)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// results waits for every rank (all of them, even after one fails) and
+// returns their JSON lines, or an error naming what failed followed by
+// every rank's report (so the rank that failed first is visible even when
+// a lower rank failed because of it).
+func (j *job) results(what string) ([]epochResult, error) {
 	var res []epochResult
+	var bad []string
 	for r, cmd := range j.cmds {
 		if err := cmd.Wait(); err != nil {
-			for _, c := range j.cmds[r+1:] {
-				c.Wait()
-			}
-			var all strings.Builder
-			for k, e := range j.errs {
-				fmt.Fprintf(&all, "rank %d: %s\n", k, e)
-			}
-			t.Fatalf("%s: rank %d: %v\nstderr:\n%s", what, r, err, all.String())
+			bad = append(bad, fmt.Sprintf("rank %d: %v", r, err))
+			continue
 		}
 		sc := bufio.NewScanner(strings.NewReader(j.outs[r].String()))
 		for sc.Scan() {
 			var e epochResult
 			if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-				t.Fatalf("%s: rank %d: bad JSON line %q: %v", what, r, sc.Text(), err)
+				bad = append(bad, fmt.Sprintf("rank %d: bad JSON line %q: %v", r, sc.Text(), err))
+				break
 			}
 			res = append(res, e)
 		}
 	}
-	return res
+	if bad != nil {
+		return nil, fmt.Errorf("%s: %s\n%s", what, strings.Join(bad, "; "), j.report())
+	}
+	return res, nil
+}
+
+// report is every rank's exit status, stdout and stderr (after Wait).
+func (j *job) report() string {
+	var b strings.Builder
+	for r, c := range j.cmds {
+		state := "running"
+		if c.ProcessState != nil {
+			state = c.ProcessState.String()
+		}
+		fmt.Fprintf(&b, "--- rank %d (%s)\nstdout:\n%s\nstderr:\n%s\n", r, state, j.outs[r], j.errs[r])
+	}
+	return b.String()
 }
 
 // lossesOf returns the per-epoch loss, checking that every rank agrees.

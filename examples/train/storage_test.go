@@ -178,11 +178,29 @@ func killJob(tb testing.TB, dir, args string, kill bool, env ...string) []epochR
 		}
 		sr.cmds[1].Process.Signal(syscall.SIGKILL)
 	}
-	res := tr.wait(tb, "trainers")
+	res, err := tr.results("trainers")
+	if err != nil {
+		// Storage ranks serve until the trainers close; after a trainer
+		// failed, give them a while to notice, then kill them (their
+		// output is reported either way).
+		stop := time.AfterFunc(10*time.Second, func() {
+			for _, c := range sr.cmds {
+				c.Process.Kill()
+			}
+		})
+		defer stop.Stop()
+	}
+	var bad []string
 	for r, c := range sr.cmds {
-		if err := c.Wait(); (err != nil) != (kill && r == 1) {
-			tb.Errorf("storage rank %d: %v\n%s", r, err, sr.errs[r])
+		if werr := c.Wait(); (werr != nil) != (kill && r == 1) {
+			bad = append(bad, fmt.Sprintf("storage rank %d: %v", r, werr))
 		}
+	}
+	if err != nil || bad != nil {
+		// Every trainer's and storage rank's output: the rank that failed
+		// first is often not the one whose failure is noticed first.
+		tb.Fatalf("kill=%v: %v %s\ntrainers:\n%s\nstorage ranks (global ids 2..5):\n%s", kill, err,
+			strings.Join(bad, "; "), tr.report(), sr.report())
 	}
 	return res
 }
