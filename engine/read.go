@@ -538,8 +538,17 @@ func (v *Var) flush(c *readCtx, st *callStats) error {
 		if !v.canFailover() || !(errors.Is(err, fabric.ErrTimeout) || isPeerFailure(err)) {
 			return v.fabricError(c, err)
 		}
-		if tries > v.s.repl.groups {
-			// Every group was tried in turn and reads still fail: give up.
+		// Give up when a read that had no alternative (at the fabric's
+		// hard deadline: readTimeout 0, a last resort) timed out: the
+		// rank it blames would only be chosen again. Reads that merely
+		// missed the failover deadline go on to the next rank, and to a
+		// suspect one at the hard deadline once every holder missed it
+		// (retarget); each retarget marks one more rank dead or suspect,
+		// so the cap below only bounds a pathological loop. (A cap of one
+		// try per group gave up on a loaded machine while the suspect
+		// ranks were alive and the hard-deadline retry never ran.)
+		lastResort := c.timeout == 0 && errors.Is(err, fabric.ErrTimeout)
+		if lastResort || tries > 2*v.s.nranks {
 			return v.errNoReplica(st, int(c.opMember[0]), err)
 		}
 		if err = v.retarget(c, st, err); err != nil {
