@@ -23,7 +23,9 @@
 //   - Readers (Fabric.NewReader): one per goroutine, each with its own
 //     endpoint, CQ and AV on the process's one domain (fi_getinfo is asked
 //     for FI_THREAD_SAFE, then FI_THREAD_COMPLETION); a reader gets its own
-//     domain only at weaker threading, and on shm (see the watchdog below).
+//     domain only at weaker threading, on shm (see the watchdog below),
+//     and on tcp (closing a reader's endpoint after a peer was killed
+//     raced the provider's progress of the shared domain: fabric.go).
 //     ReadBatch keeps up to Options.Window reads in flight (default 128,
 //     clamped to the tx queue size), drains the CQ on -FI_EAGAIN, reports
 //     per-read errors from the error CQ with fi_strerror/fi_cq_strerror text

@@ -63,7 +63,7 @@ func (f *Fabric) NewReader() (*Reader, error) {
 		return nil, &fault.Error{Op: "new reader", Kind: ErrClosed, Detail: "fabric is closed"}
 	}
 	r := &Reader{f: f, dom: f.dom, window: f.opts.Window, timeout: f.opts.Timeout, pin: &pinSet{}}
-	if f.ownDom || f.guarded {
+	if f.inf.ReaderDomains {
 		if rc := C.dd_open_domain(f.fab, f.info, &r.dom); rc != 0 {
 			return nil, fiErr("fi_domain(reader)", rc)
 		}
