@@ -34,8 +34,8 @@ type Rank struct {
 	Vars    []VarOnRank  // every variable of this rank
 	Readers []ReaderStat // one per (variable, reader) stripe with calls
 
-	RowsHistory  []float64 // rows/s per interval, oldest first
-	BytesHistory []float64 // bytes/s per interval, oldest first
+	RowsHistory  []float64 // rows/s per interval, oldest first (shared: read only)
+	BytesHistory []float64 // bytes/s per interval, oldest first (shared: read only)
 
 	Recent  []telemetry.Record // most recent calls, oldest first
 	Dropped uint64             // ring records overwritten before ddtop read them

@@ -430,35 +430,38 @@ func aggregateVars(ranks []*Rank) []*Var {
 	return out
 }
 
-// ring keeps the last n float values.
+// ring keeps the last n float values. values shares its backing array
+// with the frames already returned: push only appends past every returned
+// slice's end, and moves to a new array (the last n-1 values, room for n
+// more) when the array is full, so it copies once per n pushes, not per
+// poll.
 type ring struct {
-	v    []float64
-	next int
-	full bool
+	n int
+	v []float64 // the last min(pushed, n) values, oldest first
 }
 
-func newRing(n int) ring { return ring{v: make([]float64, n)} }
+func newRing(n int) ring { return ring{n: n} }
 
 func (r *ring) push(x float64) {
-	if len(r.v) == 0 {
+	if r.n <= 0 {
 		return
 	}
-	r.v[r.next] = x
-	r.next++
-	if r.next == len(r.v) {
-		r.next, r.full = 0, true
+	if len(r.v) == cap(r.v) {
+		nv := make([]float64, 0, 2*r.n)
+		if len(r.v) > 0 {
+			nv = append(nv, r.v[max(len(r.v)-r.n+1, 0):]...)
+		}
+		r.v = nv
+	}
+	r.v = append(r.v, x)
+	if len(r.v) > r.n {
+		r.v = r.v[len(r.v)-r.n:]
 	}
 }
 
-// values returns a copy, oldest first.
-func (r *ring) values() []float64 {
-	if !r.full {
-		return append([]float64(nil), r.v[:r.next]...)
-	}
-	out := make([]float64, 0, len(r.v))
-	out = append(out, r.v[r.next:]...)
-	return append(out, r.v[:r.next]...)
-}
+// values returns the values, oldest first; the caller must not modify
+// them (they are shared with later frames' slices, never written again).
+func (r *ring) values() []float64 { return r.v[:len(r.v):len(r.v)] }
 
 // VarName names var id of this rank's segment, or "#id" when unknown.
 func (r *Rank) VarName(id int32) string {

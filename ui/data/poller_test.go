@@ -252,3 +252,28 @@ func TestRingDrops(t *testing.T) {
 		}
 	}
 }
+
+// The history ring keeps the last n values, oldest first, and a slice it
+// returned never changes afterwards.
+func TestRingShared(t *testing.T) {
+	r := newRing(5)
+	var got [][]float64
+	for i := range 23 {
+		r.push(float64(i))
+		got = append(got, r.values())
+	}
+	for i, v := range got {
+		n := min(i+1, 5)
+		if len(v) != n {
+			t.Fatalf("after %d pushes: %d values", i+1, len(v))
+		}
+		for j, x := range v {
+			if want := float64(i + 1 - n + j); x != want {
+				t.Fatalf("after %d pushes: values %v", i+1, v)
+			}
+		}
+	}
+	if z := newRing(0); len(z.values()) != 0 {
+		t.Fatal("ring of 0 holds values")
+	}
+}
