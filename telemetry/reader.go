@@ -5,11 +5,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"runtime"
 	"runtime/debug"
-	"sort"
-	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -260,40 +257,7 @@ func Discover(dir string) ([]SegmentInfo, error) {
 // validated again. open may be nil, or return nil for a path it does not
 // have open.
 func DiscoverOpen(dir string, open func(path string) *Segment) ([]SegmentInfo, error) {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, fmt.Errorf("telemetry: list segments in %s: %w", dir, err)
-	}
-	var out []SegmentInfo
-	for _, e := range ents {
-		name := e.Name()
-		if !strings.HasPrefix(name, SegmentPrefix) || !strings.HasSuffix(name, SegmentSuffix) || e.IsDir() {
-			continue
-		}
-		path := filepath.Join(dir, name)
-		if open != nil {
-			if seg := open(path); seg != nil && seg.file != nil {
-				if fi, err := e.Info(); err == nil && os.SameFile(fi, seg.file) {
-					if info, err := seg.Info(); err == nil {
-						out = append(out, info)
-						continue
-					}
-				}
-			}
-		}
-		info, _ := inspect(path)
-		out = append(out, info)
-	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Job != out[j].Job {
-			return out[i].Job < out[j].Job
-		}
-		if out[i].Rank != out[j].Rank {
-			return out[i].Rank < out[j].Rank
-		}
-		return out[i].Path < out[j].Path
-	})
-	return out, nil
+	return NewSegmentDir(dir).Discover(open)
 }
 
 // Segment is a read-only view of one segment. Its methods are safe for

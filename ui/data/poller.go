@@ -60,6 +60,7 @@ func (o Options) withDefaults() Options {
 // concurrent use; the Frames it returns are immutable and may be shared.
 type Poller struct {
 	o     Options
+	dir   *telemetry.SegmentDir
 	ranks map[string]*tracked // by path
 }
 
@@ -83,7 +84,8 @@ func NewPoller(o Options) (*Poller, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	return &Poller{o: o.withDefaults(), ranks: map[string]*tracked{}}, nil
+	o = o.withDefaults()
+	return &Poller{o: o, dir: telemetry.NewSegmentDir(o.Dir), ranks: map[string]*tracked{}}, nil
 }
 
 // Dir is the directory being followed.
@@ -105,7 +107,7 @@ func (p *Poller) Close() error {
 // that cannot be listed.
 func (p *Poller) Poll() (*Frame, error) {
 	now := p.o.Now()
-	infos, err := telemetry.DiscoverOpen(p.o.Dir, p.openSegment)
+	infos, err := p.dir.Discover(p.openSegment)
 	if err != nil {
 		return nil, fmt.Errorf("ddtop: discover segments in %s: %w", p.o.Dir, err)
 	}

@@ -87,6 +87,7 @@ type Collector struct {
 	Gzip bool
 
 	dir, job string
+	segDir   *telemetry.SegmentDir
 	mu       sync.Mutex
 	segs     map[string]*telemetry.Segment // open segments by path
 	// Label pairs of every series, built (and checked) once rather than
@@ -104,7 +105,7 @@ type labelSet struct {
 
 // NewCollector follows dir (only job's segments when job is not "").
 func NewCollector(dir, job string) *Collector {
-	return &Collector{dir: dir, job: job, segs: map[string]*telemetry.Segment{}, labels: map[string]*labelSet{}}
+	return &Collector{dir: dir, job: job, segDir: telemetry.NewSegmentDir(dir), segs: map[string]*telemetry.Segment{}, labels: map[string]*labelSet{}}
 }
 
 // pairs are the label pairs of desc d with values l, from the cache.
@@ -199,7 +200,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	defer c.mu.Unlock()
 	c.scrape++
 	defer c.prune()
-	infos, err := telemetry.DiscoverOpen(c.dir, c.open)
+	infos, err := c.segDir.Discover(c.open)
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(dBad, err)
 		return
