@@ -394,11 +394,24 @@ func (s *Segment) RingHead() uint64 {
 // stripes, and the loader block, with atomic loads. Each variable is
 // copied under its generation check, so a variable being added or removed
 // is either skipped or complete.
-func (s *Segment) Snapshot() (snap *Snapshot, err error) {
+func (s *Segment) Snapshot() (*Snapshot, error) {
+	snap := new(Snapshot)
+	if err := s.SnapshotTo(snap); err != nil {
+		return nil, err
+	}
+	return snap, nil
+}
+
+// SnapshotTo is Snapshot into dst, an earlier snapshot (of any segment)
+// that nobody uses any more: its memory (variables, their stripes, peers)
+// is reused, so a viewer that refreshes often allocates nothing for a
+// segment whose variables stay the same. On error dst holds nothing
+// useful.
+func (s *Segment) SnapshotTo(dst *Snapshot) (err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return nil, fmt.Errorf("%w: segment %s", ErrClosed, s.path)
+		return fmt.Errorf("%w: segment %s", ErrClosed, s.path)
 	}
 	old := debug.SetPanicOnFault(true)
 	defer debug.SetPanicOnFault(old)
@@ -406,7 +419,9 @@ func (s *Segment) Snapshot() (snap *Snapshot, err error) {
 
 	m, g, h := s.m, &s.h.g, &s.h
 	now := time.Now()
-	snap = &Snapshot{
+	vars, peers := dst.Vars[:0], dst.Peers[:0]
+	same := dst.Path == s.path && dst.StartNs == h.startNs // dst's names are this segment's
+	*dst = Snapshot{
 		Header: Header{
 			Version: h.version, Pid: h.pid, Host: h.host, Rank: h.rank, World: h.world, Job: h.job,
 			StartNs: h.startNs, Heartbeat: m.loadI(hHeartbeat),
@@ -421,13 +436,22 @@ func (s *Segment) Snapshot() (snap *Snapshot, err error) {
 		Taken: now,
 		Path:  s.path,
 	}
+	snap := dst
 	snap.HeartbeatAge = time.Duration(now.UnixNano() - snap.Heartbeat)
 	snap.Alive, snap.State = liveness(h.host, h.pid, h.pidStart, snap.HeartbeatAge, s.pidAlive)
 
 	for v := int64(0); v < g.maxVars; v++ {
-		if vs, ok := s.readVar(v); ok {
-			snap.Vars = append(snap.Vars, vs)
+		var reuse *VarSnapshot
+		if n := len(vars); n < cap(vars) {
+			reuse = &vars[:n+1][n]
 		}
+		if vs, ok := s.readVar(v, reuse, same); ok {
+			vars = append(vars, vs)
+		}
+	}
+	snap.Vars = vars
+	if len(vars) == 0 {
+		snap.Vars = nil
 	}
 	l := g.loaderOff
 	snap.Loader.Batches = m.loadI(l + lBatches) // first: see Counters
@@ -457,16 +481,26 @@ func (s *Segment) Snapshot() (snap *Snapshot, err error) {
 			for i := int64(0); i < NumPeerBuckets; i++ {
 				p.Hist[i] = m.load(off + pHist + i*8)
 			}
-			snap.Peers = append(snap.Peers, p)
+			peers = append(peers, p)
+		}
+		if len(peers) > 0 {
+			snap.Peers = peers
 		}
 	}
-	return snap, nil
+	return nil
 }
 
 // readVar copies variable v if it is in use, retrying while it changes.
-func (s *Segment) readVar(v int64) (VarSnapshot, bool) {
+// reuse, when not nil, is an old copy of a variable whose stripes' memory
+// the copy may take; when it was copied from this segment (same) and is
+// the same generation of v, the copy keeps its strings.
+func (s *Segment) readVar(v int64, reuse *VarSnapshot, same bool) (VarSnapshot, bool) {
 	m, g := s.m, &s.h.g
 	off := g.varOff(v)
+	var spare []Counters
+	if reuse != nil {
+		spare = reuse.Readers[:cap(reuse.Readers)]
+	}
 	for try := 0; try < 100; try++ {
 		gen := m.load(off + vGen)
 		if gen&1 != 0 {
@@ -478,12 +512,15 @@ func (s *Segment) readVar(v int64) (VarSnapshot, bool) {
 		}
 		vs := VarSnapshot{
 			ID:         int(v),
-			Name:       m.getString(off+vName, nameLen),
-			DType:      m.getString(off+vDType, dtypeLen),
 			RowBytes:   m.loadI(off + vRowBytes),
 			GlobalRows: m.loadI(off + vGlobalRows),
 			LocalRows:  m.loadI(off + vLocalRows),
 			Generation: gen,
+		}
+		if same && reuse != nil && reuse.ID == int(v) && reuse.Generation == gen {
+			vs.Name, vs.DType = reuse.Name, reuse.DType // set before the generation was published
+		} else {
+			vs.Name, vs.DType = m.getString(off+vName, nameLen), m.getString(off+vDType, dtypeLen)
 		}
 		// Copy only the stripes up to the last one that saw calls: a
 		// stripe's calls counter is loaded first, so one that gets its
@@ -496,7 +533,11 @@ func (s *Segment) readVar(v int64) (VarSnapshot, bool) {
 			}
 		}
 		var readers []Counters
-		if used > 0 {
+		switch {
+		case used == 0:
+		case int64(len(spare)) >= used:
+			readers = spare[:used]
+		default:
 			readers = make([]Counters, used)
 		}
 		last := -1
@@ -509,7 +550,9 @@ func (s *Segment) readVar(v int64) (VarSnapshot, bool) {
 		if m.load(off+vGen) != gen {
 			continue
 		}
-		vs.Readers = readers[: last+1 : last+1]
+		if last >= 0 {
+			vs.Readers = readers[:last+1]
+		}
 		return vs, true
 	}
 	return VarSnapshot{}, false

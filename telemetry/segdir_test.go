@@ -3,6 +3,7 @@ package telemetry
 import (
 	"errors"
 	"os"
+	"reflect"
 	"testing"
 	"time"
 )
@@ -95,4 +96,66 @@ func TestSegmentDir(t *testing.T) {
 	if _, err := NewSegmentDir(dir + "/nope").Discover(nil); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("missing directory: %v", err)
 	}
+}
+
+// SnapshotTo into an old snapshot gives what Snapshot gives, whichever
+// segment and variables the old one held, and allocates nothing when the
+// variables stay the same.
+func TestSnapshotTo(t *testing.T) {
+	dir := t.TempDir()
+	mk := func(rank int, names ...string) (*Writer, *Segment) {
+		w, err := Create(WriterOptions{Dir: dir, Job: "j", Rank: rank, World: 2, Host: localHost()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { w.Close() })
+		for i, n := range names {
+			id, err := w.AddVar(n, "float32", int64(4*(i+1)), 100, 50)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for k := range 3 + i {
+				c := Call{Var: int32(id), Reader: int32(k % (2 + i)), Rows: int64(k + 1), Bytes: 4, RemoteRows: 1}
+				c.Targets.Add(1-rank, int64(k+1))
+				c.Phases[PhaseCQWait] = int64(1000 * (k + 1))
+				w.Record(&c)
+			}
+		}
+		return w, openTest(t, w.Path())
+	}
+	wa, a := mk(0, "a0", "a1")
+	_, b := mk(1, "b0")
+	same := func(what string, got *Snapshot, seg *Segment) {
+		t.Helper()
+		want, err := seg.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := *got
+		g.Taken, g.HeartbeatAge = want.Taken, want.HeartbeatAge
+		if !reflect.DeepEqual(&g, want) {
+			t.Fatalf("%s: SnapshotTo\n%+v\nSnapshot\n%+v", what, g, *want)
+		}
+	}
+	dst := new(Snapshot)
+	for _, step := range []struct {
+		what string
+		seg  *Segment
+	}{{"a into new", a}, {"b into a's", b}, {"a into b's", a}, {"a again", a}} {
+		if err := step.seg.SnapshotTo(dst); err != nil {
+			t.Fatal(err)
+		}
+		same(step.what, dst, step.seg)
+	}
+	if n := testing.AllocsPerRun(100, func() { a.SnapshotTo(dst) }); n != 0 {
+		t.Errorf("SnapshotTo of unchanged variables allocates %v times", n)
+	}
+	wa.RemoveVar(0)
+	if _, err := wa.AddVar("a2", "int64", 8, 10, 5); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.SnapshotTo(dst); err != nil {
+		t.Fatal(err)
+	}
+	same("a after a variable was replaced", dst, a)
 }

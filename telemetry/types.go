@@ -203,6 +203,12 @@ type Counters struct {
 
 // Add returns c + o, field by field.
 func (c Counters) Add(o Counters) Counters {
+	c.Accumulate(&o)
+	return c
+}
+
+// Accumulate adds o to c, field by field (c += o without copying either).
+func (c *Counters) Accumulate(o *Counters) {
 	c.Calls += o.Calls
 	c.Rows += o.Rows
 	c.Bytes += o.Bytes
@@ -214,15 +220,23 @@ func (c Counters) Add(o Counters) Counters {
 	for i := range c.PhaseNs {
 		c.PhaseNs[i] += o.PhaseNs[i]
 	}
-	c.CallHist = c.CallHist.Add(o.CallHist)
-	c.RowHist = c.RowHist.Add(o.RowHist)
-	return c
+	for i := range c.CallHist {
+		c.CallHist[i] += o.CallHist[i]
+		c.RowHist[i] += o.RowHist[i]
+	}
 }
 
 // Sub returns c - prev, field by field: the work done between two
 // snapshots of the same stripe. Use it only when both snapshots have the
 // same variable Generation and segment StartNs.
 func (c Counters) Sub(prev Counters) Counters {
+	c.Deduct(&prev)
+	return c
+}
+
+// Deduct subtracts prev from c, field by field (c -= prev without copying
+// either; see Sub).
+func (c *Counters) Deduct(prev *Counters) {
 	c.Calls -= prev.Calls
 	c.Rows -= prev.Rows
 	c.Bytes -= prev.Bytes
@@ -234,9 +248,10 @@ func (c Counters) Sub(prev Counters) Counters {
 	for i := range c.PhaseNs {
 		c.PhaseNs[i] -= prev.PhaseNs[i]
 	}
-	c.CallHist = c.CallHist.Sub(prev.CallHist)
-	c.RowHist = c.RowHist.Sub(prev.RowHist)
-	return c
+	for i := range c.CallHist {
+		c.CallHist[i] -= prev.CallHist[i]
+		c.RowHist[i] -= prev.RowHist[i]
+	}
 }
 
 // TotalNs is the sum of all phases.

@@ -100,7 +100,7 @@ type Var struct {
 	Name, DType          string
 	RowBytes, GlobalRows int64
 	Stat
-	ByRank []VarOnRank
+	ByRank []*VarOnRank // the ranks' own VarOnRank (Rank.Vars), read only
 }
 
 // LoaderStat is a rank's loader block seen twice.

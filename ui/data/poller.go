@@ -69,12 +69,13 @@ type tracked struct {
 	seg                 *telemetry.Segment
 	startNs             int64
 	prev                *telemetry.Snapshot
+	spare               *telemetry.Snapshot // the snapshot before prev, for SnapshotTo
 	prevAt              time.Time
+	varNames            map[int32]string // of prev's variables; shared by the Ranks made from it
 	rowsHist, bytesHist ring
 	cursor              uint64
 	started             bool
 	recent              []telemetry.Record // newest last, at most o.Recent
-	buf                 []telemetry.Record
 	dropped             uint64
 	raw                 *Recorded // this poll's raw data (Options.KeepRaw)
 }
@@ -236,13 +237,23 @@ func transient(err error) bool {
 
 // sample snapshots one segment and diffs it against the previous snapshot.
 func (p *Poller) sample(t *tracked, in telemetry.SegmentInfo, now time.Time) (*Rank, error) {
-	s, err := t.seg.Snapshot()
-	if err != nil {
+	// The snapshot before the previous one is no longer used (a Rank
+	// copies what it shows): its memory takes the new one, unless frames
+	// keep their snapshots (KeepRaw).
+	s := t.spare
+	t.spare = nil
+	if s == nil {
+		s = new(telemetry.Snapshot)
+	}
+	if err := t.seg.SnapshotTo(s); err != nil {
 		return nil, err
 	}
+	old := t.prev
 	r := p.diff(t, in.Path, s, now)
 	if p.o.KeepRaw {
 		t.raw = &Recorded{Snap: s}
+	} else {
+		t.spare = old
 	}
 	p.readRing(t, s)
 	r.Recent = t.recent[:len(t.recent):len(t.recent)] // shared, never written again
@@ -301,10 +312,9 @@ func (p *Poller) diff(t *tracked, path string, s *telemetry.Snapshot, now time.T
 			r.Loader.Delta = d
 		}
 	}
-	r.varNames = make(map[int32]string, len(s.Vars))
+	r.varNames = t.names(s)
 	for vi := range s.Vars {
 		v := &s.Vars[vi]
-		r.varNames[int32(v.ID)] = v.Name
 		var pv *telemetry.VarSnapshot
 		if prev != nil {
 			for j := range prev.Vars {
@@ -314,28 +324,31 @@ func (p *Poller) diff(t *tracked, path string, s *telemetry.Snapshot, now time.T
 				}
 			}
 		}
-		vr := VarOnRank{Name: v.Name, DType: v.DType, RowBytes: v.RowBytes, GlobalRows: v.GlobalRows,
-			LocalRows: v.LocalRows, Rank: r.Rank, Host: r.Host, Path: r.Path}
+		// Filled in place (the slices were sized above): a Stat is two
+		// 760-byte counter blocks, not worth copying around.
+		r.Vars = append(r.Vars, VarOnRank{Name: v.Name, DType: v.DType, RowBytes: v.RowBytes, GlobalRows: v.GlobalRows,
+			LocalRows: v.LocalRows, Rank: r.Rank, Host: r.Host, Path: r.Path})
+		vr := &r.Vars[len(r.Vars)-1]
 		vr.Stat.Interval = iv
 		for ri := range v.Readers {
-			rs := ReaderStat{Var: v.Name, Reader: ri}
-			rs.Stat.Total = v.Readers[ri]
-			rs.Stat.Interval = iv
-			if prev != nil {
-				var pc telemetry.Counters
-				if pv != nil && ri < len(pv.Readers) {
-					pc = pv.Readers[ri]
-				}
-				rs.Stat.Delta = diff(v.Readers[ri], pc)
-			}
-			if rs.Stat.Total.Calls == 0 {
+			cur := &v.Readers[ri]
+			if cur.Calls == 0 {
 				continue
 			}
-			vr.Stat.add(rs.Stat)
-			r.Readers = append(r.Readers, rs)
+			r.Readers = append(r.Readers, ReaderStat{Var: v.Name, Reader: ri})
+			rs := &r.Readers[len(r.Readers)-1]
+			rs.Stat.Total = *cur
+			rs.Stat.Interval = iv
+			if prev != nil {
+				pc := &noCounters
+				if pv != nil && ri < len(pv.Readers) {
+					pc = &pv.Readers[ri]
+				}
+				diff(&rs.Stat.Delta, cur, pc)
+			}
+			vr.Stat.add(&rs.Stat)
 		}
-		r.Vars = append(r.Vars, vr)
-		r.Stat.add(vr.Stat)
+		r.Stat.add(&vr.Stat)
 	}
 	r.Stat.Interval = iv
 	if iv > 0 {
@@ -346,6 +359,32 @@ func (p *Poller) diff(t *tracked, path string, s *telemetry.Snapshot, now time.T
 	r.BytesHistory = t.bytesHist.values()
 	t.prev, t.prevAt = s, now
 	return r
+}
+
+// noCounters is a stripe that saw no call.
+var noCounters telemetry.Counters
+
+// names maps the variable ids of s to their names: the map of the
+// previous snapshot when they are the same (Ranks share it, read only).
+func (t *tracked) names(s *telemetry.Snapshot) map[int32]string {
+	if t.varNames != nil && len(t.varNames) == len(s.Vars) {
+		same := true
+		for i := range s.Vars {
+			if n, ok := t.varNames[int32(s.Vars[i].ID)]; !ok || n != s.Vars[i].Name {
+				same = false
+				break
+			}
+		}
+		if same {
+			return t.varNames
+		}
+	}
+	m := make(map[int32]string, len(s.Vars))
+	for i := range s.Vars {
+		m[int32(s.Vars[i].ID)] = s.Vars[i].Name
+	}
+	t.varNames = m
+	return m
 }
 
 // readRing reads the calls recorded since the last poll. The first read
@@ -362,22 +401,24 @@ func (p *Poller) readRing(t *tracked, s *telemetry.Snapshot) {
 	if t.cursor == s.RingHead && t.raw == nil {
 		return // nothing recorded since the last poll
 	}
-	if t.buf == nil {
-		t.buf = make([]telemetry.Record, min(keep, 1024))
-	}
+	chunk := min(keep, 1024)
 	for range 64 { // bounded: a refresh never chases a fast writer forever
-		n, next, dropped, err := t.seg.ReadRing(t.cursor, t.buf)
+		// Straight into the tail's spare room (past every returned
+		// frame's end), enough for what the snapshot saw recorded.
+		pending := int(min(s.RingHead-min(t.cursor, s.RingHead), uint64(chunk)))
+		dst := t.room(max(pending, 1), chunk, keep)
+		n, next, dropped, err := t.seg.ReadRing(t.cursor, dst)
 		t.dropped += dropped
 		t.cursor = next
 		if t.raw != nil {
 			t.raw.Dropped += dropped
-			t.raw.Calls = append(t.raw.Calls, t.buf[:n]...)
+			t.raw.Calls = append(t.raw.Calls, dst[:n]...)
 		}
 		if err != nil || n == 0 {
 			break
 		}
-		p.appendRecent(t, t.buf[:n])
-		if n < len(t.buf) {
+		t.took(n, keep)
+		if n < len(dst) {
 			break
 		}
 	}
@@ -385,25 +426,32 @@ func (p *Poller) readRing(t *tracked, s *telemetry.Snapshot) {
 
 // appendRecent adds records to the rank's tail of recent calls.
 func (p *Poller) appendRecent(t *tracked, recs []telemetry.Record) {
-	keep := p.o.Recent
 	if n := len(recs); n > 0 {
-		if len(t.recent)+n > cap(t.recent) {
-			// A new backing array: the frames already returned share
-			// the old one. Room for keep more records, so this copy
-			// happens about once per keep records, not every poll.
-			from := max(len(t.recent)+n-keep, 0)
-			nr := make([]telemetry.Record, 0, 4*keep+n)
-			if from < len(t.recent) {
-				nr = append(nr, t.recent[from:]...)
-			}
-			t.recent = nr
-		}
-		// Appending past every returned frame's length (they are cut
-		// to their length and capacity) leaves them unchanged.
-		t.recent = append(t.recent, recs...)
-		if over := len(t.recent) - keep; over > 0 {
-			t.recent = t.recent[over:]
-		}
+		copy(t.room(n, n, p.o.Recent), recs)
+		t.took(n, p.o.Recent)
+	}
+}
+
+// room is the spare capacity after the tail of recent calls, at least
+// need records and at most most. The frames already returned share the
+// tail's array up to their own ends (cut to length and capacity), so
+// records written past its length leave them unchanged; when less room is
+// left, the tail moves to a new array with room for keep+most more, so
+// that copy happens about once per 3*keep records, not every poll.
+func (t *tracked) room(need, most, keep int) []telemetry.Record {
+	if cap(t.recent)-len(t.recent) < need {
+		t.recent = append(make([]telemetry.Record, 0, 4*keep+most), t.recent...) // len(t.recent) <= keep
+	}
+	spare := t.recent[len(t.recent):cap(t.recent)]
+	return spare[:min(len(spare), most)]
+}
+
+// took adds the first n records of room to the tail, keeping its last
+// keep.
+func (t *tracked) took(n, keep int) {
+	t.recent = t.recent[:len(t.recent)+n]
+	if over := len(t.recent) - keep; over > 0 {
+		t.recent = t.recent[over:]
 	}
 }
 
@@ -415,16 +463,17 @@ func aggregateVars(ranks []*Rank) []*Var {
 		for _, vr := range r.Vars {
 			if byName[vr.Name] == nil {
 				v := &Var{Name: vr.Name, DType: vr.DType, RowBytes: vr.RowBytes, GlobalRows: vr.GlobalRows}
-				v.ByRank = make([]VarOnRank, 0, len(ranks))
+				v.ByRank = make([]*VarOnRank, 0, len(ranks))
 				byName[vr.Name] = v
 				out = append(out, v)
 			}
 		}
 	}
 	for _, r := range ranks {
-		for _, vr := range r.Vars {
+		for i := range r.Vars {
+			vr := &r.Vars[i]
 			v := byName[vr.Name]
-			v.Stat.add(vr.Stat)
+			v.Stat.add(&vr.Stat)
 			v.ByRank = append(v.ByRank, vr)
 		}
 	}

@@ -277,3 +277,43 @@ func TestRingShared(t *testing.T) {
 		t.Fatal("ring of 0 holds values")
 	}
 }
+
+// Each frame's recent calls are the last Recent recorded before its poll,
+// oldest first, and stay so while later polls read more (the tail's array
+// fills and moves on many times here).
+func TestRecentShared(t *testing.T) {
+	dir := t.TempDir()
+	w := writer(t, telemetry.WriterOptions{Dir: dir})
+	id, _ := w.AddVar("x", "u8", 1, 1, 1)
+	const keep = 8
+	p, _ := NewPoller(Options{Dir: dir, Recent: keep})
+	defer p.Close()
+	var frames []*Frame
+	var recorded []int
+	n := 0
+	for poll := range 60 {
+		for range poll % 7 { // 0 to 6 calls between polls
+			c := testCall(int32(id), n)
+			w.Record(&c)
+			n++
+		}
+		f, err := p.Poll()
+		if err != nil || len(f.Ranks) != 1 {
+			t.Fatalf("poll %d: %v %v", poll, f, err)
+		}
+		frames = append(frames, f)
+		recorded = append(recorded, n)
+	}
+	for i, f := range frames {
+		rec := f.Ranks[0].Recent
+		if want := min(recorded[i], keep); len(rec) != want {
+			t.Fatalf("poll %d: %d recent calls, want %d", i, len(rec), want)
+		}
+		for j := range rec {
+			call := recorded[i] - len(rec) + j
+			if want := int64(call + 1); rec[j].Rows != want || rec[j].Seq != uint64(call) {
+				t.Fatalf("poll %d: recent[%d] is call %d (rows %d), want call %d (rows %d)", i, j, rec[j].Seq, rec[j].Rows, call, want)
+			}
+		}
+	}
+}

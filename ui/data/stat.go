@@ -73,9 +73,9 @@ func (s Stat) PhaseShare() [telemetry.NumPhases]float64 {
 	return out
 }
 
-func (s *Stat) add(o Stat) {
-	s.Total = s.Total.Add(o.Total)
-	s.Delta = s.Delta.Add(o.Delta)
+func (s *Stat) add(o *Stat) {
+	s.Total.Accumulate(&o.Total)
+	s.Delta.Accumulate(&o.Delta)
 	if o.Interval > s.Interval {
 		s.Interval = o.Interval
 	}
@@ -83,7 +83,7 @@ func (s *Stat) add(o Stat) {
 
 // sane reports whether d can be a difference of two snapshots of the same
 // stripe (no counter went backwards).
-func sane(d telemetry.Counters) bool {
+func sane(d *telemetry.Counters) bool {
 	if d.Calls < 0 || d.Rows < 0 || d.Bytes < 0 || d.Errors < 0 {
 		return false
 	}
@@ -95,11 +95,11 @@ func sane(d telemetry.Counters) bool {
 	return true
 }
 
-// diff returns cur - prev, or cur when prev is not an earlier copy.
-func diff(cur, prev telemetry.Counters) telemetry.Counters {
-	d := cur.Sub(prev)
+// diff sets d to cur - prev, or to cur when prev is not an earlier copy.
+func diff(d, cur, prev *telemetry.Counters) {
+	*d = *cur
+	d.Deduct(prev)
 	if !sane(d) {
-		return cur
+		*d = *cur
 	}
-	return d
 }

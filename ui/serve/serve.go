@@ -96,6 +96,7 @@ type Collector struct {
 	labels map[string]*labelSet
 	scrape uint64
 	key    []byte
+	snap   telemetry.Snapshot // each segment's snapshot in turn (emit keeps nothing of it)
 }
 
 type labelSet struct {
@@ -224,7 +225,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			}
 			c.segs[in.Path] = s
 		}
-		snap, err := s.Snapshot()
+		err := s.SnapshotTo(&c.snap)
+		snap := &c.snap
 		if err != nil || snap.StartNs != in.StartNs {
 			s.Close() // replaced by a new incarnation, or gone: reopen next time
 			delete(c.segs, in.Path)
