@@ -397,15 +397,12 @@ const busyFor = 400 * time.Millisecond
 // and checks: with sync=stream the busy default stream does not delay the
 // reader; with sync=device every call waits for it.
 func scenarioGPUBusy(w *worker) error {
-	s, err := w.open()
+	spec := gpuSpec(3072)
+	s, err := w.openWith(spec)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	spec := gpuSpec(3072)
-	if err := addPattern(s, spec); err != nil {
-		return err
-	}
 	if w.rank == 0 {
 		if err := gpuBusyReads(w, s, spec); err != nil {
 			return err
@@ -687,18 +684,13 @@ func init() { scenarios["gpuloader"] = scenarioGPULoader }
 // consumer's stream after WaitOn, matches its pattern. One batch is held
 // across the next three and checked again: its slot was not reused.
 func scenarioGPULoader(w *worker) error {
-	s, err := w.open()
+	specs := []varSpec{gpuSpec(1001), gpuSpec(12800)}
+	specs[0].base, specs[1].base = 90, 90 // equal global rows
+	s, err := w.openWith(specs...)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	specs := []varSpec{gpuSpec(1001), gpuSpec(12800)}
-	specs[0].base, specs[1].base = 90, 90 // equal global rows
-	for _, spec := range specs {
-		if err := addPattern(s, spec); err != nil {
-			return err
-		}
-	}
 	dev, err := s.Device()
 	if err != nil {
 		return err
@@ -851,15 +843,12 @@ func init() { scenarios["gpudirect"] = scenarioGPUDirect }
 // answer (unless no fabric read is needed at all); host reads work
 // either way.
 func scenarioGPUDirect(w *worker) error {
-	s, err := w.open()
+	spec := gpuSpec(3072)
+	s, err := w.openWith(spec)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	spec := gpuSpec(3072)
-	if err := addPattern(s, spec); err != nil {
-		return err
-	}
 	dev, err := s.Device()
 	if err != nil {
 		return err

@@ -379,12 +379,9 @@ func checkTelemetry(s *Store, mode, name string, readerID int, shared, reader in
 
 // scenarioErrors: each bad input is a clear error and the store keeps working.
 func scenarioErrors(w *worker) error {
-	s, err := w.open()
-	if err != nil {
-		return err
-	}
 	spec := specFor(3072)
-	if err := addPattern(s, spec); err != nil {
+	s, err := w.openWith(spec)
+	if err != nil {
 		return err
 	}
 	info, _ := s.Query(spec.name)
@@ -633,15 +630,12 @@ func scenarioErrors(w *worker) error {
 
 // scenarioWidth: groups of WIDTH ranks, each a full replica.
 func scenarioWidth(w *worker) error {
-	s, err := w.open()
+	spec := varSpec{name: "wide", dt: Float64, rowBytes: 96, base: 40, emptyMember: -1}
+	s, err := w.openWith(spec)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	spec := varSpec{name: "wide", dt: Float64, rowBytes: 96, base: 40, emptyMember: -1}
-	if err := addPattern(s, spec); err != nil {
-		return err
-	}
 	info, _ := s.Query(spec.name)
 	lo := s.Rank() / s.Width() * s.Width()
 	for i, r := range info.GroupRanks {
@@ -694,15 +688,12 @@ func scenarioBadProvider(w *worker) error {
 
 // scenarioConcurrent: Readers and shared-store calls from many goroutines.
 func scenarioConcurrent(w *worker) error {
-	s, err := w.open()
+	spec := varSpec{name: "conc", dt: Float32, rowBytes: 3072, base: 50, emptyMember: -1}
+	s, err := w.openWith(spec)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	spec := varSpec{name: "conc", dt: Float32, rowBytes: 3072, base: 50, emptyMember: -1}
-	if err := addPattern(s, spec); err != nil {
-		return err
-	}
 	iters := w.intParam("ITERS", 20)
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
@@ -740,12 +731,9 @@ func scenarioConcurrent(w *worker) error {
 // scenarioKill: the last rank SIGKILLs itself after Add; the others must
 // get an error naming it within the deadline and keep reading the rest.
 func scenarioKill(w *worker) error {
-	s, err := w.open()
-	if err != nil {
-		return err
-	}
 	spec := varSpec{name: "victim", dt: Bytes, rowBytes: 3072, base: 20, emptyMember: -1}
-	if err := addPattern(s, spec); err != nil {
+	s, err := w.openWith(spec)
+	if err != nil {
 		return err
 	}
 	victim := s.World() - 1

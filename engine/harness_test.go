@@ -149,6 +149,22 @@ func (w *worker) open() (*Store, error) {
 	return s, nil
 }
 
+// openWith opens the rank's store and adds each spec with this rank's rows
+// of its pattern; on an error the store is closed.
+func (w *worker) openWith(specs ...varSpec) (*Store, error) {
+	s, err := w.open()
+	if err != nil {
+		return nil, err
+	}
+	for _, spec := range specs {
+		if err := addPattern(s, spec); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
 // rankResult is one rank's exit and output.
 type rankResult struct {
 	rank   int

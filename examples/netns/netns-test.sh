@@ -7,7 +7,7 @@
 #      other host's are read through the fabric over the veth link, never
 #      lo): the loss of every epoch equals a 4-rank ddrun run on one host.
 #   2. The link of host 1 is cut mid-training: every rank on host 0 fails
-#      within the liveness deadline + 1 s (DDSTORE_LIVENESS=2s) with an
+#      within the liveness deadline + 1 s (DDSTORE_LIVENESS=3s) with an
 #      error naming a rank of host 1, and nothing hangs.
 #   3. FABRIC_IFACE=lo across the two hosts: Open fails on every rank,
 #      naming both ranks, both hosts, the interface and the key.
@@ -18,7 +18,7 @@ cd "$(dirname "$0")/../.."
 [[ $(id -u) == 0 ]] || { echo "SKIP: netns-test needs root (network namespaces)"; exit 0; }
 command -v ip >/dev/null || { echo "SKIP: netns-test needs the ip tool (iproute2)"; exit 0; }
 command -v unshare >/dev/null || { echo "SKIP: netns-test needs unshare (util-linux)"; exit 0; }
-LIVENESS=${LIVENESS:-2}
+LIVENESS=${LIVENESS:-3}
 EPOCHS=${EPOCHS:-2} ROWS=${ROWS:-512}
 id=$$
 sw=ddsw$id
@@ -51,17 +51,19 @@ for i in 0 1; do
 done
 go build -o bin/ ./cmd/ddrun ./examples/train
 
-# start_job EPOCHS: ranks 0,1 on host 0 and 2,3 on host 1, each in its own
-# UTS namespace named after its host; outputs in $tmp/rank<r>.{out,err}.
+# start_job EPOCHS [FABRIC_TIMEOUT_S]: ranks 0,1 on host 0 and 2,3 on host 1,
+# each in its own UTS namespace named after its host; outputs in
+# $tmp/rank<r>.{out,err}. The fabric deadline defaults to the liveness one
+# (the cut test needs reads to a cut host to fail that fast too).
 start_job() {
-  local epochs=$1 port=$((20000 + RANDOM % 10000))
+  local epochs=$1 fabric_timeout=${2:-$LIVENESS} port=$((20000 + RANDOM % 10000))
   : >"$tmp/pids"
   for r in 0 1 2 3; do
     local hi=$((r / 2))
     ip netns exec "${hosts[$hi]}" unshare --uts sh -c "hostname host$hi; exec env \
       RANK=$r WORLD_SIZE=4 LOCAL_RANK=$((r % 2)) LOCAL_WORLD_SIZE=2 \
       MASTER_ADDR=10.77.0.1 MASTER_PORT=$port DDSTORE_JOB=netns-$id-$port DDSTORE_JOB_TOKEN=netns-$id-$port \
-      DDSTORE_LIVENESS=${LIVENESS}s DDSTORE_FABRIC_TIMEOUT=${LIVENESS}s DDSTORE_TIMEOUT=20s DDSTORE_BOOTSTRAP_TIMEOUT=20s ${EXTRA_ENV:-} \
+      DDSTORE_LIVENESS=${LIVENESS}s DDSTORE_FABRIC_TIMEOUT=${fabric_timeout}s DDSTORE_TIMEOUT=20s DDSTORE_BOOTSTRAP_TIMEOUT=20s ${EXTRA_ENV:-} \
       bin/train --epochs $epochs --rows-per-rank $ROWS --json" >"$tmp/rank$r.out" 2>"$tmp/rank$r.err" &
     echo $! >>"$tmp/pids"
   done
@@ -82,10 +84,12 @@ print(" ".join(repr(next(iter(by[e]))) for e in sorted(by)))
 PY
 }
 
-# 1. Same loss as one host.
+# 1. Same loss as one host. Nothing is cut here, so reads get the default
+# fabric deadline: the first read of a pair also connects, which on a
+# loaded 2-core machine can take longer than the liveness deadline.
 bin/ddrun -n 4 bin/train --epochs "$EPOCHS" --rows-per-rank "$ROWS" --json >"$tmp/one.out"
 one=$(losses "$tmp/one.out")
-start_job "$EPOCHS"
+start_job "$EPOCHS" 10
 fail=0
 for p in $(cat "$tmp/pids"); do wait "$p" || fail=1; done
 if (( fail )); then

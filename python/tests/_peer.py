@@ -9,7 +9,7 @@ import ddstore  # noqa: E402
 from conftest import pattern  # noqa: E402
 
 addr, job, n0, n1 = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-s = ddstore.DDStore(node_mode="fabric", iface="lo", telemetry=False, timeout=8, fabric_timeout=1.5,
+s = ddstore.DDStore(node_mode="fabric", iface="lo", telemetry=False, timeout=30, fabric_timeout=1.5,
                     bootstrap={"method": "tcp", "addr": addr, "rank": 1, "world": 2, "job": job})
 s.add("p", pattern(np.arange(n0, n0 + n1), (64,), np.int64))
 print("ready", flush=True)

@@ -34,7 +34,7 @@ def pair(store):
     here = os.path.dirname(os.path.abspath(__file__))
     child = subprocess.Popen([sys.executable, os.path.join(here, "_peer.py"), "127.0.0.1:%d" % port, job,
                               str(N0), str(N1)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True)
-    st = ddstore.DDStore(node_mode="fabric", iface="lo", telemetry=False, timeout=8, fabric_timeout=1.5,
+    st = ddstore.DDStore(node_mode="fabric", iface="lo", telemetry=False, timeout=30, fabric_timeout=1.5,
                          bootstrap={"method": "tcp", "addr": "127.0.0.1:%d" % port, "rank": 0, "world": 2,
                                     "job": job})
     st.add("p", pattern(np.arange(N0), (64,), np.int64))
