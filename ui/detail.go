@@ -252,7 +252,7 @@ func (d *detail) content(off int) string {
 	if r.Dropped > 0 {
 		drops = styles.Warn.Render(drops)
 	}
-	line(styles.Section.Render("RECENT CALLS") + fmt.Sprintf(" (newest first, %d kept, ", len(r.Recent)) + drops + ")")
+	line(styles.Section.Render("RECENT CALLS") + fmt.Sprintf(" (newest first, %d kept, ", r.Recent.Len()) + drops + ")")
 	ct := columns.New([]columns.Column{
 		{Title: "TIME", Width: 12}, {Title: "VARIABLE", Width: 12}, {Title: "RDR", Width: 3, Right: true},
 		{Title: "ROWS", Width: 6, Right: true}, {Title: "BYTES", Width: 7, Right: true}, {Title: "LOCAL", Width: 6, Right: true, Drop: 2},
@@ -261,13 +261,13 @@ func (d *detail) content(off int) string {
 	// Row k (newest first) lands on line top+1+k of the page; only the
 	// rows inside the viewport's window are drawn, the others are blank
 	// lines that keep the page's length (and so the scrolling) right.
-	n := len(r.Recent)
+	n := r.Recent.Len()
 	top := strings.Count(b.String(), "\n")
 	from := min(max(off-top-1, 0), n)
 	to := max(min(off+d.vp.Height-top-1, n), from)
 	crows := make([][]string, 0, to-from)
 	for k := from; k < to; k++ {
-		c := &r.Recent[n-1-k]
+		c := r.Recent.At(n - 1 - k)
 		e := ""
 		if c.Err {
 			e = "err"

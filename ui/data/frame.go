@@ -37,8 +37,8 @@ type Rank struct {
 	RowsHistory  []float64 // rows/s per interval, oldest first (shared: read only)
 	BytesHistory []float64 // bytes/s per interval, oldest first (shared: read only)
 
-	Recent  []telemetry.Record // most recent calls, oldest first
-	Dropped uint64             // ring records overwritten before ddtop read them
+	Recent  Calls  // most recent calls, oldest first
+	Dropped uint64 // ring records overwritten before ddtop read them
 
 	Version int                      // segment format version
 	Peers   []PeerStat               // per target rank (format v2), by rank

@@ -75,7 +75,7 @@ type tracked struct {
 	rowsHist, bytesHist ring
 	cursor              uint64
 	started             bool
-	recent              []telemetry.Record // newest last, at most o.Recent
+	recent              callTail // the last o.Recent calls
 	dropped             uint64
 	raw                 *Recorded // this poll's raw data (Options.KeepRaw)
 }
@@ -191,8 +191,8 @@ func (p *Poller) Feed(at time.Time, segs []Recorded) *Frame {
 		}
 		r := p.diff(t, s.Path, s, at)
 		t.dropped += rs.Dropped
-		p.appendRecent(t, rs.Calls)
-		r.Recent = t.recent[:len(t.recent):len(t.recent)]
+		t.recent.add(rs.Calls, p.o.Recent)
+		r.Recent = t.recent.view()
 		r.Dropped = t.dropped
 		f.Ranks = append(f.Ranks, r)
 	}
@@ -256,7 +256,7 @@ func (p *Poller) sample(t *tracked, in telemetry.SegmentInfo, now time.Time) (*R
 		t.spare = old
 	}
 	p.readRing(t, s)
-	r.Recent = t.recent[:len(t.recent):len(t.recent)] // shared, never written again
+	r.Recent = t.recent.view()
 	r.Dropped = t.dropped
 	return r, nil
 }
@@ -401,12 +401,9 @@ func (p *Poller) readRing(t *tracked, s *telemetry.Snapshot) {
 	if t.cursor == s.RingHead && t.raw == nil {
 		return // nothing recorded since the last poll
 	}
-	chunk := min(keep, 1024)
-	for range 64 { // bounded: a refresh never chases a fast writer forever
-		// Straight into the tail's spare room (past every returned
-		// frame's end), enough for what the snapshot saw recorded.
-		pending := int(min(s.RingHead-min(t.cursor, s.RingHead), uint64(chunk)))
-		dst := t.room(max(pending, 1), chunk, keep)
+	limit := 64 * min(keep, 1024) // a refresh never chases a fast writer forever
+	for read := 0; read < limit; {
+		dst := t.recent.room() // past every returned frame's calls
 		n, next, dropped, err := t.seg.ReadRing(t.cursor, dst)
 		t.dropped += dropped
 		t.cursor = next
@@ -417,41 +414,11 @@ func (p *Poller) readRing(t *tracked, s *telemetry.Snapshot) {
 		if err != nil || n == 0 {
 			break
 		}
-		t.took(n, keep)
+		t.recent.took(n, keep)
+		read += n
 		if n < len(dst) {
 			break
 		}
-	}
-}
-
-// appendRecent adds records to the rank's tail of recent calls.
-func (p *Poller) appendRecent(t *tracked, recs []telemetry.Record) {
-	if n := len(recs); n > 0 {
-		copy(t.room(n, n, p.o.Recent), recs)
-		t.took(n, p.o.Recent)
-	}
-}
-
-// room is the spare capacity after the tail of recent calls, at least
-// need records and at most most. The frames already returned share the
-// tail's array up to their own ends (cut to length and capacity), so
-// records written past its length leave them unchanged; when less room is
-// left, the tail moves to a new array with room for keep+most more, so
-// that copy happens about once per 3*keep records, not every poll.
-func (t *tracked) room(need, most, keep int) []telemetry.Record {
-	if cap(t.recent)-len(t.recent) < need {
-		t.recent = append(make([]telemetry.Record, 0, 4*keep+most), t.recent...) // len(t.recent) <= keep
-	}
-	spare := t.recent[len(t.recent):cap(t.recent)]
-	return spare[:min(len(spare), most)]
-}
-
-// took adds the first n records of room to the tail, keeping its last
-// keep.
-func (t *tracked) took(n, keep int) {
-	t.recent = t.recent[:len(t.recent)+n]
-	if over := len(t.recent) - keep; over > 0 {
-		t.recent = t.recent[over:]
 	}
 }
 

@@ -97,10 +97,10 @@ func TestPollRates(t *testing.T) {
 		t.Fatalf("readers %+v", r.Readers)
 	}
 	// The ring tail holds the calls in order.
-	if len(r.Recent) != n || r.Dropped != 0 {
-		t.Fatalf("recent %d dropped %d", len(r.Recent), r.Dropped)
+	if r.Recent.Len() != n || r.Dropped != 0 {
+		t.Fatalf("recent %d dropped %d", r.Recent.Len(), r.Dropped)
 	}
-	for i, rec := range r.Recent {
+	for i, rec := range r.Recent.Copy() {
 		if want := testCall(int32(id), i); rec.Rows != want.Rows || rec.Bytes != want.Bytes || r.VarName(rec.Var) != "x" {
 			t.Fatalf("recent[%d] = rows %d bytes %d var %s, want %d %d x", i, rec.Rows, rec.Bytes, r.VarName(rec.Var), want.Rows, want.Bytes)
 		}
@@ -243,10 +243,10 @@ func TestRingDrops(t *testing.T) {
 	f, _ := p.Poll()
 	r := f.Ranks[0]
 	// 40 records into a ring of 16 between two polls: 24 lost, the last 8 kept.
-	if r.Dropped != 24 || len(r.Recent) != 8 {
-		t.Fatalf("dropped %d recent %d, want 24 8", r.Dropped, len(r.Recent))
+	if r.Dropped != 24 || r.Recent.Len() != 8 {
+		t.Fatalf("dropped %d recent %d, want 24 8", r.Dropped, r.Recent.Len())
 	}
-	for i, rec := range r.Recent {
+	for i, rec := range r.Recent.Copy() {
 		if want := int64(32 + i + 1); rec.Rows != want {
 			t.Fatalf("recent[%d].Rows = %d, want %d", i, rec.Rows, want)
 		}
@@ -279,8 +279,8 @@ func TestRingShared(t *testing.T) {
 }
 
 // Each frame's recent calls are the last Recent recorded before its poll,
-// oldest first, and stay so while later polls read more (the tail's array
-// fills and moves on many times here).
+// oldest first, and stay so while later polls read more (blocks of the
+// tail fill and leave it many times here).
 func TestRecentShared(t *testing.T) {
 	dir := t.TempDir()
 	w := writer(t, telemetry.WriterOptions{Dir: dir})
@@ -291,7 +291,7 @@ func TestRecentShared(t *testing.T) {
 	var frames []*Frame
 	var recorded []int
 	n := 0
-	for poll := range 60 {
+	for poll := range 120 {
 		for range poll % 7 { // 0 to 6 calls between polls
 			c := testCall(int32(id), n)
 			w.Record(&c)
@@ -305,7 +305,7 @@ func TestRecentShared(t *testing.T) {
 		recorded = append(recorded, n)
 	}
 	for i, f := range frames {
-		rec := f.Ranks[0].Recent
+		rec := f.Ranks[0].Recent.Copy()
 		if want := min(recorded[i], keep); len(rec) != want {
 			t.Fatalf("poll %d: %d recent calls, want %d", i, len(rec), want)
 		}
