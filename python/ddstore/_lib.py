@@ -50,6 +50,9 @@ _SIGS = {
     "dds_get": [u64, S, i64, i64, P, i64, ErrP],
     "dds_get_batch": [u64, S, P, i64, P, i64, ErrP],
     "dds_get_ranges": [u64, S, P, P, i64, P, i64, ErrP],
+    "dds_get_start": [u64, S, i64, i64, P, i64, i32, ctypes.POINTER(u64), ErrP],
+    "dds_get_batch_start": [u64, S, P, i64, P, i64, i32, ctypes.POINTER(u64), ErrP],
+    "dds_get_ranges_start": [u64, S, P, P, i64, P, i64, i32, ctypes.POINTER(u64), ErrP],
     "dds_loader_new": [u64, S, ctypes.POINTER(u64), ErrP],
     "dds_loader_len": [u64, ctypes.POINTER(i64), ErrP],
     "dds_loader_close": [u64, ErrP],
@@ -107,32 +110,57 @@ def check(rc, err):
         raise errors.from_code(rc, err.rank, err.msg.decode("utf-8", "replace"))
 
 
-# Calls abandoned by an exception in wait (KeyboardInterrupt): the buffers
-# they read stay referenced until the library is done with them.
+# Calls abandoned by an exception (KeyboardInterrupt) while the library
+# still runs them: (call handle, what it uses). The buffers they read from
+# or write into stay referenced here until the library is done with them.
 _abandoned = []
 
 
-def wait(call, keep=None):
-    """Waits for a started call in slices; returns its result handle."""
-    l = lib()
-    res = u64()
-    err = Err()
-    _abandoned[:] = [(c, k) for c, k in _abandoned if l.dds_wait(c, 0, None, None) == DDS_AGAIN]
+def pending():
+    """How many abandoned calls the library still runs (forgets the
+    finished ones)."""
+    if _abandoned:
+        l = lib()
+        _abandoned[:] = [(c, k) for c, k in _abandoned if l.dds_wait(c, 0, None, None) == DDS_AGAIN]
+    return len(_abandoned)
+
+
+def _run(fn, args, keep):
+    """Calls fn(*args, &call, &err). When that leaves a call running in the
+    library (a call handle in call), waits for it in slices of SLICE_MS
+    with the GIL released, so that signals are handled between slices. An
+    exception meanwhile (Ctrl-C) abandons the call: keep, the buffers it
+    uses, stays referenced until it is done. Returns the call's result."""
+    if _abandoned:
+        pending()
+    call, err = u64(), Err()
+    res = None
     try:
-        while True:
-            rc = l.dds_wait(call, SLICE_MS, ctypes.byref(res), ctypes.byref(err))
-            if rc != DDS_AGAIN:
-                break
+        rc = fn(*args, ctypes.byref(call), ctypes.byref(err))
+        h = call.value
+        if h:
+            l, res = lib(), u64()
+            while True:
+                rc = l.dds_wait(h, SLICE_MS, ctypes.byref(res), ctypes.byref(err))
+                if rc != DDS_AGAIN:
+                    break
+            call.value = 0  # dds_wait ended the handle
     except BaseException:
-        _abandoned.append((call, keep))
+        if call.value:
+            _abandoned.append((call.value, keep))
         raise
     check(rc, err)
-    return res.value
+    return res.value if res is not None else None
 
 
 def start(fn, *args, keep=None):
-    """Starts a collective call fn(*args, &call, &err) and waits for it."""
-    call = u64()
-    err = Err()
-    check(fn(*args, ctypes.byref(call), ctypes.byref(err)), err)
-    return wait(call.value, keep)
+    """Starts a collective call fn(*args, &call, &err) and waits for it;
+    returns its result."""
+    return _run(fn, args, keep)
+
+
+def read(fn, *args, keep=None):
+    """Runs a read fn(*args, slice_ms, &call, &err): done within its first
+    slice (or in the caller's thread when every shard is mapped), or waited
+    for in slices like a collective."""
+    _run(fn, args + (SLICE_MS,), keep)

@@ -96,10 +96,18 @@ class DDStore:
     options: config (machine YAML), node_mode ("auto" | "fabric"), provider,
     iface, read_mode, width (ddstore_width), timeout (s), fabric_timeout (s),
     telemetry (bool), telemetry_dir, shard_dir, bootstrap (a dict: method,
-    addr, dir, token, rank, world, job; overrides the launcher's view).
+    addr, dir, token, rank, world, job, overriding the launcher's view, and
+    timeout (s), the bootstrap's own deadline, else timeout's).
 
     Only the process that created the store may use it: in a forked child
     every call raises ForkError.
+
+    Every call that may wait for another rank (the collectives, and reads
+    through the fabric) waits in slices of at most 0.1 s with the GIL
+    released, so Ctrl-C raises KeyboardInterrupt promptly. An interrupted
+    call goes on in the library until it ends or times out; the arrays it
+    reads or writes stay referenced until then (an interrupted read's out
+    holds undefined rows), and the store stays usable.
     """
 
     def __init__(self, comm=None, method=0, **options):
@@ -119,6 +127,11 @@ class DDStore:
         for k, v in options.items():
             if k in ("timeout", "fabric_timeout"):
                 opts[k + "_ms"] = int(float(v) * 1000)
+            elif k == "bootstrap" and v is not None:
+                v = dict(v)
+                if "timeout" in v:
+                    v["timeout_ms"] = int(float(v.pop("timeout")) * 1000)
+                opts[k] = v
             elif k in keymap:
                 if v is not None:
                     opts[keymap[k]] = v
@@ -303,8 +316,7 @@ class DDStore:
             raise errors.DTypeError(4, -1, "ddstore: get %r: out rows are %d bytes, variable rows %d bytes"
                                     % (name, out.nbytes // count, v.row_bytes))
         out = self._out(v, out, count, "get")
-        err = _lib.Err()
-        _lib.check(_lib.lib().dds_get(h, v.bname, int(start), count, _ptr(out), out.nbytes, ctypes.byref(err)), err)
+        _lib.read(_lib.lib().dds_get_start, h, v.bname, int(start), count, _ptr(out), out.nbytes, keep=(v.bname, out))
         return out
 
     def get_batch(self, name, indices, out=None):
@@ -314,9 +326,8 @@ class DDStore:
         v = self._var(name)
         idx = np.ascontiguousarray(indices, dtype=np.int64).reshape(-1)
         out = self._out(v, out, len(idx), "get_batch")
-        err = _lib.Err()
-        _lib.check(_lib.lib().dds_get_batch(h, v.bname, _ptr(idx), len(idx), _ptr(out), out.nbytes,
-                                            ctypes.byref(err)), err)
+        _lib.read(_lib.lib().dds_get_batch_start, h, v.bname, _ptr(idx), len(idx), _ptr(out), out.nbytes,
+                  keep=(v.bname, idx, out))
         return out
 
     def get_ranges(self, name, starts, lengths, out=None):
@@ -337,9 +348,8 @@ class DDStore:
             i = int(np.argmin(ln))
             raise errors.OutOfRangeError(1, -1, "ddstore: get_ranges %r: record %d has length %d" % (name, i, ln[i]))
         out = self._out(v, out, int(offsets[-1]), "get_ranges")
-        err = _lib.Err()
-        _lib.check(_lib.lib().dds_get_ranges(h, v.bname, _ptr(st), _ptr(ln), len(st), _ptr(out), out.nbytes,
-                                             ctypes.byref(err)), err)
+        _lib.read(_lib.lib().dds_get_ranges_start, h, v.bname, _ptr(st), _ptr(ln), len(st), _ptr(out), out.nbytes,
+                  keep=(v.bname, st, ln, out))
         return out, offsets
 
     def __del__(self):

@@ -16,7 +16,15 @@
  *   waits until done. Buffers passed to a started call must stay valid
  *   until dds_wait returned something other than DDS_AGAIN.
  * - Reads (dds_get, dds_get_batch, dds_get_ranges) run in the caller's
- *   thread, bounded by the fabric timeout. Any thread may call them.
+ *   thread, bounded by the fabric timeout. Any thread may call them. Their
+ *   *_start forms take slice_ms and a call pointer: a read of a store
+ *   whose shards are all mapped (no fabric) runs in the caller's thread; a
+ *   read that may wait on the fabric runs in the library and the caller
+ *   waits up to slice_ms for it. Done by then: its result, *call = 0.
+ *   Still running: DDS_AGAIN and a call handle in *call for dds_wait; the
+ *   name, index arrays and dst must then stay valid until dds_wait
+ *   returned something other than DDS_AGAIN. slice_ms < 0: in the
+ *   caller's thread (the plain forms).
  * - The library never keeps a pointer the caller passed in after the call
  *   (or the started operation) returns. Batch data pointers point into
  *   memory outside the Go heap, valid until the lease is released.
@@ -84,7 +92,9 @@ int dds_handle_free(uint64_t h);
  * "provider", "iface", "read_mode", "width", "timeout_ms",
  * "fabric_timeout_ms", "telemetry": bool, "telemetry_dir", "shard_dir",
  * "bootstrap": {"method", "addr", "dir", "token", "rank", "world",
- * "local_rank", "local_world", "job"}}; every key optional. The call's
+ * "local_rank", "local_world", "job", "timeout_ms"}}; every key optional
+ * ("timeout_ms" outside "bootstrap" bounds collectives and the bootstrap,
+ * inside it the bootstrap only). The call's
  * result is the store handle. */
 int dds_open_start(const char *opts_json, uint64_t *call, dds_error *err);
 int dds_close_start(uint64_t store, uint64_t *call, dds_error *err);
@@ -107,6 +117,14 @@ int dds_get_batch(uint64_t store, const char *name, const int64_t *idx, int64_t 
 /* Range i = rows [starts[i], starts[i]+counts[i]), packed into dst in order. */
 int dds_get_ranges(uint64_t store, const char *name, const int64_t *starts,
 		const int64_t *counts, int64_t n, void *dst, int64_t dst_bytes, dds_error *err);
+/* The reads in slices (see Conventions): DDS_AGAIN leaves a call in *call. */
+int dds_get_start(uint64_t store, const char *name, int64_t start, int64_t count,
+		void *dst, int64_t dst_bytes, int32_t slice_ms, uint64_t *call, dds_error *err);
+int dds_get_batch_start(uint64_t store, const char *name, const int64_t *idx, int64_t n,
+		void *dst, int64_t dst_bytes, int32_t slice_ms, uint64_t *call, dds_error *err);
+int dds_get_ranges_start(uint64_t store, const char *name, const int64_t *starts,
+		const int64_t *counts, int64_t n, void *dst, int64_t dst_bytes, int32_t slice_ms,
+		uint64_t *call, dds_error *err);
 
 /* Loader. opts_json: {"vars": [...], "batch_size", "seed", "shuffle",
  * "drop_last", "workers", "prefetch", "batch_get", "fast_collate",

@@ -110,7 +110,7 @@ func result(e *C.dds_error, err error) C.int {
 	switch {
 	case err == nil:
 		return C.DDS_OK
-	case errors.Is(err, engine.ErrNotReady):
+	case errors.Is(err, engine.ErrNotReady), err == errPending:
 		return C.DDS_AGAIN
 	case err == io.EOF:
 		return C.DDS_EOF
@@ -161,11 +161,8 @@ func value[T any](h C.uint64_t, what string) (T, error) {
 	return v, nil
 }
 
-// start runs f on a goroutine and hands back a call handle for dds_wait.
-func start(out *C.uint64_t, f func() (uint64, error)) error {
-	if out == nil {
-		return fmt.Errorf("%w: NULL call pointer", errInvalid)
-	}
+// run runs f on a goroutine: a call that dds_wait (or await) waits for.
+func run(f func() (uint64, error)) *call {
 	c := &call{done: make(chan struct{})}
 	go func() {
 		defer close(c.done)
@@ -176,7 +173,40 @@ func start(out *C.uint64_t, f func() (uint64, error)) error {
 		}()
 		c.result, c.err = f()
 	}()
-	*out = C.uint64_t(cgo.NewHandle(c))
+	return c
+}
+
+// await waits up to sliceMs for c to finish (until it does when sliceMs
+// < 0); false when the slice ran out first.
+func (c *call) await(sliceMs C.int32_t) bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+	}
+	switch {
+	case sliceMs == 0:
+		return false
+	case sliceMs < 0:
+		<-c.done
+		return true
+	}
+	t := time.NewTimer(time.Duration(sliceMs) * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-c.done:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// start runs f on a goroutine and hands back a call handle for dds_wait.
+func start(out *C.uint64_t, f func() (uint64, error)) error {
+	if out == nil {
+		return fmt.Errorf("%w: NULL call pointer", errInvalid)
+	}
+	*out = C.uint64_t(cgo.NewHandle(run(f)))
 	return nil
 }
 
@@ -210,16 +240,8 @@ func dds_wait(h C.uint64_t, sliceMs C.int32_t, res *C.uint64_t, e *C.dds_error) 
 	if err != nil {
 		return fail(e, err)
 	}
-	if sliceMs < 0 {
-		<-c.done
-	} else {
-		t := time.NewTimer(time.Duration(sliceMs) * time.Millisecond)
-		select {
-		case <-c.done:
-			t.Stop()
-		case <-t.C:
-			return C.DDS_AGAIN
-		}
+	if !c.await(sliceMs) {
+		return C.DDS_AGAIN
 	}
 	cgo.Handle(h).Delete()
 	if res != nil {
@@ -249,6 +271,7 @@ type bootOpts struct {
 	LocalRank  int    `json:"local_rank"`
 	LocalWorld int    `json:"local_world"`
 	Job        string `json:"job"`
+	TimeoutMs  int64  `json:"timeout_ms"`
 }
 
 type openOpts struct {
@@ -323,6 +346,9 @@ func storeOptions(js string) (engine.Options, error) {
 		}
 		if b.Token != "" {
 			so.Bootstrap.Token = b.Token
+		}
+		if b.TimeoutMs > 0 {
+			so.Bootstrap.Timeout = time.Duration(b.TimeoutMs) * time.Millisecond
 		}
 		if b.World > 0 {
 			r := 0
@@ -466,49 +492,84 @@ func dds_update(h C.uint64_t, name *C.char, rows unsafe.Pointer, n, off C.int64_
 	})
 }
 
+// errPending: a read still running after its first slice (DDS_AGAIN,
+// with a call handle for dds_wait).
+var errPending = errors.New("ddstore: read pending")
+
+// startRead runs read on the store behind h into dst (n bytes at C
+// memory dst), unless argErr (the caller's check of its other arguments)
+// is not nil. With sliceMs < 0, or when no read of the store can wait on
+// the fabric (every shard is mapped: memcpy only), it runs in the
+// caller's thread. Otherwise it runs on a goroutine and the caller waits
+// up to sliceMs for it: a read done by then returns its result; one still
+// running returns DDS_AGAIN and a call handle in *out for dds_wait, and
+// goes on using name, the index arrays and dst until dds_wait returns
+// something else.
+func startRead(h C.uint64_t, name *C.char, dst unsafe.Pointer, n C.int64_t, argErr error, sliceMs C.int32_t,
+	out *C.uint64_t, e *C.dds_error, read func(s *engine.Store, name string, dst []byte) error) C.int {
+	if out != nil {
+		*out = 0
+	}
+	d, err := cbytes(dst, n)
+	if err = errors.Join(argErr, err); err != nil {
+		return fail(e, err)
+	}
+	return onStore(h, e, func(s *engine.Store) error {
+		if sliceMs < 0 || s.Fabric() == nil {
+			return read(s, cstr(name), d)
+		}
+		if out == nil {
+			return fmt.Errorf("%w: NULL call pointer", errInvalid)
+		}
+		nm := C.GoString(name) // the caller's string may go before the read ends
+		c := run(func() (uint64, error) { return 0, read(s, nm, d) })
+		if c.await(sliceMs) {
+			return c.err
+		}
+		*out = C.uint64_t(cgo.NewHandle(c))
+		return errPending
+	})
+}
+
+//export dds_get_start
+func dds_get_start(h C.uint64_t, name *C.char, startRow, count C.int64_t, dst unsafe.Pointer, n C.int64_t,
+	sliceMs C.int32_t, out *C.uint64_t, e *C.dds_error) C.int {
+	return startRead(h, name, dst, n, nil, sliceMs, out, e, func(s *engine.Store, nm string, d []byte) error {
+		return s.Get(nm, int64(startRow), int64(count), d)
+	})
+}
+
+//export dds_get_batch_start
+func dds_get_batch_start(h C.uint64_t, name *C.char, idx *C.int64_t, ni C.int64_t, dst unsafe.Pointer, n C.int64_t,
+	sliceMs C.int32_t, out *C.uint64_t, e *C.dds_error) C.int {
+	ix, err := cints(idx, ni)
+	return startRead(h, name, dst, n, err, sliceMs, out, e, func(s *engine.Store, nm string, d []byte) error {
+		return s.GetBatch(nm, ix, d)
+	})
+}
+
+//export dds_get_ranges_start
+func dds_get_ranges_start(h C.uint64_t, name *C.char, starts, counts *C.int64_t, nr C.int64_t, dst unsafe.Pointer,
+	n C.int64_t, sliceMs C.int32_t, out *C.uint64_t, e *C.dds_error) C.int {
+	st, err := cints(starts, nr)
+	ct, err2 := cints(counts, nr)
+	return startRead(h, name, dst, n, errors.Join(err, err2), sliceMs, out, e,
+		func(s *engine.Store, nm string, d []byte) error { return s.GetRanges(nm, st, ct, d) })
+}
+
 //export dds_get
 func dds_get(h C.uint64_t, name *C.char, startRow, count C.int64_t, dst unsafe.Pointer, n C.int64_t, e *C.dds_error) C.int {
-	return onStore(h, e, func(s *engine.Store) error {
-		d, err := cbytes(dst, n)
-		if err != nil {
-			return err
-		}
-		return s.Get(cstr(name), int64(startRow), int64(count), d)
-	})
+	return dds_get_start(h, name, startRow, count, dst, n, -1, nil, e)
 }
 
 //export dds_get_batch
 func dds_get_batch(h C.uint64_t, name *C.char, idx *C.int64_t, ni C.int64_t, dst unsafe.Pointer, n C.int64_t, e *C.dds_error) C.int {
-	return onStore(h, e, func(s *engine.Store) error {
-		ix, err := cints(idx, ni)
-		if err != nil {
-			return err
-		}
-		d, err := cbytes(dst, n)
-		if err != nil {
-			return err
-		}
-		return s.GetBatch(cstr(name), ix, d)
-	})
+	return dds_get_batch_start(h, name, idx, ni, dst, n, -1, nil, e)
 }
 
 //export dds_get_ranges
 func dds_get_ranges(h C.uint64_t, name *C.char, starts, counts *C.int64_t, nr C.int64_t, dst unsafe.Pointer, n C.int64_t, e *C.dds_error) C.int {
-	return onStore(h, e, func(s *engine.Store) error {
-		st, err := cints(starts, nr)
-		if err != nil {
-			return err
-		}
-		ct, err := cints(counts, nr)
-		if err != nil {
-			return err
-		}
-		d, err := cbytes(dst, n)
-		if err != nil {
-			return err
-		}
-		return s.GetRanges(cstr(name), st, ct, d)
-	})
+	return dds_get_ranges_start(h, name, starts, counts, nr, dst, n, -1, nil, e)
 }
 
 // ---- loader ----

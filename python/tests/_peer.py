@@ -1,5 +1,6 @@
 """Rank 1 of a two-rank store that the tests control: it adds the same
-variable as rank 0 of the test, then waits for "close" on stdin."""
+variable as rank 0 of the test, then follows commands on stdin: "barrier"
+(answers "barrier" once it returned) and "close"."""
 import os
 import sys
 
@@ -14,6 +15,9 @@ s = ddstore.DDStore(node_mode="fabric", iface="lo", telemetry=False, timeout=30,
 s.add("p", pattern(np.arange(n0, n0 + n1), (64,), np.int64))
 print("ready", flush=True)
 for line in sys.stdin:
-    if line.strip() == "close":
+    if line.strip() == "barrier":
+        s.barrier()
+        print("barrier", flush=True)
+    elif line.strip() == "close":
         s.close()
         break

@@ -1,7 +1,8 @@
-"""Failures of a real peer rank: a blocked next interrupted by Ctrl-C, a
-read timing out on a stopped peer, a killed peer (ConnectionError with
-.rank). Rank 1 is a child process (_peer.py); reads go through libfabric
-(tcp on lo). Runs in the single-rank session only."""
+"""Failures of a real peer rank: a blocked next, reads and a barrier
+interrupted by Ctrl-C, a read timing out on a stopped peer, a killed peer
+(ConnectionError with .rank). Rank 1 is a child process (_peer.py); reads
+go through libfabric (tcp on lo). Runs in the single-rank session only."""
+import gc
 import os
 import signal
 import socket
@@ -9,18 +10,21 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 
 import numpy as np
 import pytest
 
 import ddstore
+from ddstore import _lib
 from conftest import pattern
 
 N0, N1 = 40, 30
 
 
 @pytest.fixture
-def pair(store):
+def pair(store, request):
+    """Rank 0 here, rank 1 a child; request.param: rank 0's fabric timeout (s)."""
     if store.size > 1:
         pytest.skip("two-rank peer tests run in the single-rank session")
     s = socket.socket()
@@ -34,7 +38,8 @@ def pair(store):
     here = os.path.dirname(os.path.abspath(__file__))
     child = subprocess.Popen([sys.executable, os.path.join(here, "_peer.py"), "127.0.0.1:%d" % port, job,
                               str(N0), str(N1)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True)
-    st = ddstore.DDStore(node_mode="fabric", iface="lo", telemetry=False, timeout=30, fabric_timeout=1.5,
+    st = ddstore.DDStore(node_mode="fabric", iface="lo", telemetry=False, timeout=30,
+                         fabric_timeout=getattr(request, "param", 1.5),
                          bootstrap={"method": "tcp", "addr": "127.0.0.1:%d" % port, "rank": 0, "world": 2,
                                     "job": job})
     st.add("p", pattern(np.arange(N0), (64,), np.int64))
@@ -56,6 +61,49 @@ def remote_rows():
     return np.arange(N0, N0 + N1)
 
 
+# Ctrl-C must raise KeyboardInterrupt within 0.5 s (issue 14); asserted
+# with room for a loaded 2-core machine, far below the waits that an
+# unsliced call would block for (the fabric or collective timeout).
+INTERRUPT_BOUND = 1.0
+
+
+def in_library_wait(frame):
+    """The main thread waits in the library for a started call (a call
+    handle h in _lib._run): the call is under way."""
+    return frame.f_code is _lib._run.__code__ and frame.f_locals.get("h")
+
+
+def interrupt_after(fn, blocked=in_library_wait, delay=0.2):
+    """Runs fn, which must block, and sends this process SIGINT once delay
+    seconds have passed and the main thread's innermost frame satisfies
+    blocked (so that a slow start on a loaded machine is not taken for
+    an interrupted call); returns the seconds from the signal to
+    KeyboardInterrupt."""
+    main = threading.main_thread().ident
+    sent = []
+
+    def interrupt():
+        time.sleep(delay)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            f = sys._current_frames().get(main)
+            if f is not None and blocked(f):
+                break
+            time.sleep(0.01)
+        sent.append(time.monotonic())
+        os.kill(os.getpid(), signal.SIGINT)
+
+    t = threading.Thread(target=interrupt)
+    t.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            fn()
+        took = time.monotonic() - sent[0]
+    finally:
+        t.join()
+    return took
+
+
 def test_keyboard_interrupt_during_blocked_next_and_timeout(pair):
     st, child = pair
     np.testing.assert_array_equal(st.get_batch("p", remote_rows()), pattern(remote_rows(), (64,), np.int64))
@@ -64,19 +112,7 @@ def test_keyboard_interrupt_during_blocked_next_and_timeout(pair):
     os.kill(child.pid, signal.SIGSTOP)  # the peer stops serving reads
     try:
         it = iter(ld)
-        sent = []
-
-        def interrupt():
-            time.sleep(0.3)
-            sent.append(time.monotonic())
-            os.kill(os.getpid(), signal.SIGINT)
-
-        t = threading.Thread(target=interrupt)
-        t.start()
-        with pytest.raises(KeyboardInterrupt):
-            next(it)
-        took = time.monotonic() - sent[0]
-        t.join()
+        took = interrupt_after(lambda: next(it), lambda f: f.f_code.co_name == "__next__", 0.3)
         assert took < 0.5, "KeyboardInterrupt %.3fs after SIGINT" % took
         # a read of the stopped peer fails at the fabric timeout (1.5 s)
         t0 = time.monotonic()
@@ -86,6 +122,64 @@ def test_keyboard_interrupt_during_blocked_next_and_timeout(pair):
     finally:
         os.kill(child.pid, signal.SIGCONT)
     ld.close()
+
+
+def wait_pending_done(timeout=20):
+    deadline = time.monotonic() + timeout
+    while _lib.pending():
+        assert time.monotonic() < deadline, "interrupted calls still running %d s after the peer resumed" % timeout
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("pair", [30.0], indirect=True)  # reads block until SIGCONT
+def test_keyboard_interrupt_during_reads_and_barrier(pair):
+    st, child = pair
+    rows = remote_rows()
+    want = pattern(rows, (64,), np.int64)
+    np.testing.assert_array_equal(st.get_batch("p", rows), want)
+    took = {}
+    os.kill(child.pid, signal.SIGSTOP)  # the peer stops serving reads: every read of its rows blocks
+    stopped = time.monotonic()
+    try:
+        lost = np.zeros((N1, 64), np.int64)
+        lost_ref = weakref.ref(lost)
+        took["get"] = interrupt_after(lambda: st.get("p", lost, N0))
+        del lost  # only the interrupted read holds it now: it must stay alive
+        gc.collect()
+        assert lost_ref() is not None
+        kept = np.zeros((N1, 64), np.int64)
+        took["get_batch"] = interrupt_after(lambda: st.get_batch("p", rows, out=kept))
+        took["get_ranges"] = interrupt_after(lambda: st.get_ranges("p", [N0 + 20, N0], [10, 20]))
+        n = _lib.pending()
+        assert n == 3, "%d of 3 interrupted reads still running %.2f s after the peer stopped (took %s)" % (
+            n, time.monotonic() - stopped, took)
+    finally:
+        os.kill(child.pid, signal.SIGCONT)
+    # the interrupted reads end once the peer serves again, into live buffers
+    wait_pending_done()
+    gc.collect()
+    assert lost_ref() is None
+    np.testing.assert_array_equal(kept, want)
+    # a barrier the peer has not entered
+    took["barrier"] = interrupt_after(st.barrier)
+    child.stdin.write("barrier\n")  # meets the interrupted barrier
+    child.stdin.flush()
+    assert child.stdout.readline().strip() == "barrier"
+    wait_pending_done()
+    print("KeyboardInterrupt after SIGINT (s):", {k: round(v, 3) for k, v in took.items()})
+    for what, t in took.items():
+        assert t < INTERRUPT_BOUND, "%s: KeyboardInterrupt %.3f s after SIGINT" % (what, t)
+    # the store is usable: collectives meet, every read is right
+    child.stdin.write("barrier\n")
+    child.stdin.flush()
+    st.barrier()
+    assert child.stdout.readline().strip() == "barrier"
+    out = np.zeros((N0 + N1, 64), np.int64)
+    st.get("p", out, 0)
+    np.testing.assert_array_equal(out, pattern(np.arange(N0 + N1), (64,), np.int64))
+    np.testing.assert_array_equal(st.get_batch("p", rows[::-1]), want[::-1])
+    buf, off = st.get_ranges("p", [N0 + 20, N0 - 5], [10, 20])
+    np.testing.assert_array_equal(buf, pattern(np.r_[N0 + 20:N0 + 30, N0 - 5:N0 + 15], (64,), np.int64))
 
 
 def test_dead_peer_is_connection_error_with_rank(pair):
