@@ -43,14 +43,15 @@ type dirEntry struct {
 	file os.FileInfo
 }
 
-const (
-	// dirSettle is how long after its last change a directory must have
-	// been read for its modification time to vouch for the reading: far
-	// more than a filesystem clock tick.
-	dirSettle = 100 * time.Millisecond
-	// dirRelist bounds how long a reading is trusted at all.
-	dirRelist = time.Second
-)
+// dirSettle is how long after its last change a directory must have been
+// read for its modification time to vouch for the reading: far more than a
+// filesystem clock tick.
+const dirSettle = 100 * time.Millisecond
+
+// dirRelist bounds how long a reading is trusted at all (a variable for
+// the test). ddtop serve, scraped every few seconds, reads the directory
+// at most once per dirRelist too.
+var dirRelist = 10 * time.Second
 
 // NewSegmentDir follows the segments in dir.
 func NewSegmentDir(dir string) *SegmentDir { return &SegmentDir{dir: dir} }

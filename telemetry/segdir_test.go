@@ -13,6 +13,8 @@ import (
 // listing, and a change that left the directory's time unchanged within
 // dirRelist.
 func TestSegmentDir(t *testing.T) {
+	defer func(d time.Duration) { dirRelist = d }(dirRelist)
+	dirRelist = time.Second
 	dir := t.TempDir()
 	d := NewSegmentDir(dir)
 	ranks := func() []int {
