@@ -272,8 +272,9 @@ type Segment struct {
 	closed bool
 	torn   uint64
 	// The writer pid's last full check (pidAlive, /proc): see pidRecheck.
-	aliveAt time.Time
-	alive   bool
+	aliveAt   time.Time
+	alive     bool
+	checkedAt time.Time // the last check of either kind
 }
 
 // pidRecheck is how often a Segment checks its writer's pid in full
@@ -284,17 +285,27 @@ type Segment struct {
 // A pid reused, or a zombie not yet reaped, is seen within pidRecheck.
 const pidRecheck = time.Second
 
+// pidReuse is how long an answer of pidAlive stands without a system
+// call: a viewer's refresh asks twice per segment (its listing's Info and
+// its Snapshot), a few milliseconds apart.
+const pidReuse = 50 * time.Millisecond
+
 // pidAlive is pidAlive for the segment's writer, checked in full at most
-// every pidRecheck. s.mu is held.
+// every pidRecheck, and not at all within pidReuse of the last check.
+// s.mu is held.
 func (s *Segment) pidAlive() bool {
 	now := time.Now()
-	if s.aliveAt.IsZero() || now.Sub(s.aliveAt) >= pidRecheck || now.Before(s.aliveAt) {
+	switch {
+	case s.aliveAt.IsZero() || now.Sub(s.aliveAt) >= pidRecheck || now.Before(s.aliveAt):
 		s.alive, s.aliveAt = pidAlive(s.h.pid, s.h.pidStart), now
-	} else if s.alive {
+	case now.Sub(s.checkedAt) < pidReuse && !now.Before(s.checkedAt):
+		return s.alive
+	case s.alive:
 		if err := unix.Kill(s.h.pid, 0); err != nil && err != unix.EPERM {
 			s.alive = false
 		}
 	}
+	s.checkedAt = now
 	return s.alive
 }
 
