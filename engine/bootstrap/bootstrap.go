@@ -211,16 +211,31 @@ func Connect(o Options) (Exchanger, error) {
 	if r.Env.World == 1 && (r.method == "tcp" || r.method == "dir") {
 		r.method = "single"
 	}
-	switch r.method {
-	case "single":
+	if r.method == "single" {
 		return &single{}, nil
-	case "tcp":
-		return connectTCP(r)
-	case "dir":
-		return connectDir(r)
-	default:
-		return connectPMI(r)
 	}
+	release, err := hold(r)
+	if err != nil {
+		return nil, err
+	}
+	var x interface {
+		Exchanger
+		setRelease(func())
+	}
+	switch r.method {
+	case "tcp":
+		x, err = connectTCP(r)
+	case "dir":
+		x, err = connectDir(r)
+	default:
+		x, err = connectPMI(r)
+	}
+	if err != nil {
+		release()
+		return nil, err
+	}
+	x.setRelease(release)
+	return x, nil
 }
 
 // single is the exchanger of a one-rank job.

@@ -17,6 +17,7 @@ type collective struct {
 	seq     uint64 // number of the collective in progress (connect is 0)
 	broken  error
 	closed  bool
+	release func() // gives the rendezvous back (held.go); nil until Connect succeeded
 }
 
 func (c *collective) Rank() int { return c.rank }

@@ -29,7 +29,7 @@ type dirEx struct {
 
 const dirMagic = "ddstore-bootstrap-dir 1\n"
 
-func connectDir(r resolved) (Exchanger, error) {
+func connectDir(r resolved) (*dirEx, error) {
 	// The job's subdirectory is removed on Close: it must be a plain name.
 	if j := r.Env.Job; j == "" || j == "." || j == ".." || strings.ContainsAny(j, `/\`) {
 		return nil, &fault.Error{Op: "dir connect", Kind: ErrEnv, Side: fault.Local,
@@ -198,6 +198,7 @@ func (x *dirEx) Barrier(tag string, timeout time.Duration) error {
 // once all are done (at most 5 s), removes the job directory. Cleanup is best
 // effort: a failed barrier leaves the files in place.
 func (x *dirEx) Close() error {
+	defer x.releaseRendezvous()
 	if x.closed {
 		return nil
 	}

@@ -41,7 +41,7 @@ type pmiEx struct {
 	v2      bool // PMI-2 (Slurm's srun --mpi=pmi2)
 }
 
-func connectPMI(r resolved) (Exchanger, error) {
+func connectPMI(r resolved) (*pmiEx, error) {
 	const op = "connect"
 	fdStr := os.Getenv("PMI_FD")
 	fd, err := strconv.Atoi(strings.TrimSpace(fdStr))

@@ -58,7 +58,7 @@ type inFrame struct {
 // that rank 0's verdict (which names the missing ranks) arrives first.
 func grace(timeout time.Duration) time.Duration { return time.Second + timeout/10 }
 
-func connectTCP(r resolved) (Exchanger, error) {
+func connectTCP(r resolved) (*tcpEx, error) {
 	x := &tcpEx{
 		collective: collective{method: "tcp", rank: r.Env.Rank, world: r.Env.World, timeout: r.Timeout},
 		addr:       r.Addr, token: r.Token, job: r.Env.Job,
@@ -407,6 +407,7 @@ func (x *tcpEx) Barrier(tag string, timeout time.Duration) error {
 }
 
 func (x *tcpEx) Close() error {
+	defer x.releaseRendezvous()
 	if x.closed {
 		return nil
 	}
