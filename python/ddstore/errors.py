@@ -34,7 +34,7 @@ class DTypeError(Error, TypeError):
 
 
 class MismatchError(Error, ValueError):
-    """Ranks disagree in a collective call."""
+    """Ranks disagree in a collective call, or on the job token."""
 
 
 class ExistsError(Error, ValueError):
@@ -54,7 +54,9 @@ class DeadlineError(Error, TimeoutError):
 
 
 class InvalidError(Error, ValueError):
-    """A bad argument, option or handle."""
+    """A bad argument, option or handle, or a launcher environment the
+    bootstrap cannot use (among them a rendezvous that another open store
+    of this process holds)."""
 
 
 class ForkError(Error, RuntimeError):

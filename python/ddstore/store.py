@@ -139,7 +139,13 @@ class DDStore:
                 raise errors.InvalidError(10, -1, "ddstore: unknown option %r" % k)
         if comm is not None:
             opts["bootstrap"] = self._comm_bootstrap(comm)
-        self._h = _lib.start(_lib.lib().dds_open_start, json.dumps(opts).encode())
+        try:
+            self._h = _lib.start(_lib.lib().dds_open_start, json.dumps(opts).encode())
+        except errors.InvalidError as e:
+            if "rendezvous of its own" not in e.msg:
+                raise
+            raise errors.InvalidError(e.code, e.rank, e.msg + " (from Python: DDStore(bootstrap={'method': 'tcp', "
+                                      "'addr': 'host:port'}) or {'method': 'dir', 'dir': path})") from None
         info = (ctypes.c_int32 * 4)()
         err = _lib.Err()
         _lib.check(_lib.lib().dds_info(self._h, info, ctypes.byref(err)), err)

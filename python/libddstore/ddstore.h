@@ -46,13 +46,14 @@ enum {
 	DDS_ERR_UNKNOWN_VAR = 2, /* no such variable */
 	DDS_ERR_SHORT = 3,       /* destination too small */
 	DDS_ERR_DTYPE = 4,       /* bad dtype, row size or data length */
-	DDS_ERR_MISMATCH = 5,    /* ranks disagree in a collective */
+	DDS_ERR_MISMATCH = 5,    /* ranks disagree in a collective, or on the job token */
 	DDS_ERR_EXISTS = 6,      /* variable exists */
 	DDS_ERR_PEER_DEAD = 7,   /* a rank died; err->rank names it */
 	DDS_ERR_CLOSED = 8,      /* store, loader or epoch closed */
 	DDS_ERR_TIMEOUT = 9,     /* deadline passed */
-	DDS_ERR_INVALID = 10,    /* bad argument, option or handle */
-	DDS_ERR_OTHER = 99,      /* anything else (fabric, bootstrap, OS) */
+	DDS_ERR_INVALID = 10,    /* bad argument, option, handle or launcher environment
+	                            (incl. a rendezvous another open store holds) */
+	DDS_ERR_OTHER = 99,      /* anything else (no libfabric or provider, OS) */
 	DDS_AGAIN = 100,         /* dds_wait, dds_epoch_next: not done yet */
 	DDS_EOF = 101            /* dds_epoch_next: no batch left */
 };

@@ -54,9 +54,9 @@ var classes = []struct {
 	{C.DDS_ERR_UNKNOWN_VAR, []error{engine.ErrUnknownVar, fault.ErrUnknownVar}},
 	{C.DDS_ERR_SHORT, []error{engine.ErrShortBuffer, fault.ErrShortBuffer}},
 	{C.DDS_ERR_DTYPE, []error{engine.ErrDType, fault.ErrDType}},
-	{C.DDS_ERR_MISMATCH, []error{engine.ErrMismatch, fault.ErrMismatch}},
+	{C.DDS_ERR_MISMATCH, []error{engine.ErrMismatch, fault.ErrMismatch, fault.ErrToken}},
 	{C.DDS_ERR_EXISTS, []error{engine.ErrExists, fault.ErrExists}},
-	{C.DDS_ERR_INVALID, []error{errInvalid, fault.ErrInvalid, engine.ErrLoader}},
+	{C.DDS_ERR_INVALID, []error{errInvalid, fault.ErrInvalid, engine.ErrLoader, fault.ErrEnv, fault.ErrTooLarge}},
 }
 
 func codeOf(err error) int {

@@ -1,5 +1,9 @@
 """DDStore: every method on real ranks, every value checked against the
 pattern of its global row."""
+import os
+import socket
+import time
+
 import numpy as np
 import pytest
 import torch
@@ -216,3 +220,46 @@ def test_comm_bootstrap():
         assert (s.rank, s.size) == (0, 1)
         s.add("c", pattern(np.arange(20), (3,), np.int64))
         np.testing.assert_array_equal(s.get_batch("c", [19, 2]), pattern([19, 2], (3,), np.int64))
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+@pytest.mark.parametrize("rank,missing", [(0, 1), (1, 0)])
+def test_bootstrap_timeout_is_timeout_error(rank, missing):
+    # a two-rank tcp rendezvous whose other rank never comes, with a short
+    # bootstrap deadline of its own
+    t0 = time.monotonic()
+    with pytest.raises(ddstore.DeadlineError) as e:
+        ddstore.DDStore(telemetry=False, bootstrap={"method": "tcp", "addr": "127.0.0.1:%d" % free_port(),
+                                                    "rank": rank, "world": 2, "job": "never-%d" % os.getpid(),
+                                                    "timeout": 1.5})
+    took = time.monotonic() - t0
+    assert isinstance(e.value, TimeoutError) and isinstance(e.value, ddstore.Error)
+    assert e.value.rank == missing and "rank %d" % missing in str(e.value), str(e.value)
+    assert 1.0 < took < 30, took  # the bootstrap's deadline, not the default 60 s
+
+
+def test_second_store_on_the_same_rendezvous(store):
+    if store.size == 1:
+        # no launcher: single-rank stores need no rendezvous, a second one works
+        with ddstore.DDStore(telemetry=False) as s:
+            s.add("two", pattern(np.arange(15), (2,), np.int32))
+            np.testing.assert_array_equal(s.get_batch("two", [14, 3]), pattern([14, 3], (2,), np.int32))
+        return
+    # the launcher's rendezvous (ddrun: tcp; mpiexec: PMI) is the session store's
+    t0 = time.monotonic()
+    with pytest.raises(ddstore.InvalidError) as e:
+        ddstore.DDStore(telemetry=False, timeout=60)
+    assert isinstance(e.value, ValueError) and time.monotonic() - t0 < 10
+    msg = str(e.value)
+    assert "rendezvous of its own" in msg and ("PMI" in msg or "still open holds the tcp rendezvous" in msg), msg
+    # and the session store is unharmed
+    n = add_pattern(store, "after2", (3,), "int64")
+    np.testing.assert_array_equal(store.get_batch("after2", [n - 1, 0]), pattern([n - 1, 0], (3,), np.int64))
+    store.free("after2")
