@@ -34,6 +34,8 @@ func init() { scenarios["benchpeer"] = scenarioBenchPeer }
 func benchSpec(rowBytes int64) varSpec {
 	base := int64(1024)
 	switch {
+	case rowBytes == 1: // packed records of 1–16 KB (BenchmarkGetRanges)
+		base = 4 << 20
 	case rowBytes >= 1<<20:
 		base = 64
 	case rowBytes >= 128<<10:

@@ -144,12 +144,20 @@ typedef struct dd_op {
 
 enum { DD_OK = 0, DD_POST = 1, DD_CQERR = 2, DD_TIMEOUT = 3, DD_CQREAD = 4, DD_NOEP = 5, DD_REJECT = 6, DD_BADREPLY = 7, DD_NOMEM = 8, DD_STUCK = 9 };
 
+// DD_GIOV: iovecs of a direct gather receive: the reply's header, then up to
+// DD_GIOV-1 contiguous runs of destinations (within every software-RMA
+// provider's receive iov limit: tcp;ofi_rxm takes 4).
+#define DD_GIOV 4
+
 // One gather round in flight: a request to one peer and its reply.
 typedef struct dd_gslot {
 	struct fi_context2 sctx, rctx;
 	char *req;          // DD_GREQ_MAX bytes
 	char *bounce;       // reply buffer, grow-only up to header + cap
 	size_t bcap;
+	int direct;         // the reply lands in the destinations (iov), not in bounce
+	dd_grep_hdr hdr;    // a direct reply's header
+	struct iovec iov[DD_GIOV];
 	int first, count;   // range of r->gorder
 	uint32_t peer;
 	int active, sent, recvd;
@@ -200,6 +208,7 @@ typedef struct dd_reader {
 	dd_gslot *gslots;
 	int ngslots;
 	uint64_t gnext_id;
+	int giov;           // gather: receive iovecs the provider takes (0 or 1: bounce only)
 	// watchdog (dd_watchdog.c): set while a guarded call is inside the provider
 	int guarded, wd_slot;
 	pthread_t wd_thread;

@@ -44,6 +44,32 @@ int dd_gather_oldest(dd_reader *r, int rounds, int pos, int m) {
 	return op;
 }
 
+// dd_gather_iov sets up round g (ops gorder[pos..pos+cnt), bytes in all) to
+// receive its reply straight into the destinations when they are at most
+// r->giov-1 contiguous runs in request order (a packed batch: the engine's
+// GetRanges, or a GetBatch of one peer's rows) and the first run can hold an
+// error reply's text: iov[0] takes the header, the rest the rows, and no
+// copy follows. Returns 1 when it did, 0 when the reply goes to the bounce
+// buffer.
+static int dd_gather_iov(dd_reader *r, dd_gslot *g, int pos, int cnt, uint64_t bytes) {
+	if (r->giov < 2 || bytes < DD_GTEXT) return 0;
+	int k = 0;
+	g->iov[0].iov_base = &g->hdr;
+	g->iov[0].iov_len = sizeof g->hdr;
+	for (int i = 0; i < cnt; i++) {
+		dd_op *op = &r->ops[r->gorder[pos + i]];
+		if (k > 0 && (char *)g->iov[k].iov_base + g->iov[k].iov_len == (char *)op->dst) {
+			g->iov[k].iov_len += op->len;
+			continue;
+		}
+		if (++k == r->giov) return 0;
+		g->iov[k].iov_base = op->dst;
+		g->iov[k].iov_len = op->len;
+	}
+	if (g->iov[1].iov_len < DD_GTEXT) return 0;
+	return k + 1;
+}
+
 // dd_gather reads r->ops[0..n) (those without skip) with one tagged request
 // per round: a round holds ops of one peer, at most DD_GMAX_ENT of them and
 // cap bytes; up to rounds are in flight. Rows are copied from the reply's
@@ -89,8 +115,9 @@ int dd_gather(dd_reader *r, int n, uint64_t cap, int rounds, int64_t timeout_ns)
 				bytes += op->len;
 				cnt++;
 			}
+			int niov = dd_gather_iov(r, g, pos, cnt, bytes);
 			size_t need = sizeof(dd_grep_hdr) + (bytes > DD_GTEXT ? bytes : DD_GTEXT);
-			if (g->bcap < need) {
+			if (!niov && g->bcap < need) {
 				char *nb = realloc(g->bounce, need);
 				if (!nb) { res->stage = DD_NOMEM; res->err = FI_ENOMEM; res->failed_op = r->gorder[pos]; goto fail; }
 				g->bounce = nb; g->bcap = need;
@@ -106,10 +133,11 @@ int dd_gather(dd_reader *r, int n, uint64_t cap, int rounds, int64_t timeout_ns)
 			}
 			size_t reqlen = sizeof *h + DD_ALIGN8(r->namelen) + cnt * sizeof(dd_gent);
 			r->wd_op = r->gorder[pos]; // named if this call never returns
-			ssize_t rc = fi_trecv(r->ep, g->bounce, need, NULL, FI_ADDR_UNSPEC, DD_GREP_BIT | h->id, 0, &g->rctx);
+			ssize_t rc = niov ? fi_trecvv(r->ep, g->iov, NULL, niov, FI_ADDR_UNSPEC, DD_GREP_BIT | h->id, 0, &g->rctx)
+				: fi_trecv(r->ep, g->bounce, need, NULL, FI_ADDR_UNSPEC, DD_GREP_BIT | h->id, 0, &g->rctx);
 			if (rc == -FI_EAGAIN) break;
 			if (rc) { res->failed_op = r->gorder[pos]; res->err = (int)-rc; res->stage = DD_POST; strcpy(res->text, "fi_trecv"); goto fail; }
-			g->active = 1; g->sent = 0; g->recvd = 0; g->id = h->id; g->bytes = bytes;
+			g->active = 1; g->sent = 0; g->recvd = 0; g->id = h->id; g->bytes = bytes; g->direct = niov > 0;
 			g->first = pos; g->count = cnt; g->peer = peer;
 			active++;
 			pos += cnt;
@@ -143,7 +171,8 @@ int dd_gather(dd_reader *r, int n, uint64_t cap, int rounds, int64_t timeout_ns)
 				// The reply is here (the send's completion may come later;
 				// the round stays active until both are in).
 				if (g->recvd == 1) {
-					dd_grep_hdr *rh = (dd_grep_hdr *)g->bounce;
+					dd_grep_hdr *rh = g->direct ? &g->hdr : (dd_grep_hdr *)g->bounce;
+					const char *src = g->direct ? (const char *)g->iov[1].iov_base : g->bounce + sizeof *rh;
 					g->recvd = 2;
 					if (rh->magic != DD_GMAGIC_REP || rh->id != g->id) {
 						res->stage = DD_BADREPLY; res->err = FI_EIO; res->failed_op = r->gorder[g->first];
@@ -155,9 +184,9 @@ int dd_gather(dd_reader *r, int n, uint64_t cap, int rounds, int64_t timeout_ns)
 						res->stage = DD_REJECT; res->err = rh->status;
 						uint32_t e = rh->entry < (uint32_t)g->count ? rh->entry : 0;
 						res->failed_op = r->gorder[g->first + e];
-						size_t tl = rh->textlen < sizeof res->text ? rh->textlen : sizeof res->text;
-						memcpy(res->text, g->bounce + sizeof *rh, tl);
-						res->text[sizeof res->text - 1] = 0;
+						size_t tl = rh->textlen < DD_GTEXT ? rh->textlen : DD_GTEXT; // both buffers hold DD_GTEXT
+						memcpy(res->text, src, tl);
+						res->text[tl] = 0;
 						goto fail;
 					}
 					if (rh->bytes != g->bytes) {
@@ -166,10 +195,9 @@ int dd_gather(dd_reader *r, int n, uint64_t cap, int rounds, int64_t timeout_ns)
 							(unsigned long long)rh->bytes, (unsigned long long)g->bytes);
 						goto fail;
 					}
-					const char *src = g->bounce + sizeof *rh;
 					for (int k = 0; k < g->count; k++) {
 						dd_op *op = &r->ops[r->gorder[g->first + k]];
-						memcpy(op->dst, src, op->len);
+						if (!g->direct) memcpy(op->dst, src, op->len);
 						op->done = 1;
 						op->done_t = (uint32_t)((t - t0) >> 4);
 						src += op->len;

@@ -40,6 +40,8 @@ int dd_reader_setup(dd_reader *r, const char **stage) {
 		int fd = -1;
 		if (fi_control(&r->cq->fid, FI_GETWAIT, &fd) == 0 && fd >= 0) r->waitfd = fd;
 	}
+	r->giov = 1;
+	if (r->info->rx_attr) r->giov = r->info->rx_attr->iov_limit < DD_GIOV ? (int)r->info->rx_attr->iov_limit : DD_GIOV;
 	r->namelen = sizeof r->name;
 	*stage = "fi_getname";
 	rc = fi_getname(&r->ep->fid, r->name, &r->namelen);

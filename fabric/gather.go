@@ -30,9 +30,11 @@ func protocolC() (maxBytes, maxEnt uint64) {
 // (Info().SoftwareRMA: tcp, sockets, udp, net) it asks each peer for its
 // rows with one tagged request per round instead of one fi_read per row:
 // the peer's progress thread validates the entries against its exports,
-// packs the rows into one reply of at most Options.GatherMaxBytes, and the
-// reader copies them from its bounce buffer (off-heap, grow-only) into the
-// Dst slices. Up to Options.GatherRounds rounds are in flight. An entry the
+// packs the rows into one reply of at most Options.GatherMaxBytes. When a
+// round's Dst slices lie back to back in request order (in at most three
+// runs: a packed GetRanges, or a GetBatch of one peer's rows) the reply is
+// received straight into them; otherwise the reader copies the rows from
+// its bounce buffer (off-heap, grow-only) into the Dst slices. Up to Options.GatherRounds rounds are in flight. An entry the
 // peer rejects (unknown key, range outside the region) fails the call with
 // an error that matches ErrRejected and names the peer and the entry; the
 // reader and the peer keep working. Rows larger than GatherMaxBytes are read

@@ -272,3 +272,76 @@ func TestGatherConcurrentReaders(t *testing.T) {
 		t.Fatalf("%d readers counted active after every batch returned", got)
 	}
 }
+
+// TestGatherDirect reads one peer's records of varied sizes into
+// destinations laid out the ways ReadGather meets them: packed back to back
+// (GetRanges: the reply lands in them directly), in up to three runs with
+// gaps (direct, one iovec per run), in more runs or out of request order
+// (through the bounce buffer), and a round too small to hold an error text.
+// Every record is checked against the pattern, and every byte outside the
+// destinations must stay untouched.
+func TestGatherDirect(t *testing.T) {
+	o, f := openGather(t, 10*time.Second)
+	r, tgs, peers := readerWith(t, f, o, 8<<20, false, 1)
+	tg, p := tgs[0], peers[0]
+	rng := rand.New(rand.NewSource(11))
+	layouts := []struct {
+		name string
+		n    int
+		gap  func(i int) int // bytes left free before record i
+		rev  bool            // records placed in reverse request order
+	}{
+		{"packed", 128, func(int) int { return 0 }, false},
+		{"three runs", 64, func(i int) int { return map[bool]int{true: 24}[i == 20 || i == 41] }, false},
+		{"four runs", 64, func(i int) int { return map[bool]int{true: 8}[i%16 == 0 && i > 0] }, false},
+		{"every record apart", 32, func(int) int { return 8 }, false},
+		{"reverse order", 32, func(int) int { return 0 }, true},
+		{"tiny", 3, func(int) int { return 0 }, false},
+	}
+	for _, l := range layouts {
+		lens := make([]int, l.n)
+		at := make([]int, l.n)
+		end := 0
+		for k := 0; k < l.n; k++ {
+			i := k
+			if l.rev {
+				i = l.n - 1 - k
+			}
+			lens[i] = (1<<10 + rng.Intn(15<<10)) &^ 7
+			if l.name == "tiny" {
+				lens[i] = 64
+			}
+			end += l.gap(i)
+			at[i] = end
+			end += lens[i]
+		}
+		buf := make([]byte, end+64)
+		for i := range buf {
+			buf[i] = 0xA5
+		}
+		ops := make([]ReadOp, l.n)
+		for i := range ops {
+			off := uint64(rng.Intn(tg.size-lens[i])) &^ 7
+			ops[i] = ReadOp{Dst: buf[at[i] : at[i]+lens[i]], Peer: p, Addr: tg.base + off, Key: tg.key}
+		}
+		before := r.GatheredOps()
+		if _, err := r.ReadGather(ops); err != nil {
+			t.Fatalf("%s: %v", l.name, err)
+		}
+		if got := r.GatheredOps() - before; got != uint64(l.n) {
+			t.Fatalf("%s: %d ops gathered, want %d", l.name, got, l.n)
+		}
+		checkOps(t, l.name, ops, tgs, peers)
+		mine := make([]bool, len(buf))
+		for i := range ops {
+			for j := at[i]; j < at[i]+lens[i]; j++ {
+				mine[j] = true
+			}
+		}
+		for j, b := range buf {
+			if !mine[j] && b != 0xA5 {
+				t.Fatalf("%s: byte %d outside every destination was written (%#x)", l.name, j, b)
+			}
+		}
+	}
+}
