@@ -287,17 +287,83 @@ func paintErr(c string) string {
 
 // Row builders.
 
-func rankRows(f *data.Frame) []*row {
+// rankRows are the ranks page's rows; sc, when not nil, keeps each rank's
+// filter text between refreshes.
+func rankRows(f *data.Frame, sc *searchCache) []*row {
 	if f == nil {
 		return nil
 	}
 	out := make([]*row, len(f.Ranks))
 	for i, r := range f.Ranks {
 		out[i] = &row{key: r.Path, rank: r.Rank, host: r.Host, pid: r.Pid, state: r.State,
-			stat: r.Stat, loader: &f.Ranks[i].Loader,
-			search: strings.ToLower(fmt.Sprintf("rank%d r%d %d %s %s %s", r.Rank, r.Rank, r.Rank, r.Host, r.Job, varNames(r)))}
+			stat: r.Stat, loader: &f.Ranks[i].Loader, search: sc.rank(r)}
 	}
+	sc.prune()
 	return out
+}
+
+// searchCache keeps the filter text of each rank (by segment path) while
+// what it is made of stays the same: a refresh does not format it again.
+type searchCache struct {
+	gen     int
+	entries map[string]*searchEntry
+}
+
+type searchEntry struct {
+	rank      int
+	host, job string
+	vars      []string
+	search    string
+	gen       int
+}
+
+// rank is r's filter text.
+func (c *searchCache) rank(r *data.Rank) string {
+	if c == nil {
+		return rankSearch(r)
+	}
+	if c.entries == nil {
+		c.entries = map[string]*searchEntry{}
+	}
+	e := c.entries[r.Path]
+	if e == nil || e.rank != r.Rank || e.host != r.Host || e.job != r.Job || !sameVarNames(e.vars, r) {
+		e = &searchEntry{rank: r.Rank, host: r.Host, job: r.Job, search: rankSearch(r)}
+		for _, v := range r.Vars {
+			e.vars = append(e.vars, v.Name)
+		}
+		c.entries[r.Path] = e
+	}
+	e.gen = c.gen
+	return e.search
+}
+
+// prune forgets the ranks the last refresh did not show.
+func (c *searchCache) prune() {
+	if c == nil {
+		return
+	}
+	for p, e := range c.entries {
+		if e.gen != c.gen {
+			delete(c.entries, p)
+		}
+	}
+	c.gen++
+}
+
+func sameVarNames(names []string, r *data.Rank) bool {
+	if len(names) != len(r.Vars) {
+		return false
+	}
+	for i := range names {
+		if names[i] != r.Vars[i].Name {
+			return false
+		}
+	}
+	return true
+}
+
+func rankSearch(r *data.Rank) string {
+	return strings.ToLower(fmt.Sprintf("rank%d r%d %d %s %s %s", r.Rank, r.Rank, r.Rank, r.Host, r.Job, varNames(r)))
 }
 
 func varNames(r *data.Rank) string {

@@ -61,7 +61,7 @@ func Once(w io.Writer, o OnceOptions) error {
 func Tables(f *data.Frame, width int) string {
 	var b strings.Builder
 	ranks, vars := newList(rankCols), newList(varCols)
-	rr, vr := rankRows(f), varRows(f)
+	rr, vr := rankRows(f, nil), varRows(f)
 	ranks.setSize(width, len(rr)+1)
 	vars.setSize(width, len(vr)+1)
 	ranks.tbl.SetFocused(false)

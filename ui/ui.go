@@ -29,6 +29,7 @@ import (
 
 	"github.com/ddstore/ddstore/telemetry"
 	"github.com/ddstore/ddstore/ui/components/bar"
+	"github.com/ddstore/ddstore/ui/components/columns"
 	"github.com/ddstore/ddstore/ui/data"
 	"github.com/ddstore/ddstore/ui/diagnose"
 	"github.com/ddstore/ddstore/ui/keys"
@@ -196,7 +197,9 @@ type Model struct {
 	// every message, and a tick changes nothing on screen.
 	drawn   string
 	drawnOK bool
-	legend  string // the phase legend line, drawn once
+	// searches keeps the ranks' filter texts between refreshes.
+	searches searchCache
+	legend   string // the phase legend line, drawn once
 }
 
 // New builds the model; it reads nothing until Init's first refresh.
@@ -321,7 +324,7 @@ func (m *Model) apply(f *data.Frame, err error) {
 	if panelLines(len(m.findings), m.bodyLines) != old {
 		m.layout()
 	}
-	m.ranks.setRows(rankRows(f))
+	m.ranks.setRows(rankRows(f, &m.searches))
 	m.vars.setRows(varRows(f))
 	if m.varSel != "" {
 		m.varRanks.setRows(varRankRows(f, m.varSel))
@@ -668,7 +671,7 @@ func (m *Model) draw() string {
 		lines = lines[:h]
 	}
 	for i, l := range lines {
-		if ansi.StringWidth(l) > w {
+		if columns.Width(l) > w {
 			lines[i] = ansi.Truncate(l, w, "")
 		}
 	}

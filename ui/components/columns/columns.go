@@ -15,6 +15,7 @@ package columns
 
 import (
 	"strings"
+	"unicode/utf8"
 
 	"github.com/charmbracelet/x/ansi"
 	"github.com/mattn/go-runewidth"
@@ -363,14 +364,50 @@ func plainWidth(s string) (int, bool) {
 func narrowWidth(s string) (int, bool) {
 	n := 0
 	for _, r := range s {
-		switch {
-		case r >= 0x20 && r < 0x7f, r >= 0xa0 && r < 0x300, r >= 0x2500 && r < 0x25a0, r == '…', r == '▸':
-			n++
-		default:
+		if !narrow(r) {
 			return 0, false
 		}
+		n++
 	}
 	return n, true
+}
+
+// narrow reports whether r is one cell wide for certain (see narrowWidth;
+// the soft hyphen U+00AD is not: it takes no cell).
+func narrow(r rune) bool {
+	return r >= 0x20 && r < 0x7f || r >= 0xa0 && r < 0x300 && r != 0xad || r >= 0x2500 && r < 0x25a0 || r == '…' || r == '▸'
+}
+
+// Width is ansi.StringWidth(s), worked out without splitting s into
+// grapheme clusters when it holds only CSI escape sequences (colours) and
+// runes that are one cell wide for certain: a drawn line of a table.
+func Width(s string) int {
+	n := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		switch {
+		case c >= 0x20 && c < 0x7f:
+			n++
+			i++
+		case c == 0x1b && i+1 < len(s) && s[i+1] == '[':
+			j := i + 2
+			for j < len(s) && s[j] >= 0x20 && s[j] <= 0x3f { // parameters, intermediates
+				j++
+			}
+			if j >= len(s) || s[j] < 0x40 || s[j] > 0x7e { // no final byte
+				return ansi.StringWidth(s)
+			}
+			i = j + 1
+		default:
+			r, size := utf8.DecodeRuneInString(s[i:])
+			if r == utf8.RuneError || !narrow(r) {
+				return ansi.StringWidth(s)
+			}
+			n++
+			i += size
+		}
+	}
+	return n
 }
 
 // strip is ansi.Strip, skipped for printable ASCII (the common cell).

@@ -340,3 +340,19 @@ func TestPaint(t *testing.T) {
 		}
 	}
 }
+
+// Width measures what ansi.StringWidth measures, on the fast path (colours
+// and narrow runes) and off it.
+func TestWidth(t *testing.T) {
+	red := "\x1b[38;5;196m"
+	for _, s := range []string{
+		"", "plain ascii", red + "coloured" + "\x1b[0m", " 12.3k ██▓▒░·  ▸ … µs",
+		red + "█████" + "\x1b[m" + "\x1b[1;7m sel \x1b[0m",
+		"wide 日本語", "emoji 🙂 x", "e\u0301 combining", "soft\u00adhyphen", "nbsp\u00a0x",
+		"\x1b]0;title\x07osc", "\x1b[", "\x1b[12", "\x1bMesc", "tab\tx", "bad \xff utf8", "▶\ufe0f vs",
+	} {
+		if got, want := Width(s), ansi.StringWidth(s); got != want {
+			t.Errorf("Width(%q) = %d, ansi.StringWidth %d", s, got, want)
+		}
+	}
+}
