@@ -135,6 +135,17 @@ func (v *Var) replica(o int) int {
 	return -1
 }
 
+// shardOf is rank r's copy of shard o, r being its home owner or one of
+// v.alt[o]: the mapping (nil when read through the fabric) and the remote
+// region. The home owner's are v.src and v.remote, the others' v.rsrc and
+// v.rremote (lastResort may send a read back to the home owner).
+func (v *Var) shardOf(o, r int) ([]byte, remoteShard) {
+	if r == v.home[o] {
+		return v.src[o], v.remote[o]
+	}
+	return v.rsrc[r], v.rremote[r]
+}
+
 // lastResort is the first rank holding shard o that is not dead (suspect
 // or not), or -1.
 func (v *Var) lastResort(o int) int {
@@ -250,7 +261,8 @@ func (v *Var) retarget(c *readCtx, st *callStats, cause error) error {
 				v.countFailover(st, owner, r2, rows)
 			}
 			st.targets.Add(r2, rows)
-			if src := v.rsrc[r2]; src != nil {
+			src, rs := v.shardOf(o, r2)
+			if src != nil {
 				copy(op.Dst, src[off:off+int64(len(op.Dst))])
 				continue
 			}
@@ -258,7 +270,7 @@ func (v *Var) retarget(c *readCtx, st *callStats, cause error) error {
 			if err != nil {
 				return err
 			}
-			op.Peer, op.Addr, op.Key = p, v.rremote[r2].base+uint64(off), v.rremote[r2].key
+			op.Peer, op.Addr, op.Key = p, rs.base+uint64(off), rs.key
 			r = r2
 		}
 		c.ops[n], c.opRank[n], c.opMember[n], c.opOff[n] = op, r, int32(o), off
@@ -284,7 +296,8 @@ func (v *Var) routeAvoided(c *readCtx, st *callStats, o int, off int64, d []byte
 	n := int64(len(d)) / v.rowBytes
 	v.countFailover(st, v.home[o], r, n)
 	st.targets.Add(r, n)
-	if src := v.rsrc[r]; src != nil {
+	src, rs := v.shardOf(o, r)
+	if src != nil {
 		copy(d, src[off:off+int64(len(d))])
 		st.localRows += n
 		return c, true, nil
@@ -300,7 +313,7 @@ func (v *Var) routeAvoided(c *readCtx, st *callStats, o int, off int64, d []byte
 	step := max(maxReadBytes/v.rowBytes, 1) * v.rowBytes
 	for k := int64(0); k < int64(len(d)); k += step {
 		e := min(int64(len(d)), k+step)
-		op := fabric.ReadOp{Dst: d[k:e], Peer: p, Addr: v.rremote[r].base + uint64(off+k), Key: v.rremote[r].key}
+		op := fabric.ReadOp{Dst: d[k:e], Peer: p, Addr: rs.base + uint64(off+k), Key: rs.key}
 		if err := v.enqueue(c, st, op, r, o, off+k); err != nil {
 			return c, true, err
 		}

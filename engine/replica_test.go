@@ -4,7 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -236,6 +239,107 @@ func TestReplicas(t *testing.T) {
 					t.Errorf("rank %d was not killed: %v\n%s", r, res[r].err, res[r].output)
 				}
 			}
+		})
+	}
+}
+
+func init() { scenarios["lastresort"] = scenarioLastResort }
+
+// scenarioLastResort: 4 ranks in 2 replica groups, every read through the
+// fabric. Rank 3, shard 1's only replica, is suspect, and rank 1, shard
+// 1's owner in rank 0's group, is stopped (SIGSTOP). Rank 0's read of
+// shard 1 misses the failover deadline, finds no replica to move to, and
+// goes back to rank 1 with the fabric's hard deadline (lastResort): rank 1
+// is resumed once the read has moved, the read completes, every row
+// matches its pattern, and nothing counts as a failover.
+func scenarioLastResort(w *worker) error {
+	spec := varSpec{name: "last", dt: Bytes, rowBytes: 3072, base: 30, emptyMember: -1}
+	s, err := w.open()
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	if err := addSalted(s, spec, spec.salt(0)); err != nil {
+		return err
+	}
+	dir := w.param("TELDIR", os.TempDir())
+	info, _ := s.Query(spec.name)
+	switch s.Rank() {
+	case 1:
+		// A resumer continues this process once rank 0 says so.
+		resume := exec.Command("sh", "-c", fmt.Sprintf("until [ -e %s/resume ]; do sleep 0.02; done; kill -CONT %d",
+			dir, os.Getpid()))
+		if err := resume.Start(); err != nil {
+			return err
+		}
+		if err := os.WriteFile(dir+"/stopping", []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
+			return err
+		}
+		syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		if err := resume.Wait(); err != nil {
+			return err
+		}
+	case 0:
+		if err := lastResortRead(s, spec, info, dir); err != nil {
+			return err
+		}
+	}
+	if err := filesMeet(dir, "done", s.Rank(), []int{0, 1, 2, 3}, 120*time.Second); err != nil {
+		return err
+	}
+	return s.Close()
+}
+
+// lastResortRead is rank 0's part of scenarioLastResort.
+func lastResortRead(s *Store, spec varSpec, info VarInfo, dir string) error {
+	var pid int
+	for t0 := time.Now(); ; time.Sleep(5 * time.Millisecond) {
+		if b, err := os.ReadFile(dir + "/stopping"); err == nil && len(b) > 0 {
+			pid, _ = strconv.Atoi(string(b))
+			if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil &&
+				strings.Contains(string(st), ") T ") {
+				break // stopped
+			}
+		}
+		if time.Since(t0) > 60*time.Second {
+			return errors.New("rank 1 did not stop within 60s")
+		}
+	}
+	s.repl.suspect[3].Store(telemetry.Nanotime() + int64(time.Hour))
+	idx := seqIdx(info.Shards[1], info.Shards[2]-info.Shards[1])
+	dst := make([]byte, int64(len(idx))*spec.rowBytes)
+	poison(dst)
+	done := make(chan error, 1)
+	go func() { done <- s.GetBatch(spec.name, idx, dst) }()
+	// The read missed the failover deadline once rank 1 is suspect.
+	for t0 := time.Now(); s.repl.suspect[1].Load() == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Since(t0) > 60*time.Second {
+			return errors.New("the read of stopped rank 1 did not miss the failover deadline within 60s")
+		}
+	}
+	if err := os.WriteFile(dir+"/resume", nil, 0o600); err != nil {
+		return err
+	}
+	if err := <-done; err != nil {
+		return fmt.Errorf("read of shard 1 back from its owner after no replica was left: %w", err)
+	}
+	if err := checkRows(dst, spec.rowBytes, spec.salt(0), idx); err != nil {
+		return err
+	}
+	if f := s.Failovers(); f.From[1] != 0 || f.To[3] != 0 {
+		return fmt.Errorf("failovers %+v: want none (the owner served the rows)", f)
+	}
+	return nil
+}
+
+// TestLastResortOwner: a read whose owner stalls while its only replica
+// is suspect goes back to the owner and completes (tcp one-sided reads
+// and gather requests).
+func TestLastResortOwner(t *testing.T) {
+	for _, mode := range []string{"tcp-rma", "tcp-gather"} {
+		t.Run("path="+mode, func(t *testing.T) {
+			spawnRanks(t, 4, "lastresort", map[string]string{"MODE": mode, "WIDTH": "2", "FAILOVER": "300ms",
+				"FTIMEOUT": "60s", "LIVENESS": "120s"}, 120*time.Second, nil)
 		})
 	}
 }
