@@ -114,15 +114,17 @@ def check(rc, err):
 # still runs them: (call handle, what it uses). The buffers they read from
 # or write into stay referenced here until the library is done with them.
 _abandoned = []
+_abandoned_mu = threading.Lock()  # threads prune and append concurrently
 
 
 def pending():
     """How many abandoned calls the library still runs (forgets the
     finished ones)."""
-    if _abandoned:
-        l = lib()
-        _abandoned[:] = [(c, k) for c, k in _abandoned if l.dds_wait(c, 0, None, None) == DDS_AGAIN]
-    return len(_abandoned)
+    with _abandoned_mu:
+        if _abandoned:
+            l = lib()
+            _abandoned[:] = [(c, k) for c, k in _abandoned if l.dds_wait(c, 0, None, None) == DDS_AGAIN]
+        return len(_abandoned)
 
 
 def _run(fn, args, keep):
@@ -147,7 +149,8 @@ def _run(fn, args, keep):
             call.value = 0  # dds_wait ended the handle
     except BaseException:
         if call.value:
-            _abandoned.append((call.value, keep))
+            with _abandoned_mu:
+                _abandoned.append((call.value, keep))
         raise
     check(rc, err)
     return res.value if res is not None else None
@@ -159,8 +162,9 @@ def start(fn, *args, keep=None):
     return _run(fn, args, keep)
 
 
-def read(fn, *args, keep=None):
-    """Runs a read fn(*args, slice_ms, &call, &err): done within its first
-    slice (or in the caller's thread when every shard is mapped), or waited
-    for in slices like a collective."""
-    _run(fn, args + (SLICE_MS,), keep)
+def read(fn, args, keep):
+    """Runs a read fn(*args, &call, &err) whose last argument is its slice
+    (SLICE_MS, or -1 for the caller's thread): done within it (or in the
+    caller's thread when every shard is mapped), or waited for in slices
+    like a collective."""
+    _run(fn, args, keep)

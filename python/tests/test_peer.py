@@ -24,7 +24,7 @@ N0, N1 = 40, 30
 
 @pytest.fixture
 def pair(store, request):
-    """Rank 0 here, rank 1 a child; request.param: rank 0's fabric timeout (s)."""
+    """Rank 0 here, rank 1 a child; request.param: options of rank 0's store."""
     if store.size > 1:
         pytest.skip("two-rank peer tests run in the single-rank session")
     s = socket.socket()
@@ -38,8 +38,8 @@ def pair(store, request):
     here = os.path.dirname(os.path.abspath(__file__))
     child = subprocess.Popen([sys.executable, os.path.join(here, "_peer.py"), "127.0.0.1:%d" % port, job,
                               str(N0), str(N1)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True)
-    st = ddstore.DDStore(node_mode="fabric", iface="lo", telemetry=False, timeout=30,
-                         fabric_timeout=getattr(request, "param", 1.5),
+    opts = dict({"fabric_timeout": 1.5}, **getattr(request, "param", {}))
+    st = ddstore.DDStore(node_mode="fabric", iface="lo", telemetry=False, timeout=30, **opts,
                          bootstrap={"method": "tcp", "addr": "127.0.0.1:%d" % port, "rank": 0, "world": 2,
                                     "job": job})
     st.add("p", pattern(np.arange(N0), (64,), np.int64))
@@ -131,7 +131,7 @@ def wait_pending_done(timeout=20):
         time.sleep(0.05)
 
 
-@pytest.mark.parametrize("pair", [30.0], indirect=True)  # reads block until SIGCONT
+@pytest.mark.parametrize("pair", [{"fabric_timeout": 30}], indirect=True)  # reads block until SIGCONT
 def test_keyboard_interrupt_during_reads_and_barrier(pair):
     st, child = pair
     rows = remote_rows()
@@ -180,6 +180,19 @@ def test_keyboard_interrupt_during_reads_and_barrier(pair):
     np.testing.assert_array_equal(st.get_batch("p", rows[::-1]), want[::-1])
     buf, off = st.get_ranges("p", [N0 + 20, N0 - 5], [10, 20])
     np.testing.assert_array_equal(buf, pattern(np.r_[N0 + 20:N0 + 30, N0 - 5:N0 + 15], (64,), np.int64))
+
+
+@pytest.mark.parametrize("pair", [{"interruptible_reads": False}], indirect=True)
+def test_reads_in_the_calling_thread(pair):
+    st, child = pair
+    rows = remote_rows()
+    np.testing.assert_array_equal(st.get_batch("p", rows[::-1]), pattern(rows[::-1], (64,), np.int64))
+    out = np.zeros((N1 + 10, 64), np.int64)
+    st.get("p", out, N0 - 10)
+    np.testing.assert_array_equal(out, pattern(np.arange(N0 - 10, N0 + N1), (64,), np.int64))
+    buf, off = st.get_ranges("p", [N0 + 5, 3], [7, 4])
+    np.testing.assert_array_equal(buf, pattern(np.r_[N0 + 5:N0 + 12, 3:7], (64,), np.int64))
+    assert _lib.pending() == 0
 
 
 def test_dead_peer_is_connection_error_with_rank(pair):
