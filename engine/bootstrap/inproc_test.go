@@ -47,8 +47,9 @@ func connectAll(t *testing.T, o Options, world int) []Exchanger {
 	return xs
 }
 
-// gatherAll runs one AllGather on every exchanger concurrently.
-func gatherAll(xs []Exchanger, tag string, blob func(r int) []byte) ([][][]byte, []error) {
+// gatherAll runs one AllGather on every exchanger concurrently, each with
+// deadline timeout.
+func gatherAll(xs []Exchanger, tag string, timeout time.Duration, blob func(r int) []byte) ([][][]byte, []error) {
 	res := make([][][]byte, len(xs))
 	errs := make([]error, len(xs))
 	var wg sync.WaitGroup
@@ -56,7 +57,7 @@ func gatherAll(xs []Exchanger, tag string, blob func(r int) []byte) ([][][]byte,
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res[r], errs[r] = x.AllGather(tag, blob(r), 3*time.Second)
+			res[r], errs[r] = x.AllGather(tag, blob(r), timeout)
 		}()
 	}
 	wg.Wait()
@@ -100,7 +101,7 @@ func TestTCPStrayClients(t *testing.T) {
 		}
 	}
 	blob := func(r int) []byte { return bytes.Repeat([]byte{byte(r + 1)}, 1000*r) }
-	res, errs := gatherAll(xs, "after-strays", blob)
+	res, errs := gatherAll(xs, "after-strays", 30*time.Second, blob)
 	for r := range xs {
 		if errs[r] != nil {
 			t.Fatalf("rank %d: %v", r, errs[r])
@@ -236,7 +237,7 @@ func TestTCPAllGatherTimeout(t *testing.T) {
 		}
 	}()
 	start := time.Now()
-	_, errs := gatherAll(xs[:2], "step", func(r int) []byte { return []byte{byte(r)} }) // 3s timeout; rank 2 absent
+	_, errs := gatherAll(xs[:2], "step", 3*time.Second, func(r int) []byte { return []byte{byte(r)} }) // rank 2 absent
 	if d := time.Since(start); d < 3*time.Second || d > 30*time.Second {
 		t.Errorf("took %v with a 3s timeout", d)
 	}
@@ -279,7 +280,7 @@ func TestTCPRendezvous1024(t *testing.T) {
 	start := time.Now()
 	xs := connectAll(t, Options{Method: "tcp", Addr: "127.0.0.1:" + freePort(t), Token: "sim", Timeout: 2 * time.Minute}, world)
 	connected := time.Since(start)
-	res, errs := gatherAll(xs, "addr", func(r int) []byte { return []byte(fmt.Sprint("rank-", r)) })
+	res, errs := gatherAll(xs, "addr", 30*time.Second, func(r int) []byte { return []byte(fmt.Sprint("rank-", r)) })
 	for r, err := range errs {
 		if err != nil {
 			t.Fatalf("rank %d: %v", r, err)

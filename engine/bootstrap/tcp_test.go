@@ -41,9 +41,10 @@ func TestTCPMissingRank(t *testing.T) {
 	}
 }
 
-// The last rank arrives after the others' connect deadline.
+// The last rank arrives after the others' connect deadline (it starts
+// 2 × timeout late; 3 s leaves ranks 0 and 1 room to start on a loaded machine).
 func TestTCPLateRank(t *testing.T) {
-	res := spawn(t, spawnSpec{role: "late", method: "tcp", world: 3, timeout: time.Second, env: tcpEnv(freePort(t), "tok")})
+	res := spawn(t, spawnSpec{role: "late", method: "tcp", world: 3, timeout: 3 * time.Second, env: tcpEnv(freePort(t), "tok")})
 	wantKind(t, res, 0, "timeout", []int{2}, "rank 2 did not connect")
 	wantKind(t, res, 1, "timeout", []int{2}, "rank 2 did not connect")
 	// Rank 2 finds rank 0 gone (or refusing): it names rank 0.
