@@ -11,6 +11,7 @@
 package serve
 
 import (
+	"bytes"
 	"fmt"
 	"math"
 	"net/http"
@@ -353,7 +354,7 @@ func Handler(c *Collector) (http.Handler, error) {
 		return nil, fmt.Errorf("ddtop serve: %w", err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError, DisableCompression: !c.Gzip}))
+	mux.Handle("/metrics", whole(promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError, DisableCompression: !c.Gzip})))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/" {
 			http.NotFound(w, r)
@@ -363,3 +364,32 @@ func Handler(c *Collector) (http.Handler, error) {
 	})
 	return mux, nil
 }
+
+// whole sends h's response in one piece with its Content-Length: a scrape
+// of 64 ranks (~320 KiB of text) goes out in a few large writes instead of
+// ~80 chunks of 4 KiB, each a system call.
+func whole(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b := bodies.Get().(*bytes.Buffer)
+		defer bodies.Put(b)
+		b.Reset()
+		bw := &bufferedResponse{ResponseWriter: w, body: b, code: http.StatusOK}
+		h.ServeHTTP(bw, r)
+		w.Header().Set("Content-Length", strconv.Itoa(b.Len()))
+		w.WriteHeader(bw.code)
+		w.Write(b.Bytes())
+	})
+}
+
+// bodies are the response buffers of whole, kept between scrapes.
+var bodies = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// bufferedResponse keeps a handler's status and body for whole.
+type bufferedResponse struct {
+	http.ResponseWriter
+	body *bytes.Buffer
+	code int
+}
+
+func (b *bufferedResponse) WriteHeader(code int)        { b.code = code }
+func (b *bufferedResponse) Write(p []byte) (int, error) { return b.body.Write(p) }

@@ -1,8 +1,10 @@
 package serve
 
 import (
+	"compress/gzip"
 	"io"
 	"math"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -142,5 +144,32 @@ func TestMetrics(t *testing.T) {
 		if !strings.Contains(string(b), s) {
 			t.Fatalf("/metrics lacks %q:\n%s", s, b)
 		}
+	}
+	// In one piece, with its length; with --gzip, compressed when asked.
+	if resp.ContentLength != int64(len(b)) || len(b) == 0 {
+		t.Fatalf("Content-Length %d, body %d bytes", resp.ContentLength, len(b))
+	}
+	gc := NewCollector(dir, "")
+	gc.Gzip = true
+	gh, err := Handler(gc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gsrv := httptest.NewServer(gh)
+	defer gsrv.Close()
+	req, _ := http.NewRequest("GET", gsrv.URL+"/metrics", nil)
+	req.Header.Set("Accept-Encoding", "gzip")
+	gresp, err := gsrv.Client().Transport.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gresp.Body.Close()
+	zr, err := gzip.NewReader(gresp.Body)
+	if gresp.Header.Get("Content-Encoding") != "gzip" || err != nil {
+		t.Fatalf("--gzip: Content-Encoding %q, %v", gresp.Header.Get("Content-Encoding"), err)
+	}
+	gb, err := io.ReadAll(zr)
+	if err != nil || !strings.Contains(string(gb), `ddstore_calls_total{host="hx",job="pj",rank="1",var="img"} 50`) {
+		t.Fatalf("--gzip body (%v):\n%s", err, gb)
 	}
 }
