@@ -14,6 +14,10 @@ fetchwait fetch wait per epoch (time inside next()) of a map-style Dataset
 ranges    128 records of 1–16 KB owned by the other rank, read over the
           fabric (node_mode fabric, tcp on lo): 128 single get() calls ÷
           one get_ranges call, per record.
+single    one get() of 1 KB owned by the other rank over the fabric, the read
+          on a library thread (interruptible_reads, the default: Ctrl-C
+          works) vs in the calling thread (interruptible_reads=False),
+          alternating: the cost of the thread handoff.
 Medians of --reps runs. Rank 0 measures; rank 1 serves its shard.
 """
 import argparse
@@ -137,13 +141,14 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--reps", type=int, default=7)
     p.add_argument("--rows", type=int, default=8192, help="3 KB rows per rank")
-    p.add_argument("--only", default="handoff,fetchwait,ranges")
+    p.add_argument("--only", default="handoff,fetchwait,ranges,single")
     a = p.parse_args()
     only = a.only.split(",")
-    if only != ["ranges"]:
+    same = "handoff" in only or "fetchwait" in only
+    if same:
         samenode(a, only)
-    if "ranges" in only:
-        fabric(a)
+    if "ranges" in only or "single" in only:
+        fabric(a, only, same)
 
 
 def samenode(a, only):
@@ -166,11 +171,28 @@ def samenode(a, only):
     store.close()
 
 
-def fabric(a):
+def single(store, reps, starts):
+    """1 KB get() of records owned by rank 1: s/call with the read on a
+    library thread, and in the calling thread."""
+    buf = np.empty(1024, dtype=np.uint8)
+    took = {True: [], False: []}
+    for _ in range(reps):
+        for on in (True, False):
+            store.interruptible_reads = on
+            t0 = time.perf_counter()
+            for s in starts:
+                store.get("rec", buf, int(s))
+            took[on].append((time.perf_counter() - t0) / len(starts))
+            assert np.array_equal(buf, ((int(starts[-1]) + np.arange(1024)) * 2654435761 >> 5).astype(np.uint8))
+    store.interruptible_reads = True
+    return statistics.median(took[True]), statistics.median(took[False])
+
+
+def fabric(a, only, second):
     # A second store in this process: under ddrun, rendezvous on the next
-    # port (the first store's may still be in use).
+    # port (the first store's is closed, but a store per rendezvous at a time).
     boot = {}
-    if os.environ.get("MASTER_PORT") and a.only != "ranges":
+    if os.environ.get("MASTER_PORT") and second:
         boot = {"bootstrap": {"addr": "%s:%d" % (os.environ.get("MASTER_ADDR", "127.0.0.1"),
                                                  int(os.environ["MASTER_PORT"]) + 1)}}
     if True:
@@ -184,10 +206,15 @@ def fabric(a):
         if rank == 0:
             starts = int(lens[:128].sum()) + np.concatenate([[0], np.cumsum(lens[128:])[:-1]])
             order = np.random.default_rng(4).permutation(128)
-            s, b, r = ranges(fab, a.reps * 3, starts[order], lens[128:][order])
-            print("ranges   (fabric %s, 128 records of 1-16 KB on the other rank): single get %.1f us/record, "
-                  "get_ranges %.1f us/record, ratio %.1f" % (fab.query("rec").get("dtype"), s * 1e6, b * 1e6, r),
-                  flush=True)
+            if "ranges" in only:
+                s, b, r = ranges(fab, a.reps * 3, starts[order], lens[128:][order])
+                print("ranges   (fabric %s, 128 records of 1-16 KB on the other rank): single get %.1f us/record, "
+                      "get_ranges %.1f us/record, ratio %.1f" % (fab.query("rec").get("dtype"), s * 1e6, b * 1e6, r),
+                      flush=True)
+            if "single" in only:
+                on, off = single(fab, a.reps * 3, starts[order])
+                print("single   (fabric, 1 KB get() from the other rank): library thread (interruptible) %.1f us, "
+                      "calling thread %.1f us, handoff %.1f us" % (on * 1e6, off * 1e6, (on - off) * 1e6), flush=True)
         fab.barrier()
         fab.close()
 

@@ -126,7 +126,7 @@ class DDStore:
         self._itemsize = {}
         self._loaders = weakref.WeakSet()
         self.method = method
-        self._slice = _lib.SLICE_MS if options.pop("interruptible_reads", True) else -1
+        self.interruptible_reads = options.pop("interruptible_reads", True)
         opts = {}
         keymap = {"config": "config", "node_mode": "node_mode", "provider": "provider", "iface": "iface",
                   "read_mode": "read_mode", "width": "width", "ddstore_width": "width",
@@ -188,6 +188,16 @@ class DDStore:
     @property
     def closed(self):
         return self._closed
+
+    @property
+    def interruptible_reads(self):
+        """Whether reads through the fabric wait in slices on a library
+        thread (Ctrl-C works) or run in the calling thread (no handoff)."""
+        return self._slice >= 0
+
+    @interruptible_reads.setter
+    def interruptible_reads(self, on):
+        self._slice = _lib.SLICE_MS if on else -1
 
     def _var(self, name):
         v = self._vars.get(name)
