@@ -13,10 +13,13 @@
 //     and one seqlock-guarded slot in a lossy ring of recent calls (two
 //     atomic operations: claim a position, lock its slot).
 //   - the reader (ddtop side): Discover lists segments with liveness
-//     (live, stale, exited); Open maps one read-only and validates every
-//     size in its header against the file; Snapshot copies counters with
-//     atomic loads; ReadRing returns recent call records, rejecting torn
-//     ones and counting overwritten ones as drops.
+//     (live, stale, exited), and a SegmentDir does so for a viewer that
+//     lists many times a second (it reads the directory again only when
+//     its modification time says it may have changed); Open maps one
+//     read-only and validates every size in its header against the file;
+//     Snapshot copies counters with atomic loads (SnapshotTo into an old
+//     snapshot's memory); ReadRing returns recent call records, rejecting
+//     torn ones and counting overwritten ones as drops.
 //
 // The byte layout is drawn in layout.go and documented in FORMAT.md.
 // Readers refuse foreign files (ErrForeign), files whose creation has not
