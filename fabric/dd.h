@@ -223,6 +223,7 @@ extern int dd_spin_limit;
 
 // dd_lib.c
 int dd_load(char *err, size_t n);
+void dd_set_rxm_eager(void);
 uint32_t dd_lib_version(void);
 int dd_lib_path(char *buf, size_t n);
 void dd_freeinfo(struct fi_info *i);

@@ -12,10 +12,33 @@
 dd_fi_api dd_fi;
 static void *dd_lib;
 
+// dd_set_rxm_eager sets FI_OFI_RXM_EAGER_LIMIT to DD_RXM_EAGER_LIMIT
+// unless the environment already has it. rxm over tcp sends a message above
+// its eager limit (16 KiB by default) by rendezvous: a request, an RMA read
+// by the receiver, an acknowledgement. libfabric 1.17's rxm tears a
+// connection down by closing its endpoint first and draining the shared
+// completion queue after, so a rendezvous request still queued there is
+// answered with a read on the freed endpoint: a reader that gave up a gather
+// batch when a peer died crashed that way (SIGSEGV in rxm's teardown, under
+// fi_close of the reader's endpoint; upstream fixed the order later).
+// Gather replies are the only large messages sent here. Above the largest
+// reply, every reply goes eager, as one message that tcp's dynamic receive
+// buffers place straight into the reader's buffers, and the rendezvous path
+// is never entered. rxm reads the value when an endpoint opens and only over
+// tcp (dynamic receive buffers and direct send), and rejects a connection
+// between endpoints whose limits differ, so it is one constant for every
+// rank; set it in the environment of every rank, or of none.
+void dd_set_rxm_eager(void) {
+	char v[32];
+	snprintf(v, sizeof v, "%llu", (unsigned long long)DD_RXM_EAGER_LIMIT);
+	setenv("FI_OFI_RXM_EAGER_LIMIT", v, 0);
+}
+
 // dd_load dlopens libfabric.so.1 and resolves its real symbols. Returns 0,
 // or -1 with the reason in err. Called once (under a Go sync.Once).
 int dd_load(char *err, size_t n) {
 	if (dd_lib) return 0;
+	dd_set_rxm_eager();
 	void *h = dlopen(DD_LIBFABRIC, RTLD_NOW | RTLD_GLOBAL);
 	if (!h) {
 		const char *e = dlerror();

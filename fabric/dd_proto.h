@@ -29,6 +29,10 @@
 #define DD_GSRV_RECVS 4              // requests a server keeps receives posted for
 #define DD_GSRV_SENDS 4              // replies a server keeps in flight
 #define DD_GTEXT      240            // error text in a reply
+// rxm's eager limit (FI_OFI_RXM_EAGER_LIMIT) that dd_load sets unless the
+// environment has one: above the largest reply, header and text included,
+// so no gather reply goes by rendezvous (see dd_lib.c).
+#define DD_RXM_EAGER_LIMIT (DD_GMAX_BYTES + 4096)
 
 typedef struct dd_greq_hdr { uint32_t magic, nent; uint64_t id; uint32_t namelen, pad; uint64_t total; } dd_greq_hdr;
 typedef struct dd_gent { uint64_t key, addr, len; } dd_gent;

@@ -53,6 +53,18 @@ func loadLibrary() error {
 	return libErr
 }
 
+// rxmEagerLimit is FI_OFI_RXM_EAGER_LIMIT in the C environment, where
+// libfabric reads it, and DD_RXM_EAGER_LIMIT, what dd_load sets it to
+// unless it was set already.
+func rxmEagerLimit() (have string, ours uint64) {
+	name := C.CString("FI_OFI_RXM_EAGER_LIMIT")
+	defer C.free(unsafe.Pointer(name))
+	if v := C.getenv(name); v != nil {
+		have = C.GoString(v)
+	}
+	return have, C.DD_RXM_EAGER_LIMIT
+}
+
 // LibraryVersion is the loaded libfabric's version ("1.17.0"), loading it
 // if needed; the error is ErrNoLibrary when it cannot be loaded.
 func LibraryVersion() (string, error) {

@@ -19,6 +19,7 @@ const (
 	gatherReqHdr     = C.sizeof_dd_greq_hdr
 	gatherEntry      = C.sizeof_dd_gent
 	gatherRepHdr     = C.sizeof_dd_grep_hdr
+	gatherText       = C.DD_GTEXT // error text bytes in a reply
 )
 
 // protocolC is the gather protocol as the compiled C sees it.

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -343,5 +345,26 @@ func TestGatherDirect(t *testing.T) {
 				t.Fatalf("%s: byte %d outside every destination was written (%#x)", l.name, j, b)
 			}
 		}
+	}
+}
+
+// Gather replies never go by rxm's rendezvous (whose teardown in libfabric
+// 1.17 can answer a queued request on a freed endpoint): once the library
+// is loaded, rxm's eager limit is above the largest reply, header and
+// error text included, unless the environment set one.
+func TestRxmEagerLimit(t *testing.T) {
+	if err := loadLibrary(); err != nil {
+		t.Skip(err)
+	}
+	have, ours := rxmEagerLimit()
+	if ours < maxGatherBytes+gatherRepHdr+gatherText {
+		t.Fatalf("DD_RXM_EAGER_LIMIT %d is below the largest reply (%d bytes of rows)", ours, maxGatherBytes)
+	}
+	want := strconv.FormatUint(ours, 10)
+	if v, ok := os.LookupEnv("FI_OFI_RXM_EAGER_LIMIT"); ok {
+		want = v // the user's value wins
+	}
+	if have != want {
+		t.Fatalf("FI_OFI_RXM_EAGER_LIMIT is %q in libfabric's environment, want %q", have, want)
 	}
 }
