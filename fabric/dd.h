@@ -315,6 +315,7 @@ int dd_reader_waitfd(dd_reader *r);
 int dd_gather_prepare(dd_reader *r, int rounds);
 int dd_gslot_of(dd_reader *r, void *ctx, int rounds, int *is_recv);
 int dd_gather_oldest(dd_reader *r, int rounds, int pos, int m);
+uint64_t dd_gather_round_cap(uint64_t total, uint64_t cap, int rounds);
 int dd_gather(dd_reader *r, int n, uint64_t cap, int rounds, int64_t timeout_ns);
 uint64_t dd_gather_max_bytes(void);
 uint64_t dd_gather_max_ent(void);

@@ -70,9 +70,25 @@ static int dd_gather_iov(dd_reader *r, dd_gslot *g, int pos, int cnt, uint64_t b
 	return k + 1;
 }
 
+// dd_gather_round_cap is the byte cap of a batch's rounds: cap, or less
+// when the batch's total bytes would fill fewer than rounds rounds, so that
+// they spread over all the rounds in flight (none below DD_GPIPE_MIN). A
+// target's progress thread then packs one round while the one before is on
+// the wire, instead of packing the whole batch before the first byte moves:
+// 128 records of 1-16 KB (1.1 MB from one peer, tcp on lo) took 6.4 us per
+// record in one 2 MiB round and 4.9-5.2 in rounds of 256-512 KiB.
+#define DD_GPIPE_MIN (256u << 10)
+uint64_t dd_gather_round_cap(uint64_t total, uint64_t cap, int rounds) {
+	if (rounds < 2) return cap;
+	uint64_t split = (total + (uint64_t)rounds - 1) / (uint64_t)rounds;
+	if (split < DD_GPIPE_MIN) split = DD_GPIPE_MIN;
+	return split < cap ? split : cap;
+}
+
 // dd_gather reads r->ops[0..n) (those without skip) with one tagged request
 // per round: a round holds ops of one peer, at most DD_GMAX_ENT of them and
-// cap bytes; up to rounds are in flight. Rows are copied from the reply's
+// cap bytes (less for a large batch: dd_gather_round_cap); up to rounds are
+// in flight. Rows are copied from the reply's
 // bounce buffer to their destinations when it arrives. Failures and the
 // deadline tear the endpoint down, like dd_read_batch.
 int dd_gather(dd_reader *r, int n, uint64_t cap, int rounds, int64_t timeout_ns) {
@@ -98,8 +114,10 @@ int dd_gather(dd_reader *r, int n, uint64_t cap, int rounds, int64_t timeout_ns)
 	for (int p = 0; p < r->maxpeers; p++) r->gcount[p + 1] += r->gcount[p];
 	for (int i = 0; i < n; i++) if (!r->ops[i].skip) r->gorder[r->gcount[r->ops[i].peer]++] = i;
 	m = 0;
-	for (int i = 0; i < n; i++) if (!r->ops[i].skip) m++;
+	uint64_t total = 0;
+	for (int i = 0; i < n; i++) if (!r->ops[i].skip) { m++; total += r->ops[i].len; }
 	for (int i = 0; i < rounds; i++) r->gslots[i].active = 0;
+	cap = dd_gather_round_cap(total, cap, rounds);
 
 	while (pos < m || active > 0) {
 		// Post new rounds while slots are free.

@@ -27,6 +27,12 @@ func protocolC() (maxBytes, maxEnt uint64) {
 	return uint64(C.dd_gather_max_bytes()), uint64(C.dd_gather_max_ent())
 }
 
+// gatherRoundCap is the round cap dd_gather uses for a batch of total
+// bytes, with cap bytes (Options.GatherMaxBytes) and rounds in flight.
+func gatherRoundCap(total, cap uint64, rounds int) uint64 {
+	return uint64(C.dd_gather_round_cap(C.uint64_t(total), C.uint64_t(cap), C.int(rounds)))
+}
+
 // ReadGather performs ops like ReadBatch, but on software-RMA providers
 // (Info().SoftwareRMA: tcp, sockets, udp, net) it asks each peer for its
 // rows with one tagged request per round instead of one fi_read per row:

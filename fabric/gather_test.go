@@ -368,3 +368,26 @@ func TestRxmEagerLimit(t *testing.T) {
 		t.Fatalf("FI_OFI_RXM_EAGER_LIMIT is %q in libfabric's environment, want %q", have, want)
 	}
 }
+
+// A batch that would fill fewer rounds than may be in flight is split
+// over them, in rounds of at least 256 KiB and at most the cap.
+func TestGatherRoundCap(t *testing.T) {
+	const k = 1 << 10
+	for _, c := range []struct {
+		total, cap uint64
+		rounds     int
+		want       uint64
+	}{
+		{1100 * k, 2048 * k, 4, 275 * k},   // one peer's 1.1 MB: 4 rounds
+		{100 * k, 2048 * k, 4, 256 * k},    // small: one round, as before
+		{600 * k, 2048 * k, 4, 256 * k},    // not below 256 KiB
+		{16384 * k, 2048 * k, 4, 2048 * k}, // enough to fill every round at the cap
+		{1100 * k, 2048 * k, 1, 2048 * k},  // one round in flight: nothing to overlap
+		{1100 * k, 100 * k, 4, 100 * k},    // never above the cap
+		{0, 2048 * k, 4, 256 * k},
+	} {
+		if got := gatherRoundCap(c.total, c.cap, c.rounds); got != c.want {
+			t.Errorf("gatherRoundCap(%d, %d, %d) = %d, want %d", c.total, c.cap, c.rounds, got, c.want)
+		}
+	}
+}
