@@ -8,7 +8,9 @@
 //
 // each for --for, and reports each one's CPU time (user+system, from
 // wait4's rusage of the child, which includes script's relaying for the
-// terminal run) as a share of one core. Run it under flock /work/bench.lock
+// terminal run) as a share of one core. For the terminal run it also
+// reports ddtop's own CPU time, read from /proc just before it quits,
+// without script's relaying. Run it under flock /work/bench.lock
 // on a shared machine; make ddtop-cost builds and runs it.
 package main
 
@@ -20,6 +22,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -99,6 +102,7 @@ func run(ddtop string, n, rate int, interval, dur time.Duration) error {
 		return fmt.Errorf("script: %w", err)
 	}
 	time.Sleep(dur)
+	own, ownErr := childCPU(tui.Process.Pid) // ddtop's own, before it quits
 	io.WriteString(in, "q")
 	done := make(chan error, 1)
 	go func() { done <- tui.Wait() }()
@@ -113,6 +117,11 @@ func run(ddtop string, n, rate int, interval, dur time.Duration) error {
 	}
 	wall := time.Since(t0)
 	report("ddtop ranks view", n, fmt.Sprintf("--interval %v", interval), tui.ProcessState, wall)
+	if ownErr != nil {
+		return ownErr
+	}
+	fmt.Printf("%-17s ddtop's own CPU (without script's relaying): %v over %v = %.2f%% of one core\n",
+		"", own.Round(time.Millisecond), dur, 100*own.Seconds()/dur.Seconds())
 
 	// ddtop serve, scraped once a second.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -148,6 +157,40 @@ func run(ddtop string, n, rate int, interval, dur time.Duration) error {
 	report("ddtop serve", n, fmt.Sprintf("%d scrapes of %d KiB", scrapes, size>>10), srv.ProcessState, wall)
 	return nil
 }
+
+// childCPU is the user+system CPU time so far of the one child of pid
+// (ddtop, exec'd by script's shell), from /proc/<child>/stat.
+func childCPU(pid int) (time.Duration, error) {
+	kids, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+	if err != nil {
+		return 0, err
+	}
+	f := strings.Fields(string(kids))
+	if len(f) != 1 {
+		return 0, fmt.Errorf("script has %d children (%q), want ddtop alone", len(f), kids)
+	}
+	st, err := os.ReadFile("/proc/" + f[0] + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	// Fields after the ")" that ends the command name: state is 3, utime 14, stime 15.
+	rest := strings.Fields(string(st[strings.LastIndexByte(string(st), ')')+1:]))
+	if len(rest) < 13 {
+		return 0, fmt.Errorf("short /proc/%s/stat", f[0])
+	}
+	var ticks int64
+	for _, s := range rest[11:13] {
+		v, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/%s/stat: %w", f[0], err)
+		}
+		ticks += v
+	}
+	return time.Duration(ticks) * time.Second / clockTicks, nil
+}
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat's times (100 on Linux).
+const clockTicks = 100
 
 func report(what string, n int, how string, ps *os.ProcessState, wall time.Duration) {
 	cpu := ps.UserTime() + ps.SystemTime()
