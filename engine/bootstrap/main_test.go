@@ -17,7 +17,8 @@ import (
 )
 
 // The multi-rank tests re-execute the test binary: with BSTEST_ROLE set,
-// TestMain runs one rank of a scenario and prints one "RESULT {json}" line.
+// TestMain runs one rank of a scenario and prints one "RESULT {json}" line
+// (also written to $BSTEST_RESULT_DIR/rank-N.json when that is set).
 
 type rankResult struct {
 	Rank  int    `json:"rank"`
@@ -80,6 +81,10 @@ func runRole(role string) int {
 		}
 		b, _ := json.Marshal(res)
 		fmt.Printf("RESULT %s\n", b)
+		if dir := os.Getenv("BSTEST_RESULT_DIR"); dir != "" {
+			// Also a file: a launcher may die before it relays our stdout.
+			os.WriteFile(fmt.Sprintf("%s/rank-%d.json", dir, res.Rank), b, 0o644)
+		}
 		return 0
 	}
 	if err != nil {
