@@ -260,7 +260,7 @@ func TestKilledTarget(t *testing.T) {
 			// The reader still works with the live peer, unless a call stuck
 			// inside the provider (shm, under load) got it quarantined: then a
 			// new reader does.
-			ops := k.ops(k.pa, k.alive, 1)[:8]
+			ops, pa := k.ops(k.pa, k.alive, 1)[:8], k.pa
 			if r.quarantined {
 				t.Logf("reader quarantined by the kill: reading the live peer with a new reader")
 				r2, err := f.NewReader()
@@ -268,17 +268,15 @@ func TestKilledTarget(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer r2.Close()
-				pa2, err := r2.AddPeer(8, k.alive.addr)
-				if err != nil {
+				if pa, err = r2.AddPeer(8, k.alive.addr); err != nil {
 					t.Fatal(err)
 				}
 				for i := range ops {
-					ops[i].Peer = pa2
+					ops[i].Peer = pa
 				}
 				r = r2
-				k.pa = pa2
 			}
-			readChecked(t, "live peer after failure", r.ReadBatch, ops, []*target{k.alive}, []Peer{k.pa})
+			readChecked(t, "live peer after failure", r.ReadBatch, ops, []*target{k.alive}, []Peer{pa})
 		})
 	}
 }
