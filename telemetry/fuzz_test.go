@@ -21,6 +21,7 @@ func FuzzOpen(f *testing.F) {
 	f.Add(good)
 	f.Add(good[:headerBytes])
 	f.Add(put(good, hVersion, 2))
+	f.Add(put(put(good, hVarsUsed, 1<<63), headerBytes+vStripesUsed, ^uint64(0))) // scan marks out of range
 	dir := f.TempDir()
 	path := filepath.Join(dir, "ddstore-fuzz-0.tel")
 	recs := make([]Record, 8)

@@ -51,13 +51,17 @@ package telemetry
 //  | 640 proc[8]: process counters (v2): 0 quarantinedReaders,     |
 //  |     1 leakedBuffers, 2..7 reserved for other engine counters  |
 //  +---------------------------------------------------------------+ 704
-//  | 704..1023 reserved (zero)                                     |
+//  | 704 features (v2, optional: bit 0 = scan marks kept)          |
+//  | 712 varsUsed (feature 0: highest variable slot ever used + 1) |
+//  | 720..1023 reserved (zero)                                     |
 //  +---------------------------------------------------------------+ 1024
 //
 // Variable table entry (128 B):
 //
 //  | 0 gen (odd while being changed) | 8 inUse (0/1) | 16 rowBytes
-//  | 24 globalRows | 32 localRows | 40 reserved | 48 dtype [16]B
+//  | 24 globalRows | 32 localRows
+//  | 40 stripesUsed (feature 0: highest reader stripe given a call + 1)
+//  | 48 dtype [16]B
 //  | 64 name [64]B
 //
 // Counter stripe (768 B = 12 cache lines), one per (variable, reader).
@@ -82,6 +86,14 @@ package telemetry
 //  | 0 calls | 8 rows | 16 bytes | 24 errors | 32 ns | 40 failedFrom
 //  | 48 servedFor | 56 pad
 //  | 64 hist[16]: ns per row, bucket i>0 holds [4^(i-1), 4^i) ns
+//
+// Scan marks (feature 0): a writer raises varsUsed before a variable slot
+// is first put in use and a variable's stripesUsed before a stripe's first
+// call is stored (both only grow; AddVar resets stripesUsed while the
+// entry is odd). A reader that sees the feature bit reads only slots and
+// stripes below the marks: whatever lies above was unused when the mark
+// was loaded, exactly as if the reader had scanned it just then. Readers
+// that do not know the bit ignore both words and scan everything.
 //
 // Ring slot (192 B in v2, 128 B in v1), slot = position & (RingSize-1):
 //
@@ -154,6 +166,8 @@ const (
 	hPeerOff        = 616 // v2
 	hPeerSlotBytes  = 624 // v2
 	hProc           = 640 // v2: NumProc counters
+	hFeatures       = 704 // v2, optional: featScanMarks
+	hVarsUsed       = 712 // featScanMarks
 	hostLen         = 64
 	jobLen          = 64
 	provLen         = 32
@@ -161,15 +175,16 @@ const (
 	methodLen       = 32
 
 	// variable entry offsets
-	vGen        = 0
-	vInUse      = 8
-	vRowBytes   = 16
-	vGlobalRows = 24
-	vLocalRows  = 32
-	vDType      = 48
-	vName       = 64
-	dtypeLen    = 16
-	nameLen     = 64
+	vGen         = 0
+	vInUse       = 8
+	vRowBytes    = 16
+	vGlobalRows  = 24
+	vLocalRows   = 32
+	vStripesUsed = 40 // featScanMarks
+	vDType       = 48
+	vName        = 64
+	dtypeLen     = 16
+	nameLen      = 64
 
 	// stripe offsets
 	sCalls      = 0
@@ -219,6 +234,10 @@ const (
 	pFailed = 40 // row reads moved away from the rank to a replica
 	pServed = 48 // row reads the rank served for a failed owner
 	pHist   = 64
+
+	// featScanMarks: the writer keeps varsUsed and each variable's
+	// stripesUsed (see Scan marks above).
+	featScanMarks = 1 << 0
 
 	// limits accepted by readers (and writers)
 	maxMaxVars    = 4096

@@ -304,6 +304,14 @@ func TestDeadWriterProcess(t *testing.T) {
 		t.Fatalf("Create over a live writer: %v", err)
 	}
 	s := openTest(t, in.Path)
+	if pidfdWorks() && s.pidfd < 0 {
+		t.Fatal("pidfds work here, but the open segment does not watch its writer through one")
+	}
+	var check WriterCheck
+	check.Check([]*Segment{s})
+	if info, _ := s.Info(); info.State != StateLive {
+		t.Fatalf("live holder through its pidfd: %+v", info)
+	}
 
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -319,6 +327,24 @@ func TestDeadWriterProcess(t *testing.T) {
 			t.Fatalf("killed writer not reported exited: %+v", infos)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+	// The open segment sees the zombie exited too, through the one poll
+	// of WriterCheck (Info must not need a check of its own).
+	for {
+		check.Check([]*Segment{s})
+		s.mu.Lock()
+		exited := s.exited
+		s.mu.Unlock()
+		if exited || s.pidfd < 0 && !pidfdWorks() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("open segment: WriterCheck did not see the killed writer exit")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if info, _ := s.Info(); info.State != StateExited || info.Alive {
+		t.Fatalf("open segment of a killed writer: %+v", info)
 	}
 	cmd.Wait()
 	infos, _ = Discover(dir)

@@ -75,6 +75,7 @@ type staticHeader struct {
 	provider string
 	mode     string
 	method   string
+	features uint64 // v2 optional features (featScanMarks)
 	g        geometry
 }
 
@@ -201,6 +202,9 @@ func parseHeader(name string, b []byte, fileSize int64) (staticHeader, error) {
 	h.provider = cString(b[hProvider : hProvider+provLen])
 	h.mode = cString(b[hReaderMode : hReaderMode+modeLen])
 	h.method = cString(b[hMethod : hMethod+methodLen])
+	if h.version >= 2 {
+		h.features = u(hFeatures)
+	}
 	h.g = g
 	return h, nil
 }
@@ -271,10 +275,14 @@ type Segment struct {
 	mu     sync.Mutex
 	closed bool
 	torn   uint64
-	// The writer pid's last full check (pidAlive, /proc): see pidRecheck.
+	// The writer's liveness. With a pidfd (a writer on this host, Linux)
+	// one poll of it answers; exited is then final. Without one: the
+	// pid's last full check (pidAlive, /proc), see pidRecheck.
+	pidfd     int // -1: none
+	exited    bool
 	aliveAt   time.Time
 	alive     bool
-	checkedAt time.Time // the last check of either kind
+	checkedAt time.Time // the last check of any kind
 }
 
 // pidRecheck is how often a Segment checks its writer's pid in full
@@ -290,11 +298,25 @@ const pidRecheck = time.Second
 // its Snapshot), a few milliseconds apart.
 const pidReuse = 50 * time.Millisecond
 
-// pidAlive is pidAlive for the segment's writer, checked in full at most
-// every pidRecheck, and not at all within pidReuse of the last check.
-// s.mu is held.
+// pidAlive is pidAlive for the segment's writer. With a pidfd: one poll
+// of it, not within pidReuse of the last check (CheckWriters' included).
+// Without: checked in full at most every pidRecheck, and not at all
+// within pidReuse of the last check. s.mu is held.
 func (s *Segment) pidAlive() bool {
+	if s.exited {
+		return false
+	}
 	now := time.Now()
+	if s.pidfd >= 0 {
+		if now.Sub(s.checkedAt) >= pidReuse || now.Before(s.checkedAt) {
+			fds := [1]pollFd{{Fd: int32(s.pidfd)}}
+			if pollExited(fds[:]) && exitedEvent(&fds[0]) {
+				s.writerExited()
+			}
+			s.checkedAt = now
+		}
+		return !s.exited
+	}
 	switch {
 	case s.aliveAt.IsZero() || now.Sub(s.aliveAt) >= pidRecheck || now.Before(s.aliveAt):
 		s.alive, s.aliveAt = pidAlive(s.h.pid, s.h.pidStart), now
@@ -307,6 +329,58 @@ func (s *Segment) pidAlive() bool {
 	}
 	s.checkedAt = now
 	return s.alive
+}
+
+// writerExited records that the writer is gone for good. s.mu is held.
+func (s *Segment) writerExited() {
+	s.exited = true
+	if s.pidfd >= 0 {
+		closeFd(s.pidfd)
+		s.pidfd = -1
+	}
+}
+
+// WriterCheck asks with one poll whether the writers of many segments
+// have exited, for a viewer that refreshes them all at once. The zero
+// value is ready; it keeps its scratch memory between checks and is not
+// safe for concurrent use.
+type WriterCheck struct {
+	fds     []pollFd
+	watched []*Segment
+}
+
+// Check polls the writers of segs: the next Info and Snapshot of each,
+// within pidReuse, need no system call. Only segments whose writer runs
+// on this host and could be watched through a pidfd take part; the
+// others check on their own as before.
+func (wc *WriterCheck) Check(segs []*Segment) {
+	fds, watched := wc.fds[:0], wc.watched[:0]
+	defer func() {
+		clear(watched) // keep no segment alive
+		wc.fds, wc.watched = fds, watched[:0]
+	}()
+	for _, s := range segs {
+		s.mu.Lock()
+		if !s.closed && s.pidfd >= 0 {
+			fds = append(fds, pollFd{Fd: int32(s.pidfd)})
+			watched = append(watched, s)
+		}
+		s.mu.Unlock()
+	}
+	if len(fds) == 0 || !pollExited(fds) {
+		return
+	}
+	now := time.Now()
+	for i, s := range watched {
+		s.mu.Lock()
+		if !s.closed && int32(s.pidfd) == fds[i].Fd { // not closed since: the same fd
+			if exitedEvent(&fds[i]) {
+				s.writerExited()
+			}
+			s.checkedAt = now
+		}
+		s.mu.Unlock()
+	}
 }
 
 // Open maps the segment at path read-only after validating its header:
@@ -337,7 +411,11 @@ func Open(path string) (*Segment, error) {
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: mmap %s read-only (%d bytes): %w", path, h.g.fileBytes, err)
 	}
-	return &Segment{path: path, file: st, h: h, data: data, m: mem{base: unsafe.Pointer(&data[0]), size: h.g.fileBytes}}, nil
+	seg := &Segment{path: path, file: st, h: h, data: data, m: mem{base: unsafe.Pointer(&data[0]), size: h.g.fileBytes}, pidfd: -1}
+	if h.host != "" && h.host == localHost() {
+		seg.pidfd, seg.exited = openPidfd(h.pid, h.pidStart)
+	}
+	return seg, nil
 }
 
 // Close unmaps the segment.
@@ -348,6 +426,10 @@ func (s *Segment) Close() error {
 		return nil
 	}
 	s.closed = true
+	if s.pidfd >= 0 {
+		closeFd(s.pidfd)
+		s.pidfd = -1
+	}
 	return unix.Munmap(s.data)
 }
 
@@ -451,7 +533,7 @@ func (s *Segment) SnapshotTo(dst *Snapshot) (err error) {
 	snap.HeartbeatAge = time.Duration(now.UnixNano() - snap.Heartbeat)
 	snap.Alive, snap.State = liveness(h.host, h.pid, h.pidStart, snap.HeartbeatAge, s.pidAlive)
 
-	for v := int64(0); v < g.maxVars; v++ {
+	for v, used := int64(0), s.varsUsed(); v < used; v++ {
 		var reuse *VarSnapshot
 		if n := len(vars); n < cap(vars) {
 			reuse = &vars[:n+1][n]
@@ -501,6 +583,15 @@ func (s *Segment) SnapshotTo(dst *Snapshot) (err error) {
 	return nil
 }
 
+// varsUsed is how many variable slots a snapshot reads: those below the
+// writer's mark when it keeps scan marks, else all.
+func (s *Segment) varsUsed() int64 {
+	if s.h.features&featScanMarks == 0 {
+		return s.h.g.maxVars
+	}
+	return int64(min(s.m.load(hVarsUsed), uint64(s.h.g.maxVars)))
+}
+
 // readVar copies variable v if it is in use, retrying while it changes.
 // reuse, when not nil, is an old copy of a variable whose stripes' memory
 // the copy may take; when it was copied from this segment (same) and is
@@ -535,9 +626,14 @@ func (s *Segment) readVar(v int64, reuse *VarSnapshot, same bool) (VarSnapshot, 
 		}
 		// Copy only the stripes up to the last one that saw calls: a
 		// stripe's calls counter is loaded first, so one that gets its
-		// first call after this scan is simply not in this snapshot.
+		// first call after this scan is simply not in this snapshot. With
+		// scan marks the stripes above the mark have not seen a call.
 		used := int64(0)
-		for r := g.maxReaders - 1; r >= 0; r-- {
+		top := g.maxReaders
+		if s.h.features&featScanMarks != 0 {
+			top = int64(min(m.load(off+vStripesUsed), uint64(top)))
+		}
+		for r := top - 1; r >= 0; r-- {
 			if m.loadI(g.stripe(v, r)+sCalls) != 0 {
 				used = r + 1
 				break

@@ -249,6 +249,7 @@ func (w *Writer) initHeader(o WriterOptions) {
 	m.putString(hProvider, provLen, o.Provider)
 	m.putString(hReaderMode, modeLen, o.ReaderMode)
 	m.putString(hMethod, methodLen, o.Method)
+	m.store(hFeatures, featScanMarks)
 	m.store(hVersion, Version) // last: readers refuse version 0
 }
 
@@ -321,6 +322,10 @@ func (w *Writer) AddVar(name, dtype string, rowBytes, globalRows, localRows int6
 				m.store(s+i, 0)
 			}
 		}
+		m.store(off+vStripesUsed, 0)
+		if m.load(hVarsUsed) <= uint64(v) {
+			m.store(hVarsUsed, uint64(v+1)) // before the slot is in use
+		}
 		m.store(off+vRowBytes, uint64(rowBytes))
 		m.store(off+vGlobalRows, uint64(globalRows))
 		m.store(off+vLocalRows, uint64(localRows))
@@ -354,6 +359,19 @@ func (w *Writer) RemoveVar(id int) {
 	w.m.store(off+vGen, (gen|1)+1)
 }
 
+// markStripe raises variable v's stripesUsed mark to at least r+1 (see
+// the scan marks in layout.go). Concurrent first calls on several stripes
+// may race: the mark only grows.
+func (w *Writer) markStripe(v, r int64) {
+	off := w.g.varOff(v) + vStripesUsed
+	for {
+		cur := w.m.load(off)
+		if cur > uint64(r) || w.m.cas(off, cur, uint64(r+1)) {
+			return
+		}
+	}
+}
+
 func clampNs(v int64) uint64 {
 	if v < 0 {
 		return 0
@@ -379,7 +397,8 @@ func clampNs(v int64) uint64 {
 // last stripe always is). Different pairs may always record concurrently.
 //
 // Cost: two atomic read-modify-writes (claiming a ring position and
-// locking its slot) and plain stores; one clock read if c.EndNano is 0.
+// locking its slot) and plain stores; one clock read if c.EndNano is 0;
+// one compare-and-swap on a stripe's first call (its scan mark).
 func (w *Writer) Record(c *Call) {
 	if w == nil || c == nil || w.closed.Load() {
 		return
@@ -396,6 +415,9 @@ func (w *Writer) Record(c *Call) {
 	}
 	shared := c.Concurrent || r == g.maxReaders-1
 	s := g.stripe(v, r)
+	if m.load(s+sCalls) == 0 {
+		w.markStripe(v, r) // before the stripe's first call is stored
+	}
 	rows := clampNs(c.Rows)
 	var total uint64
 	for i, p := range c.Phases {
