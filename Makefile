@@ -37,7 +37,7 @@ build: deps
 test: deps $(TEST_EXTRA)
 	$(GO) vet ./...
 	DDSTORE_REQUIRE_FABRIC=1 $(GO) test -count=1 -timeout 20m ./...
-	$(GO) test -race -count=1 -timeout 10m -run 'Concurrent|Race' ./engine ./telemetry
+	$(GO) test -race -count=1 -timeout 10m -run 'Concurrent|Race' ./engine ./telemetry ./ui
 
 # The README's main job: a 4-rank trainer on the embedded default config, with ddtop attached.
 demo: build

@@ -52,9 +52,9 @@ func (d *detail) setFrame(f *data.Frame, draw bool) {
 		}
 	}
 	if !found && d.rank != nil && d.rank.State != "gone" {
-		gone := *d.rank
+		gone := d.rank.Clone() // its frame's ranks may be recycled
 		gone.State = "gone"
-		d.rank = &gone
+		d.rank = gone
 	}
 	if draw {
 		d.render()

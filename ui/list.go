@@ -24,7 +24,7 @@ type row struct {
 	dtype      string
 	globalRows int64
 	nranks     int
-	stat       data.Stat
+	stat       *data.Stat
 	loader     *data.LoaderStat
 	search     string // lower-case text the filter matches against
 }
@@ -296,7 +296,7 @@ func rankRows(f *data.Frame, sc *searchCache) []*row {
 	out := make([]*row, len(f.Ranks))
 	for i, r := range f.Ranks {
 		out[i] = &row{key: r.Path, rank: r.Rank, host: r.Host, pid: r.Pid, state: r.State,
-			stat: r.Stat, loader: &f.Ranks[i].Loader, search: sc.rank(r)}
+			stat: &r.Stat, loader: &f.Ranks[i].Loader, search: sc.rank(r)}
 	}
 	sc.prune()
 	return out
@@ -385,13 +385,13 @@ func varRows(f *data.Frame) []*row {
 			hosts[j] = vr.Host
 		}
 		out[i] = &row{key: v.Name, name: v.Name, dtype: v.DType, globalRows: v.GlobalRows, nranks: len(v.ByRank),
-			stat: v.Stat, search: strings.ToLower(v.Name + " " + strings.Join(hosts, " "))}
+			stat: &v.Stat, search: strings.ToLower(v.Name + " " + strings.Join(hosts, " "))}
 	}
 	return out
 }
 
 func varRankRows(f *data.Frame, name string) []*row {
-	if f == nil {
+	if f == nil || name == "" {
 		return nil
 	}
 	state := map[string]string{}
@@ -405,7 +405,7 @@ func varRankRows(f *data.Frame, name string) []*row {
 		}
 		for _, vr := range v.ByRank {
 			out = append(out, &row{key: vr.Path, rank: vr.Rank, host: vr.Host, name: vr.Name,
-				state: state[vr.Path], stat: vr.Stat,
+				state: state[vr.Path], stat: &vr.Stat,
 				search: strings.ToLower(fmt.Sprintf("rank%d r%d %d %s %s", vr.Rank, vr.Rank, vr.Rank, vr.Host, vr.Name))})
 		}
 	}

@@ -96,20 +96,38 @@ type (
 // frameSource gives the model its frames: live polls, or a recording.
 type frameSource interface {
 	poll() (*data.Frame, error)
+	// recycle gives back a frame the model no longer shows (its ranks'
+	// memory may be reused by a later poll).
+	recycle(f *data.Frame)
 	close() error
 }
 
 // source serialises polls: a refresh may still be running when a key asks
-// for another.
+// for another. A frame the model gives back is recycled by the next poll,
+// in the poll's goroutine: the model never waits for a running poll.
 type source struct {
 	mu sync.Mutex
 	p  *data.Poller
+
+	backMu sync.Mutex
+	back   *data.Frame // given back, not yet recycled
 }
 
 func (s *source) poll() (*data.Frame, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.backMu.Lock()
+	back := s.back
+	s.back = nil
+	s.backMu.Unlock()
+	s.p.Recycle(back)
 	return s.p.Poll()
+}
+
+func (s *source) recycle(f *data.Frame) {
+	s.backMu.Lock()
+	defer s.backMu.Unlock()
+	s.back = f // a newer frame given back covers the blocks of older ones
 }
 
 func (s *source) close() error {
@@ -137,6 +155,8 @@ func (r *replay) poll() (*data.Frame, error) {
 }
 
 func (r *replay) close() error { return nil }
+
+func (r *replay) recycle(*data.Frame) {} // recorded frames are shown again
 
 // seek moves to frame pos (clamped) and returns it; the next poll shows
 // the one after.
@@ -317,6 +337,7 @@ func (m *Model) apply(f *data.Frame, err error) {
 	if err != nil {
 		return
 	}
+	prev := m.frame
 	m.frame = f
 	old := panelLines(len(m.findings), m.bodyLines)
 	m.findings = diagnose.Diagnose(f, diagnose.Thresholds{})
@@ -324,12 +345,15 @@ func (m *Model) apply(f *data.Frame, err error) {
 	if panelLines(len(m.findings), m.bodyLines) != old {
 		m.layout()
 	}
+	// Every list's rows and the detail page now point into f alone, so
+	// the previous frame's memory can serve a later poll.
 	m.ranks.setRows(rankRows(f, &m.searches))
 	m.vars.setRows(varRows(f))
-	if m.varSel != "" {
-		m.varRanks.setRows(varRankRows(f, m.varSel))
-	}
+	m.varRanks.setRows(varRankRows(f, m.varSel))
 	m.detail.setFrame(f, m.view == viewDetail)
+	if prev != nil && prev != f {
+		m.src.recycle(prev)
+	}
 }
 
 // Update handles refreshes, resizes and keys.
@@ -756,11 +780,13 @@ func (m *Model) summaryLine() string {
 	var t data.Stat
 	var lw, ls int64
 	for _, r := range m.frame.Ranks {
-		s := r.Stat
-		t.Total = t.Total.Add(s.Total)
-		t.Delta = t.Delta.Add(s.Delta)
-		t.Interval = max(t.Interval, s.Interval)
-		lwin := r.Loader.Window()
+		t.Total.Accumulate(&r.Stat.Total)
+		t.Delta.Accumulate(&r.Stat.Delta)
+		t.Interval = max(t.Interval, r.Stat.Interval)
+		lwin := &r.Loader.Total // Window, without copying it
+		if r.Loader.Delta.Batches > 0 {
+			lwin = &r.Loader.Delta
+		}
 		lw += lwin.WaitNs
 		ls += lwin.StepNs
 	}

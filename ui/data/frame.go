@@ -1,6 +1,7 @@
 package data
 
 import (
+	"slices"
 	"time"
 
 	"github.com/ddstore/ddstore/telemetry"
@@ -15,6 +16,8 @@ type Frame struct {
 	Problems []string // segments that could not be read, with the reason
 	// Raw is what the frame was made from, when Options.KeepRaw is set.
 	Raw []Recorded
+
+	poll uint64 // the Poll that made it (1, 2, ...); 0 for Feed
 }
 
 // Rank is one segment: one engine process.
@@ -45,6 +48,17 @@ type Rank struct {
 	Proc    [telemetry.NumProc]int64 // process counters (format v2)
 
 	varNames map[int32]string
+}
+
+// Clone is a copy of r that shares no memory a Poller may recycle (its
+// histories and names are never written again and stay shared).
+func (r *Rank) Clone() *Rank {
+	c := *r
+	c.Vars = slices.Clone(r.Vars)
+	c.Readers = slices.Clone(r.Readers)
+	c.Peers = slices.Clone(r.Peers)
+	c.Recent = r.Recent.clone()
+	return &c
 }
 
 // VarOnRank is one variable on one rank.

@@ -56,12 +56,17 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// Poller follows the segments of one directory. Poll is not safe for
-// concurrent use; the Frames it returns are immutable and may be shared.
+// Poller follows the segments of one directory. Poll, Feed and Recycle
+// are not safe for concurrent use; the Frames they return are immutable
+// and may be shared, unless given back to Recycle.
 type Poller struct {
-	o     Options
-	dir   *telemetry.SegmentDir
-	ranks map[string]*tracked // by path
+	o      Options
+	dir    *telemetry.SegmentDir
+	ranks  map[string]*tracked  // by path
+	open   []*telemetry.Segment // scratch: the open segments, for check
+	check  telemetry.WriterCheck
+	polls  uint64    // Polls so far
+	blocks blockPool // recent-call blocks for reuse (Recycle)
 }
 
 // tracked is one open segment and what ddtop remembers about it.
@@ -78,6 +83,8 @@ type tracked struct {
 	recent              callTail // the last o.Recent calls
 	dropped             uint64
 	raw                 *Recorded // this poll's raw data (Options.KeepRaw)
+	made                *Rank     // the Rank of the last poll
+	spareRank           *Rank     // a recycled Rank of this segment (Recycle)
 }
 
 // NewPoller returns a Poller; it opens nothing until Poll.
@@ -108,11 +115,18 @@ func (p *Poller) Close() error {
 // that cannot be listed.
 func (p *Poller) Poll() (*Frame, error) {
 	now := p.o.Now()
+	p.open = p.open[:0]
+	for _, t := range p.ranks {
+		p.open = append(p.open, t.seg)
+	}
+	p.check.Check(p.open) // one poll tells which writers exited
+	clear(p.open)
 	infos, err := p.dir.Discover(p.openSegment)
 	if err != nil {
 		return nil, fmt.Errorf("ddtop: discover segments in %s: %w", p.o.Dir, err)
 	}
-	f := &Frame{At: now, Dir: p.o.Dir}
+	p.polls++
+	f := &Frame{At: now, Dir: p.o.Dir, poll: p.polls}
 	seen := map[string]bool{}
 	for _, in := range infos {
 		if p.o.Job != "" && in.Job != p.o.Job {
@@ -161,6 +175,28 @@ func (p *Poller) Poll() (*Frame, error) {
 	}
 	p.finish(f)
 	return f, nil
+}
+
+// Recycle gives back a frame of Poll that its caller no longer reads,
+// and that it shared with nobody, together with every frame polled before
+// it. Later Polls fill the memory of f's ranks (a Rank with its Vars,
+// Readers and Peers is about 12 KB) and of the recent-call blocks that
+// only f and earlier frames show (12.5 KiB each) instead of allocating:
+// most of what a refresh allocates. After Recycle the ranks of f, the
+// recent calls of f and of earlier frames, and whatever points into them
+// (Frame.Vars' ByRank, pointers to a Rank's fields) may change at any
+// time. Ranks of the last poll (a frame given back before its successor
+// was made) are kept.
+func (p *Poller) Recycle(f *Frame) {
+	if f == nil || f.poll == 0 {
+		return
+	}
+	p.blocks.release(f.poll)
+	for _, r := range f.Ranks {
+		if t := p.ranks[r.Path]; t != nil && t.made != r && t.spareRank == nil {
+			t.spareRank = r
+		}
+	}
 }
 
 // Recorded is one segment at one poll as ddtop record keeps it: the
@@ -272,7 +308,13 @@ func (p *Poller) diff(t *tracked, path string, s *telemetry.Snapshot, now time.T
 			prev, iv = nil, 0
 		}
 	}
-	r := &Rank{
+	r := t.spareRank // a recycled Rank, if any: its memory is reused
+	t.spareRank = nil
+	if r == nil {
+		r = new(Rank)
+	}
+	peers, vars, readers := r.Peers, r.Vars, r.Readers
+	*r = Rank{
 		Path: path, Job: s.Job, Host: s.Host, Rank: s.Rank, World: s.World, Pid: s.Pid,
 		State: s.State, HeartbeatAge: s.HeartbeatAge, Start: s.Start(),
 		Provider: s.Provider, ReaderMode: s.ReaderMode, Method: s.Method,
@@ -280,10 +322,9 @@ func (p *Poller) diff(t *tracked, path string, s *telemetry.Snapshot, now time.T
 		BadCalls: s.BadVarCalls + s.BadReaderCalls,
 		Version:  s.Version, Proc: s.Proc,
 	}
+	t.made = r
 	// Slices of their final size: a refresh of many ranks allocates each
-	// once rather than growing it.
-	r.Peers = make([]PeerStat, 0, len(s.Peers))
-	r.Vars = make([]VarOnRank, 0, len(s.Vars))
+	// once rather than growing it (or not at all, recycled).
 	nr := 0
 	for vi := range s.Vars {
 		for ri := range s.Vars[vi].Readers {
@@ -292,7 +333,9 @@ func (p *Poller) diff(t *tracked, path string, s *telemetry.Snapshot, now time.T
 			}
 		}
 	}
-	r.Readers = make([]ReaderStat, 0, nr)
+	r.Peers = emptyWithRoom(peers, len(s.Peers))
+	r.Vars = emptyWithRoom(vars, len(s.Vars))
+	r.Readers = emptyWithRoom(readers, nr)
 	for _, pc := range s.Peers {
 		ps := PeerStat{Total: pc, Interval: iv}
 		if prev != nil {
@@ -361,6 +404,15 @@ func (p *Poller) diff(t *tracked, path string, s *telemetry.Snapshot, now time.T
 	return r
 }
 
+// emptyWithRoom is s emptied when it has room for n elements, else a new
+// slice with that room.
+func emptyWithRoom[T any](s []T, n int) []T {
+	if s != nil && cap(s) >= n {
+		return s[:0]
+	}
+	return make([]T, 0, n)
+}
+
 // noCounters is a stripe that saw no call.
 var noCounters telemetry.Counters
 
@@ -403,7 +455,7 @@ func (p *Poller) readRing(t *tracked, s *telemetry.Snapshot) {
 	}
 	limit := 64 * min(keep, 1024) // a refresh never chases a fast writer forever
 	for read := 0; read < limit; {
-		dst := t.recent.room() // past every returned frame's calls
+		dst := t.recent.room(&p.blocks) // past every returned frame's calls
 		n, next, dropped, err := t.seg.ReadRing(t.cursor, dst)
 		t.dropped += dropped
 		t.cursor = next
@@ -414,7 +466,7 @@ func (p *Poller) readRing(t *tracked, s *telemetry.Snapshot) {
 		if err != nil || n == 0 {
 			break
 		}
-		t.recent.took(n, keep)
+		t.recent.took(n, keep, &p.blocks, p.polls)
 		read += n
 		if n < len(dst) {
 			break

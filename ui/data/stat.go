@@ -19,7 +19,7 @@ type Stat struct {
 	Interval time.Duration      // length of the last interval; 0 before the second snapshot
 }
 
-func (s Stat) per(v int64) float64 {
+func (s *Stat) per(v int64) float64 {
 	if s.Interval <= 0 {
 		return 0
 	}
@@ -27,25 +27,26 @@ func (s Stat) per(v int64) float64 {
 }
 
 // CallsPerSec is the call rate over the last interval.
-func (s Stat) CallsPerSec() float64 { return s.per(s.Delta.Calls) }
+func (s *Stat) CallsPerSec() float64 { return s.per(s.Delta.Calls) }
 
 // RowsPerSec is the row rate over the last interval.
-func (s Stat) RowsPerSec() float64 { return s.per(s.Delta.Rows) }
+func (s *Stat) RowsPerSec() float64 { return s.per(s.Delta.Rows) }
 
 // BytesPerSec is the byte rate over the last interval.
-func (s Stat) BytesPerSec() float64 { return s.per(s.Delta.Bytes) }
+func (s *Stat) BytesPerSec() float64 { return s.per(s.Delta.Bytes) }
 
 // Window is the counter block that latency and phase figures come from: the
-// last interval when it saw calls, else the cumulative totals.
-func (s Stat) Window() telemetry.Counters {
+// last interval when it saw calls, else the cumulative totals. It points
+// into s: read only.
+func (s *Stat) Window() *telemetry.Counters {
 	if s.Delta.Calls > 0 {
-		return s.Delta
+		return &s.Delta
 	}
-	return s.Total
+	return &s.Total
 }
 
 // NsPerRow is the mean time per row (sum of phases / rows) over Window.
-func (s Stat) NsPerRow() float64 {
+func (s *Stat) NsPerRow() float64 {
 	w := s.Window()
 	if w.Rows <= 0 {
 		return 0
@@ -54,13 +55,13 @@ func (s Stat) NsPerRow() float64 {
 }
 
 // RowQuantile is the q-quantile of per-call ns/row over Window.
-func (s Stat) RowQuantile(q float64) float64 { return s.Window().RowHist.Quantile(q) }
+func (s *Stat) RowQuantile(q float64) float64 { return s.Window().RowHist.Quantile(q) }
 
 // CallQuantile is the q-quantile of call latency (ns) over Window.
-func (s Stat) CallQuantile(q float64) float64 { return s.Window().CallHist.Quantile(q) }
+func (s *Stat) CallQuantile(q float64) float64 { return s.Window().CallHist.Quantile(q) }
 
 // PhaseShare is each phase's fraction of the total time over Window.
-func (s Stat) PhaseShare() [telemetry.NumPhases]float64 {
+func (s *Stat) PhaseShare() [telemetry.NumPhases]float64 {
 	var out [telemetry.NumPhases]float64
 	w := s.Window()
 	t := w.TotalNs()

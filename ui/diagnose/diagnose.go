@@ -179,7 +179,7 @@ func at(rule string, r *data.Rank) Finding {
 	return Finding{Rule: rule, Job: r.Job, Rank: r.Rank, Host: r.Host, Reader: -1}
 }
 
-func share(c telemetry.Counters, phase int) float64 {
+func share(c *telemetry.Counters, phase int) float64 {
 	t := c.TotalNs()
 	if t <= 0 {
 		return 0
@@ -215,7 +215,8 @@ func GPUSync(r *data.Rank, t *Thresholds) []Finding {
 	}
 	workers := r.Loader.Total.Config.Workers
 	busy := 0
-	for _, rs := range r.Readers {
+	for i := range r.Readers {
+		rs := &r.Readers[i]
 		if rs.Window().Calls > 0 {
 			busy++
 		}
@@ -236,7 +237,8 @@ func GPUSync(r *data.Rank, t *Thresholds) []Finding {
 // for one endpoint. Fix: one Reader per worker (reads.thread_readers).
 func LockWait(r *data.Rank, t *Thresholds) []Finding {
 	var out []Finding
-	for _, rs := range r.Readers {
+	for i := range r.Readers {
+		rs := &r.Readers[i]
 		if rs.Reader != 0 {
 			continue
 		}
@@ -263,7 +265,8 @@ func LockWait(r *data.Rank, t *Thresholds) []Finding {
 // call's fixed cost. Fix: one GetBatch per batch (reads.batch_get).
 func Unbatched(r *data.Rank, t *Thresholds) []Finding {
 	var out []Finding
-	for _, v := range r.Vars {
+	for i := range r.Vars {
+		v := &r.Vars[i]
 		w := v.Stat.Window()
 		if w.Calls < t.MinCalls || v.RowBytes > t.SmallRowBytes || v.RowBytes <= 0 {
 			continue

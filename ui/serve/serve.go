@@ -91,6 +91,8 @@ type Collector struct {
 	segDir   *telemetry.SegmentDir
 	mu       sync.Mutex
 	segs     map[string]*telemetry.Segment // open segments by path
+	checked  []*telemetry.Segment          // scratch for check
+	check    telemetry.WriterCheck
 	// Label pairs of every series, built (and checked) once rather than
 	// on every scrape, by desc and label values; entries not used by a
 	// scrape are dropped after it.
@@ -202,6 +204,12 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	defer c.mu.Unlock()
 	c.scrape++
 	defer c.prune()
+	c.checked = c.checked[:0]
+	for _, s := range c.segs {
+		c.checked = append(c.checked, s)
+	}
+	c.check.Check(c.checked) // one poll tells which writers exited
+	clear(c.checked)
 	infos, err := c.segDir.Discover(c.open)
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(dBad, err)
