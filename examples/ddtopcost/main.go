@@ -6,15 +6,22 @@
 //     pseudo-terminal (script(1)), and
 //   - ddtop serve, scraped once a second,
 //
-// each for --for, and reports each one's CPU time (user+system, from
-// wait4's rusage of the child, which includes script's relaying for the
-// terminal run) as a share of one core. For the terminal run it also
-// reports ddtop's own CPU time, read from /proc just before it quits,
-// without script's relaying. Run it under flock /work/bench.lock
-// on a shared machine; make ddtop-cost builds and runs it.
+// each for --warmup and then --for, and reports each one's CPU time
+// (user+system) as a share of one core, twice:
+//
+//   - whole run: from wait4's rusage, start-up included (process start,
+//     configuration, the first opening of every segment) and, for the
+//     terminal run, script's relaying of the output;
+//   - steady: ddtop's own CPU time over --for after the warm-up, read
+//     from /proc/<pid>/stat at both ends: what a monitor left running
+//     costs.
+//
+// Run it under flock /work/bench.lock on a shared machine; make
+// ddtop-cost builds and runs it.
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -36,15 +43,16 @@ func main() {
 	n := flag.Int("segments", 64, "synthetic segments")
 	rate := flag.Int("calls", 200, "calls per second per segment")
 	interval := flag.Duration("interval", 100*time.Millisecond, "ddtop refresh interval")
-	dur := flag.Duration("for", 30*time.Second, "how long each measurement runs")
+	dur := flag.Duration("for", 30*time.Second, "how long each steady measurement runs")
+	warm := flag.Duration("warmup", 3*time.Second, "how long each run goes before the steady measurement")
 	flag.Parse()
-	if err := run(*ddtop, *n, *rate, *interval, *dur); err != nil {
+	if err := run(*ddtop, *n, *rate, *interval, *warm, *dur); err != nil {
 		fmt.Fprintln(os.Stderr, "ddtopcost:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ddtop string, n, rate int, interval, dur time.Duration) error {
+func run(ddtop string, n, rate int, interval, warm, dur time.Duration) error {
 	dir, err := os.MkdirTemp("", "ddtopcost")
 	if err != nil {
 		return err
@@ -101,8 +109,17 @@ func run(ddtop string, n, rate int, interval, dur time.Duration) error {
 	if err := tui.Start(); err != nil {
 		return fmt.Errorf("script: %w", err)
 	}
+	time.Sleep(warm)
+	pid, err := onlyChild(tui.Process.Pid)
+	if err != nil {
+		tui.Process.Kill()
+		return err
+	}
+	own0, err0 := procCPU(pid)
+	steadyFrom := time.Now()
 	time.Sleep(dur)
-	own, ownErr := childCPU(tui.Process.Pid) // ddtop's own, before it quits
+	own1, err1 := procCPU(pid) // ddtop's own, before it quits
+	steadyWall := time.Since(steadyFrom)
 	io.WriteString(in, "q")
 	done := make(chan error, 1)
 	go func() { done <- tui.Wait() }()
@@ -117,11 +134,10 @@ func run(ddtop string, n, rate int, interval, dur time.Duration) error {
 	}
 	wall := time.Since(t0)
 	report("ddtop ranks view", n, fmt.Sprintf("--interval %v", interval), tui.ProcessState, wall)
-	if ownErr != nil {
-		return ownErr
+	if err := errors.Join(err0, err1); err != nil {
+		return err
 	}
-	fmt.Printf("%-17s ddtop's own CPU (without script's relaying): %v over %v = %.2f%% of one core\n",
-		"", own.Round(time.Millisecond), dur, 100*own.Seconds()/dur.Seconds())
+	steady("ddtop ranks view", own1-own0, steadyWall)
 
 	// ddtop serve, scraped once a second.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -137,7 +153,16 @@ func run(ddtop string, n, rate int, interval, dur time.Duration) error {
 		return err
 	}
 	scrapes, size := 0, 0
-	for time.Since(t0) < dur {
+	var cpu0 time.Duration
+	var t1 time.Time
+	for t1.IsZero() || time.Since(t1) < dur {
+		if t1.IsZero() && time.Since(t0) >= warm {
+			if cpu0, err = procCPU(srv.Process.Pid); err != nil {
+				srv.Process.Kill()
+				return err
+			}
+			t1, scrapes = time.Now(), 0
+		}
 		time.Sleep(time.Second)
 		resp, err := http.Get("http://" + addr + "/metrics")
 		if err != nil {
@@ -151,16 +176,27 @@ func run(ddtop string, n, rate int, interval, dur time.Duration) error {
 		scrapes++
 		size = len(b)
 	}
+	cpu1, err1 := procCPU(srv.Process.Pid)
+	steadyWall = time.Since(t1)
 	srv.Process.Signal(syscall.SIGTERM)
 	srv.Wait()
 	wall = time.Since(t0)
-	report("ddtop serve", n, fmt.Sprintf("%d scrapes of %d KiB", scrapes, size>>10), srv.ProcessState, wall)
+	report("ddtop serve", n, fmt.Sprintf("%d KiB a scrape", size>>10), srv.ProcessState, wall)
+	if err1 != nil {
+		return err1
+	}
+	steady(fmt.Sprintf("ddtop serve (%d scrapes)", scrapes), cpu1-cpu0, steadyWall)
 	return nil
 }
 
-// childCPU is the user+system CPU time so far of the one child of pid
-// (ddtop, exec'd by script's shell), from /proc/<child>/stat.
-func childCPU(pid int) (time.Duration, error) {
+// steady prints a steady-state measurement.
+func steady(what string, cpu, wall time.Duration) {
+	fmt.Printf("%-17s steady, after the warm-up: ddtop's own CPU %v over %v = %.2f%% of one core\n",
+		what, cpu.Round(time.Millisecond), wall.Round(time.Millisecond), 100*cpu.Seconds()/wall.Seconds())
+}
+
+// onlyChild is the one child of pid (ddtop, exec'd by script's shell).
+func onlyChild(pid int) (int, error) {
 	kids, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
 	if err != nil {
 		return 0, err
@@ -169,20 +205,26 @@ func childCPU(pid int) (time.Duration, error) {
 	if len(f) != 1 {
 		return 0, fmt.Errorf("script has %d children (%q), want ddtop alone", len(f), kids)
 	}
-	st, err := os.ReadFile("/proc/" + f[0] + "/stat")
+	return strconv.Atoi(f[0])
+}
+
+// procCPU is the user+system CPU time so far of process pid (all its
+// threads), from /proc/<pid>/stat.
+func procCPU(pid int) (time.Duration, error) {
+	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, err
 	}
 	// Fields after the ")" that ends the command name: state is 3, utime 14, stime 15.
 	rest := strings.Fields(string(st[strings.LastIndexByte(string(st), ')')+1:]))
 	if len(rest) < 13 {
-		return 0, fmt.Errorf("short /proc/%s/stat", f[0])
+		return 0, fmt.Errorf("short /proc/%d/stat", pid)
 	}
 	var ticks int64
 	for _, s := range rest[11:13] {
 		v, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("/proc/%s/stat: %w", f[0], err)
+			return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
 		}
 		ticks += v
 	}
@@ -194,7 +236,7 @@ const clockTicks = 100
 
 func report(what string, n int, how string, ps *os.ProcessState, wall time.Duration) {
 	cpu := ps.UserTime() + ps.SystemTime()
-	fmt.Printf("%-17s %d segments, %s: CPU %v (user %v, sys %v) over %v = %.2f%% of one core\n",
+	fmt.Printf("%-17s %d segments, %s, whole run: CPU %v (user %v, sys %v) over %v = %.2f%% of one core\n",
 		what, n, how, cpu.Round(time.Millisecond), ps.UserTime().Round(time.Millisecond), ps.SystemTime().Round(time.Millisecond),
 		wall.Round(time.Millisecond), 100*cpu.Seconds()/wall.Seconds())
 }
