@@ -162,11 +162,13 @@ func TestJSON(t *testing.T) {
 
 // With a window, rates come from the calls recorded inside it. The calls
 // are recorded a while after ddtop starts; on a loaded machine its first
-// snapshot may come later than that (then it sees no call in the window),
-// so the test tries again with a longer delay.
+// snapshot may come later than that (then it sees some or all of the
+// calls before the window), so the test tries again with a longer delay.
 func TestJSONRates(t *testing.T) {
 	const n = 40
-	for _, delay := range []time.Duration{100 * time.Millisecond, 500 * time.Millisecond, 2 * time.Second} {
+	delays := []time.Duration{100 * time.Millisecond, 500 * time.Millisecond, 2 * time.Second, 5 * time.Second}
+	for _, delay := range delays {
+		last := delay == delays[len(delays)-1]
 		dir := t.TempDir()
 		w, ids := create(t, dir, "j", 0, 1, "", "a")
 		done := make(chan struct{})
@@ -182,7 +184,7 @@ func TestJSONRates(t *testing.T) {
 		rep := runJSON(t, "--dir", dir, "--window", window.String())
 		<-done
 		r := rep.Ranks[0]
-		if r.Calls != n && delay < 2*time.Second {
+		if r.Calls != n && !last {
 			// A loaded machine ran the recording goroutine after the second
 			// snapshot: try again with more room.
 			t.Logf("delay %v: %d of %d calls before the second snapshot; trying a longer delay", delay, r.Calls, n)
@@ -192,8 +194,8 @@ func TestJSONRates(t *testing.T) {
 			t.Fatalf("calls %d interval %v", r.Calls, rep.IntervalS)
 		}
 		got := r.CallsPerS * rep.IntervalS
-		if got == 0 {
-			t.Logf("delay %v: the calls came before the first snapshot; trying a longer delay", delay)
+		if math.Abs(got-n) > 1e-6 && !last {
+			t.Logf("delay %v: %.0f of the calls came after the first snapshot; trying a longer delay", delay, got)
 			continue
 		}
 		if math.Abs(got-n) > 1e-6 {
@@ -201,7 +203,6 @@ func TestJSONRates(t *testing.T) {
 		}
 		return
 	}
-	t.Fatal("ddtop never took its first snapshot before the calls")
 }
 
 // --json and --once carry the diagnoses: here every rank made 40 calls of
