@@ -7,7 +7,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -172,4 +174,86 @@ func TestMetrics(t *testing.T) {
 	if err != nil || !strings.Contains(string(gb), `ddstore_calls_total{host="hx",job="pj",rank="1",var="img"} 50`) {
 		t.Fatalf("--gzip body (%v):\n%s", err, gb)
 	}
+}
+
+// BenchmarkScrape is one /metrics scrape of examples/ddtopcost's job: 64
+// segments on this host (their writers' liveness is checked), 2 variables,
+// calls on readers 1 and 2 with 3 target ranks, loader batches; 20 calls
+// per rank between scrapes. Besides ns/op it reports cpu-ms/scrape (the
+// process's user + system time over the scrapes, GC included), core-%@1Hz
+// (issue 11's goal for serve is 1% at one scrape a second) and the body's
+// size.
+func BenchmarkScrape(b *testing.B) {
+	const nseg = 64
+	dir := b.TempDir()
+	var ws []*telemetry.Writer
+	for r := range nseg {
+		w, err := telemetry.Create(telemetry.WriterOptions{Dir: dir, Job: "bench", Rank: r, World: nseg})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer w.Close()
+		w.AddVar("image", "float32", 3136, nseg*1024, 1024)
+		w.AddVar("label", "int64", 8, nseg*1024, 1024)
+		ws = append(ws, w)
+	}
+	record := func(k int) {
+		for r, w := range ws {
+			for i := range 20 {
+				c := telemetry.Call{Var: int32(i % 2), Reader: int32(1 + i%2), Rows: 32, Bytes: 32 * 3136, RemoteRows: 24, LocalRows: 8}
+				c.Targets.Add(r, 8)
+				c.Targets.Add((r+1)%nseg, 12)
+				c.Targets.Add((r+2)%nseg, 12)
+				c.Phases[telemetry.PhaseCQWait] = 40_000 + int64((k+i)%7)*1000
+				c.Phases[telemetry.PhasePost] = 8_000
+				c.Phases[telemetry.PhaseCopy] = 3_000
+				w.Record(&c)
+				if i%2 == 0 {
+					w.RecordLoader(200_000, 20_000_000)
+				}
+			}
+		}
+	}
+	c := NewCollector(dir, "")
+	defer c.Close()
+	h, err := Handler(c)
+	if err != nil {
+		b.Fatal(err)
+	}
+	scrape := func() int {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+		if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), "ddstore_calls_total") {
+			b.Fatalf("scrape: %d", rec.Code)
+		}
+		return rec.Body.Len()
+	}
+	record(0)
+	scrape() // opens the segments
+	var cpu time.Duration
+	size := 0
+	b.ReportAllocs()
+	b.ResetTimer()
+	for k := range b.N {
+		b.StopTimer()
+		record(k)
+		b.StartTimer()
+		t0 := cpuTime()
+		size = scrape()
+		cpu += cpuTime() - t0
+	}
+	b.StopTimer()
+	ms := cpu.Seconds() * 1e3 / float64(b.N)
+	b.ReportMetric(ms, "cpu-ms/scrape")
+	b.ReportMetric(ms/1e3*100, "core-%@1Hz")
+	b.ReportMetric(float64(size)/1024, "KiB/scrape")
+}
+
+// cpuTime is the process's user + system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
