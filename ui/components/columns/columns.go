@@ -280,19 +280,23 @@ func align(s string, w int, right bool) string {
 // View renders the header and the visible rows: never wider than the width,
 // never taller than the height, without blank lines below the last row.
 func (t Table) View() string {
-	var b strings.Builder
-	b.WriteString(t.header)
 	page := max(t.height-1, 1)
-	var row strings.Builder
+	last := min(t.off+page, len(t.cells))
 	rowWidth := 0
 	for _, w := range t.widths {
 		if w > 0 {
 			rowWidth += 1 + w
 		}
 	}
-	for i := t.off; i < min(t.off+page, len(t.cells)); i++ {
+	// One allocation for the page (cells and their colours' escapes,
+	// about twice the text), none growing it row by row.
+	var b strings.Builder
+	b.Grow(len(t.header) + (last-t.off)*(2*max(t.width, rowWidth)+1))
+	b.WriteString(t.header)
+	var row []byte
+	for i := t.off; i < last; i++ {
 		selected := t.focused && !t.static && i == t.cur
-		row.Reset()
+		row = row[:0]
 		for j, cell := range t.cells[i] {
 			w := t.widths[j]
 			if w <= 0 {
@@ -302,10 +306,10 @@ func (t Table) View() string {
 			if p := t.cols[j].Paint; p != nil && !selected {
 				s = p(s)
 			}
-			row.WriteByte(' ')
-			row.WriteString(s)
+			row = append(row, ' ')
+			row = append(row, s...)
 		}
-		l := row.String()
+		l := string(row)
 		n := rowWidth // every cell is fit to its width exactly
 		if n > t.width {
 			l = ansi.Truncate(l, t.width, "")
