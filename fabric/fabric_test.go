@@ -170,7 +170,7 @@ func (k *killRig) readKilled(t *testing.T, what string, read func([]ReadOp) (Tim
 	if fault.RankOf(err) != 7 || !fault.IsRemote(err) || !strings.Contains(err.Error(), "rank 7, remote") {
 		t.Fatalf("error does not name peer 7: %v", err)
 	}
-	if el > k.o.Timeout+time.Second {
+	if el > k.o.Timeout+deadlineSlack {
 		t.Fatalf("took %v, deadline %v", el, k.o.Timeout)
 	}
 	t.Logf("killed target: %v after %v", err, el)
@@ -237,6 +237,13 @@ func TestBusyTarget(t *testing.T) {
 	}
 }
 
+// deadlineSlack is how late past its deadline a failing call may return in
+// these tests: on a loaded 2-core machine the caller can be descheduled and
+// the endpoint's teardown after the deadline takes a second or more
+// (make test-stress saw 4.05 s for a 3 s deadline). A hang is what the
+// checks catch.
+const deadlineSlack = 5 * time.Second
+
 func TestKilledTarget(t *testing.T) {
 	for _, pc := range provCases {
 		t.Run(pc.name, func(t *testing.T) {
@@ -253,7 +260,7 @@ func TestKilledTarget(t *testing.T) {
 			// Again: must fail within the deadline, not hang.
 			start := time.Now()
 			_, err := r.Read(ReadOp{Dst: k.dst.Bytes()[:4096], Peer: k.pv, Addr: k.victim.base, Key: k.victim.key})
-			if err == nil || time.Since(start) > o.Timeout+time.Second {
+			if err == nil || time.Since(start) > o.Timeout+deadlineSlack {
 				t.Fatalf("second read of dead peer: err=%v after %v", err, time.Since(start))
 			}
 			t.Logf("second read of dead peer: %v after %v", err, time.Since(start))
@@ -629,7 +636,7 @@ func TestStoppedTarget(t *testing.T) {
 			if !errors.Is(err, ErrTimeout) || !fault.IsRemote(err) || fault.RankOf(err) != 9 || !strings.Contains(err.Error(), "rank 9") {
 				t.Fatalf("want a timeout naming peer 9, got %v", err)
 			}
-			if el < o.Timeout || el > o.Timeout+time.Second {
+			if el < o.Timeout || el > o.Timeout+deadlineSlack {
 				t.Fatalf("returned after %v, deadline %v", el, o.Timeout)
 			}
 			t.Logf("%v after %v", err, el)

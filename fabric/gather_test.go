@@ -166,7 +166,7 @@ func TestGatherKilledTarget(t *testing.T) {
 	k.readKilled(t, "gather", r.ReadGather, big)
 	start := time.Now()
 	_, err := r.ReadGather(first[:16])
-	if err == nil || time.Since(start) > o.Timeout+time.Second {
+	if err == nil || time.Since(start) > o.Timeout+deadlineSlack {
 		t.Fatalf("second gather from dead peer: err=%v after %v", err, time.Since(start))
 	}
 	t.Logf("second gather from dead peer: %v after %v", err, time.Since(start))
