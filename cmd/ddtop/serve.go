@@ -32,10 +32,7 @@ func serveCommand(out io.Writer) *cobra.Command {
 			c := serve.NewCollector(o.Dir, o.Job)
 			c.Gzip, _ = cmd.Flags().GetBool("gzip")
 			defer c.Close()
-			h, err := serve.Handler(c)
-			if err != nil {
-				return err
-			}
+			h := serve.Handler(c)
 			ln, err := net.Listen("tcp", addr)
 			if err != nil {
 				return fmt.Errorf("serve: %w", err)

@@ -1,18 +1,24 @@
 package serve
 
 import (
+	"bytes"
 	"compress/gzip"
 	"io"
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/ddstore/ddstore/telemetry"
 )
@@ -125,10 +131,7 @@ func TestMetrics(t *testing.T) {
 	}
 
 	// Over HTTP, in the text format, with the labels the issue asks for.
-	hd, err := Handler(NewCollector(dir, ""))
-	if err != nil {
-		t.Fatal(err)
-	}
+	hd := Handler(NewCollector(dir, ""))
 	srv := httptest.NewServer(hd)
 	defer srv.Close()
 	resp, err := srv.Client().Get(srv.URL + "/metrics")
@@ -153,10 +156,7 @@ func TestMetrics(t *testing.T) {
 	}
 	gc := NewCollector(dir, "")
 	gc.Gzip = true
-	gh, err := Handler(gc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	gh := Handler(gc)
 	gsrv := httptest.NewServer(gh)
 	defer gsrv.Close()
 	req, _ := http.NewRequest("GET", gsrv.URL+"/metrics", nil)
@@ -182,7 +182,8 @@ func TestMetrics(t *testing.T) {
 // per rank between scrapes. Besides ns/op it reports cpu-ms/scrape (the
 // process's user + system time over the scrapes, GC included), core-%@1Hz
 // (issue 11's goal for serve is 1% at one scrape a second) and the body's
-// size.
+// size. Handler is ddtop serve's; registry is the Collector in a
+// client_golang registry, served by promhttp.HandlerFor, side by side.
 func BenchmarkScrape(b *testing.B) {
 	const nseg = 64
 	dir := b.TempDir()
@@ -214,39 +215,75 @@ func BenchmarkScrape(b *testing.B) {
 			}
 		}
 	}
-	c := NewCollector(dir, "")
-	defer c.Close()
-	h, err := Handler(c)
-	if err != nil {
-		b.Fatal(err)
+	for _, way := range []string{"handler", "registry"} {
+		b.Run(way, func(b *testing.B) {
+			c := NewCollector(dir, "")
+			defer c.Close()
+			h := Handler(c)
+			if way == "registry" {
+				reg := prometheus.NewRegistry()
+				reg.MustRegister(c)
+				h = whole(promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError, DisableCompression: true}))
+			}
+			req := httptest.NewRequest("GET", "/metrics", nil)
+			scrape := func() int {
+				var w sizeWriter
+				h.ServeHTTP(&w, req)
+				if w.code != http.StatusOK || !bytes.Contains(w.start, []byte("ddstore_bytes_total")) {
+					b.Fatalf("scrape: %d %.200q", w.code, w.start)
+				}
+				return w.n
+			}
+			record(0)
+			scrape() // opens the segments
+			var cpu time.Duration
+			size := 0
+			b.ReportAllocs()
+			b.ResetTimer()
+			for k := range b.N {
+				b.StopTimer()
+				record(k)
+				b.StartTimer()
+				t0 := cpuTime()
+				size = scrape()
+				cpu += cpuTime() - t0
+			}
+			b.StopTimer()
+			ms := cpu.Seconds() * 1e3 / float64(b.N)
+			b.ReportMetric(ms, "cpu-ms/scrape")
+			b.ReportMetric(ms/1e3*100, "core-%@1Hz")
+			b.ReportMetric(float64(size)/1024, "KiB/scrape")
+		})
 	}
-	scrape := func() int {
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
-		if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), "ddstore_calls_total") {
-			b.Fatalf("scrape: %d", rec.Code)
-		}
-		return rec.Body.Len()
+}
+
+// sizeWriter is an http.ResponseWriter that keeps a response's status,
+// size and first bytes: what a scrape costs the server, not its client.
+type sizeWriter struct {
+	h     http.Header
+	code  int
+	n     int
+	start []byte
+}
+
+func (w *sizeWriter) Header() http.Header {
+	if w.h == nil {
+		w.h = http.Header{}
 	}
-	record(0)
-	scrape() // opens the segments
-	var cpu time.Duration
-	size := 0
-	b.ReportAllocs()
-	b.ResetTimer()
-	for k := range b.N {
-		b.StopTimer()
-		record(k)
-		b.StartTimer()
-		t0 := cpuTime()
-		size = scrape()
-		cpu += cpuTime() - t0
+	return w.h
+}
+
+func (w *sizeWriter) WriteHeader(code int) { w.code = code }
+
+func (w *sizeWriter) Write(p []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
 	}
-	b.StopTimer()
-	ms := cpu.Seconds() * 1e3 / float64(b.N)
-	b.ReportMetric(ms, "cpu-ms/scrape")
-	b.ReportMetric(ms/1e3*100, "core-%@1Hz")
-	b.ReportMetric(float64(size)/1024, "KiB/scrape")
+	if w.n == 0 {
+		w.start = p[:min(len(p), 4096)]
+	}
+	w.n += len(p)
+	return len(p), nil
 }
 
 // cpuTime is the process's user + system CPU time so far.
@@ -256,4 +293,115 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// Handler serves what client_golang's registry serves for the same
+// segments, family by family and series by series, in the text and the
+// protobuf format: the same sort (rank "10" before "2"), and a series
+// that two segments send (a copy of rank 3's file) sent once.
+func TestHandlerSameAsRegistry(t *testing.T) {
+	dir := t.TempDir()
+	for r := range 12 {
+		host := []string{"hb", "ha"}[r%2]
+		w, err := telemetry.Create(telemetry.WriterOptions{Dir: dir, Job: "eq", Rank: r, World: 12, Host: host})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		w.AddVar("img", "float32", 64, 1200, 100)
+		w.AddVar("lbl", "int64", 8, 1200, 100)
+		for k := range 5 + r {
+			c := telemetry.Call{Var: int32(k % 2), Reader: int32(k % 3), Rows: int64(k + 1), Bytes: 64, RemoteRows: int64(k + 1)}
+			c.Targets.Add((r+k)%12, int64(k+1))
+			c.Phases[telemetry.PhaseCQWait] = int64(1000 << (k % 12))
+			c.Phases[telemetry.PhaseCopy] = 300
+			c.Err = k == 3
+			w.Record(&c)
+		}
+		w.AddProc(0, int64(r))
+		if r%3 == 0 {
+			w.RecordLoader(int64(r+1)*1000, 1_000_000)
+		}
+	}
+	b, err := os.ReadFile(telemetry.SegmentPath(dir, "eq", 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(telemetry.SegmentPath(dir, "eqcopy", 3), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := NewCollector(dir, "")
+	defer c.Close()
+	reg := prometheus.NewPedanticRegistry()
+	rc := NewCollector(dir, "")
+	defer rc.Close()
+	reg.MustRegister(rc)
+	if _, err := reg.Gather(); err != nil {
+		t.Fatalf("the registry: %v", err)
+	}
+	ours := Handler(c)
+	theirs := promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+	for _, accept := range []string{"", `application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited`} {
+		get := func(h http.Handler) []*dto.MetricFamily {
+			t.Helper()
+			req := httptest.NewRequest("GET", "/metrics", nil)
+			if accept != "" {
+				req.Header.Set("Accept", accept)
+			}
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			if rec.Code != http.StatusOK {
+				t.Fatalf("accept %q: %d %s", accept, rec.Code, rec.Body)
+			}
+			var types []string // the text's families, in order
+			for _, line := range strings.Split(rec.Body.String(), "\n") {
+				if strings.HasPrefix(line, "# TYPE ") {
+					types = append(types, line)
+				}
+			}
+			if !slices.IsSorted(types) {
+				t.Errorf("accept %q: families out of order: %q", accept, types)
+			}
+			dec := expfmt.NewDecoder(rec.Body, expfmt.ResponseFormat(rec.Header()))
+			var fams []*dto.MetricFamily
+			for {
+				mf := &dto.MetricFamily{}
+				if err := dec.Decode(mf); err == io.EOF {
+					// The text decoder returns families in no order.
+					slices.SortFunc(fams, func(a, b *dto.MetricFamily) int { return strings.Compare(a.GetName(), b.GetName()) })
+					return fams
+				} else if err != nil {
+					t.Fatalf("accept %q: %v", accept, err)
+				}
+				if mf.GetName() == "ddstore_heartbeat_age_seconds" {
+					for _, m := range mf.Metric {
+						m.Gauge.Value = nil // the two scrapes are not at one instant
+					}
+				}
+				fams = append(fams, mf)
+			}
+		}
+		got, want := get(ours), get(theirs)
+		if len(got) != len(want) || len(got) < 15 {
+			t.Fatalf("accept %q: %d families, the registry's %d", accept, len(got), len(want))
+		}
+		for i := range got {
+			g, w := got[i], want[i]
+			if g.GetName() != w.GetName() || len(g.Metric) != len(w.Metric) {
+				t.Fatalf("accept %q: family %d: %s with %d series, the registry's %s with %d", accept, i, g.GetName(), len(g.Metric), w.GetName(), len(w.Metric))
+			}
+			for k := range g.Metric {
+				if !proto.Equal(g.Metric[k], w.Metric[k]) {
+					t.Fatalf("accept %q: %s series %d:\n%v\nthe registry's:\n%v", accept, g.GetName(), k, g.Metric[k], w.Metric[k])
+				}
+			}
+			if !proto.Equal(g, w) {
+				t.Fatalf("accept %q: family %s differs in its name, help or type", accept, g.GetName())
+			}
+		}
+		calls := got[slices.IndexFunc(got, func(f *dto.MetricFamily) bool { return f.GetName() == "ddstore_calls_total" })]
+		if n := len(calls.Metric); n != 24 {
+			t.Errorf("accept %q: %d calls series, want 12 ranks × 2 variables", accept, n)
+		}
+	}
 }
