@@ -136,13 +136,13 @@ type Collector struct {
 	seen     map[string]bool               // scratch for Gather
 	checked  []*telemetry.Segment          // scratch for check
 	check    telemetry.WriterCheck
-	// Label pairs of every series, built (and checked) once rather than
+	// Label pairs of every series, built once rather than
 	// on every scrape, by metric and label values; entries not used by a
 	// scrape are dropped after it.
 	labels map[string]*labelSet
 	scrape uint64
 	key    []byte
-	snap   telemetry.Snapshot // each segment's snapshot in turn (emit keeps nothing of it)
+	snap   telemetry.Snapshot // each segment's snapshot in turn (emit keeps only its strings)
 
 	fams    []*dto.MetricFamily // by metric index
 	rows    [][]*sample         // this scrape's samples, by metric index
@@ -198,11 +198,9 @@ func (c *Collector) pairs(m *metric, l []string) *labelSet {
 	c.key = k
 	ls := c.labels[string(k)]
 	if ls == nil {
-		valid := make([]string, len(l))
-		for i, v := range l {
-			valid[i] = strings.ToValidUTF8(v, "\uFFFD") // the exposition format is UTF-8
-		}
-		ls = &labelSet{pairs: prometheus.MakeLabelPairs(m.desc, valid)}
+		// Valid UTF-8, as the exposition format needs: telemetry
+		// decodes every name so.
+		ls = &labelSet{pairs: prometheus.MakeLabelPairs(m.desc, l)}
 		for _, p := range ls.pairs {
 			ls.values = append(ls.values, p.GetValue())
 		}
@@ -239,12 +237,19 @@ func (c *Collector) value(m *metric, v float64, l []string) {
 
 // Gather reads every segment and returns their families, sorted as
 // client_golang's registry sorts them (families by name, series by label
-// values; a series sent twice, by two incarnations of one rank, is sent
-// once). They stay valid until done is called, and no other scrape runs
+// values; a series that two segments carry, such as two incarnations of
+// one rank, is sent once, from the segment read first, as the registry
+// does). They stay valid until done is called, and no other scrape runs
 // until then.
-func (c *Collector) Gather() ([]*dto.MetricFamily, func(), error) {
+func (c *Collector) Gather() (_ []*dto.MetricFamily, done func(), _ error) {
 	c.mu.Lock()
-	done := c.mu.Unlock
+	done = c.mu.Unlock
+	defer func() {
+		if r := recover(); r != nil {
+			c.mu.Unlock() // no done for a panic: the next scrape must not wait forever
+			panic(r)
+		}
+	}()
 	if err := c.gather(); err != nil {
 		return nil, done, err
 	}
@@ -505,7 +510,9 @@ func Handler(c *Collector) http.Handler {
 
 // whole sends h's response in one piece with its Content-Length: a scrape
 // of 64 ranks (~320 KiB of text) goes out in a few large writes instead of
-// ~80 chunks of 4 KiB, each a system call.
+// ~80 chunks of 4 KiB, each a system call. It also keeps the network out
+// of the Collector's lock, held from Gather until the body is encoded: a
+// slow scraper never stalls another.
 func whole(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b := bodies.Get().(*bytes.Buffer)

@@ -298,110 +298,146 @@ func cpuTime() time.Duration {
 // Handler serves what client_golang's registry serves for the same
 // segments, family by family and series by series, in the text and the
 // protobuf format: the same sort (rank "10" before "2"), and a series
-// that two segments send (a copy of rank 3's file) sent once.
+// that two segments carry (a copy of rank 3's file) sent once. One
+// handler serves every step, so its reused samples and label sets are
+// checked while series appear and vanish; each step's reference is a new
+// Collector in a pedantic registry.
 func TestHandlerSameAsRegistry(t *testing.T) {
 	dir := t.TempDir()
-	for r := range 12 {
-		host := []string{"hb", "ha"}[r%2]
-		w, err := telemetry.Create(telemetry.WriterOptions{Dir: dir, Job: "eq", Rank: r, World: 12, Host: host})
+	ws := map[int]*telemetry.Writer{}
+	start := func(r int) {
+		w, err := telemetry.Create(telemetry.WriterOptions{Dir: dir, Job: "eq", Rank: r, World: 13, Host: []string{"hb", "ha"}[r%2]})
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer w.Close()
+		t.Cleanup(func() { w.Close() })
 		w.AddVar("img", "float32", 64, 1200, 100)
 		w.AddVar("lbl", "int64", 8, 1200, 100)
-		for k := range 5 + r {
+		ws[r] = w
+	}
+	record := func(r, calls, step int) {
+		w := ws[r]
+		for k := range calls {
 			c := telemetry.Call{Var: int32(k % 2), Reader: int32(k % 3), Rows: int64(k + 1), Bytes: 64, RemoteRows: int64(k + 1)}
-			c.Targets.Add((r+k)%12, int64(k+1))
-			c.Phases[telemetry.PhaseCQWait] = int64(1000 << (k % 12))
+			c.Targets.Add((r+k+step)%12, int64(k+1))
+			c.Phases[telemetry.PhaseCQWait] = int64(1000 << ((k + step) % 12))
 			c.Phases[telemetry.PhaseCopy] = 300
+			if step > 0 {
+				c.Phases[telemetry.PhaseMR] = 700 // a phase series appears
+				c.MRRegs = 1
+			}
 			c.Err = k == 3
 			w.Record(&c)
 		}
-		w.AddProc(0, int64(r))
-		if r%3 == 0 {
+		w.AddProc(step%2, int64(r+1))
+		if r%3 == step%3 {
 			w.RecordLoader(int64(r+1)*1000, 1_000_000)
 		}
+	}
+	for r := range 12 {
+		start(r)
+		record(r, 5+r, 0)
 	}
 	b, err := os.ReadFile(telemetry.SegmentPath(dir, "eq", 3))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(telemetry.SegmentPath(dir, "eqcopy", 3), b, 0o644); err != nil {
+	copied := telemetry.SegmentPath(dir, "eqcopy", 3)
+	if err := os.WriteFile(copied, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	c := NewCollector(dir, "")
 	defer c.Close()
-	reg := prometheus.NewPedanticRegistry()
-	rc := NewCollector(dir, "")
-	defer rc.Close()
-	reg.MustRegister(rc)
-	if _, err := reg.Gather(); err != nil {
-		t.Fatalf("the registry: %v", err)
-	}
 	ours := Handler(c)
-	theirs := promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
-	for _, accept := range []string{"", `application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited`} {
-		get := func(h http.Handler) []*dto.MetricFamily {
-			t.Helper()
-			req := httptest.NewRequest("GET", "/metrics", nil)
-			if accept != "" {
-				req.Header.Set("Accept", accept)
-			}
-			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, req)
-			if rec.Code != http.StatusOK {
-				t.Fatalf("accept %q: %d %s", accept, rec.Code, rec.Body)
-			}
-			var types []string // the text's families, in order
-			for _, line := range strings.Split(rec.Body.String(), "\n") {
-				if strings.HasPrefix(line, "# TYPE ") {
-					types = append(types, line)
+	check := func(step string, wantCalls int) {
+		t.Helper()
+		reg := prometheus.NewPedanticRegistry()
+		rc := NewCollector(dir, "")
+		defer rc.Close()
+		reg.MustRegister(rc)
+		if _, err := reg.Gather(); err != nil {
+			t.Fatalf("%s: the registry: %v", step, err)
+		}
+		theirs := promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+		for _, accept := range []string{"", `application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited`} {
+			get := func(h http.Handler) []*dto.MetricFamily {
+				t.Helper()
+				req := httptest.NewRequest("GET", "/metrics", nil)
+				if accept != "" {
+					req.Header.Set("Accept", accept)
 				}
-			}
-			if !slices.IsSorted(types) {
-				t.Errorf("accept %q: families out of order: %q", accept, types)
-			}
-			dec := expfmt.NewDecoder(rec.Body, expfmt.ResponseFormat(rec.Header()))
-			var fams []*dto.MetricFamily
-			for {
-				mf := &dto.MetricFamily{}
-				if err := dec.Decode(mf); err == io.EOF {
-					// The text decoder returns families in no order.
-					slices.SortFunc(fams, func(a, b *dto.MetricFamily) int { return strings.Compare(a.GetName(), b.GetName()) })
-					return fams
-				} else if err != nil {
-					t.Fatalf("accept %q: %v", accept, err)
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, req)
+				if rec.Code != http.StatusOK {
+					t.Fatalf("%s, accept %q: %d %s", step, accept, rec.Code, rec.Body)
 				}
-				if mf.GetName() == "ddstore_heartbeat_age_seconds" {
-					for _, m := range mf.Metric {
-						m.Gauge.Value = nil // the two scrapes are not at one instant
+				var types []string // the text's families, in order
+				for _, line := range strings.Split(rec.Body.String(), "\n") {
+					if strings.HasPrefix(line, "# TYPE ") {
+						types = append(types, line)
 					}
 				}
-				fams = append(fams, mf)
-			}
-		}
-		got, want := get(ours), get(theirs)
-		if len(got) != len(want) || len(got) < 15 {
-			t.Fatalf("accept %q: %d families, the registry's %d", accept, len(got), len(want))
-		}
-		for i := range got {
-			g, w := got[i], want[i]
-			if g.GetName() != w.GetName() || len(g.Metric) != len(w.Metric) {
-				t.Fatalf("accept %q: family %d: %s with %d series, the registry's %s with %d", accept, i, g.GetName(), len(g.Metric), w.GetName(), len(w.Metric))
-			}
-			for k := range g.Metric {
-				if !proto.Equal(g.Metric[k], w.Metric[k]) {
-					t.Fatalf("accept %q: %s series %d:\n%v\nthe registry's:\n%v", accept, g.GetName(), k, g.Metric[k], w.Metric[k])
+				if !slices.IsSorted(types) {
+					t.Errorf("%s, accept %q: families out of order: %q", step, accept, types)
+				}
+				dec := expfmt.NewDecoder(rec.Body, expfmt.ResponseFormat(rec.Header()))
+				var fams []*dto.MetricFamily
+				for {
+					mf := &dto.MetricFamily{}
+					if err := dec.Decode(mf); err == io.EOF {
+						// The text decoder returns families in no order.
+						slices.SortFunc(fams, func(a, b *dto.MetricFamily) int { return strings.Compare(a.GetName(), b.GetName()) })
+						return fams
+					} else if err != nil {
+						t.Fatalf("%s, accept %q: %v", step, accept, err)
+					}
+					if mf.GetName() == "ddstore_heartbeat_age_seconds" {
+						for _, m := range mf.Metric {
+							m.Gauge.Value = nil // the two scrapes are not at one instant
+						}
+					}
+					fams = append(fams, mf)
 				}
 			}
-			if !proto.Equal(g, w) {
-				t.Fatalf("accept %q: family %s differs in its name, help or type", accept, g.GetName())
+			got, want := get(ours), get(theirs)
+			if len(got) != len(want) || len(got) < 15 {
+				t.Fatalf("%s, accept %q: %d families, the registry's %d", step, accept, len(got), len(want))
+			}
+			for i := range got {
+				g, w := got[i], want[i]
+				if g.GetName() != w.GetName() || len(g.Metric) != len(w.Metric) {
+					t.Fatalf("%s, accept %q: family %d: %s with %d series, the registry's %s with %d", step, accept, i, g.GetName(), len(g.Metric), w.GetName(), len(w.Metric))
+				}
+				for k := range g.Metric {
+					if !proto.Equal(g.Metric[k], w.Metric[k]) {
+						t.Fatalf("%s, accept %q: %s series %d:\n%v\nthe registry's:\n%v", step, accept, g.GetName(), k, g.Metric[k], w.Metric[k])
+					}
+				}
+				if !proto.Equal(g, w) {
+					t.Fatalf("%s, accept %q: family %s differs in its name, help or type", step, accept, g.GetName())
+				}
+			}
+			calls := got[slices.IndexFunc(got, func(f *dto.MetricFamily) bool { return f.GetName() == "ddstore_calls_total" })]
+			if n := len(calls.Metric); n != wantCalls {
+				t.Errorf("%s, accept %q: %d calls series, want %d", step, accept, n, wantCalls)
 			}
 		}
-		calls := got[slices.IndexFunc(got, func(f *dto.MetricFamily) bool { return f.GetName() == "ddstore_calls_total" })]
-		if n := len(calls.Metric); n != 24 {
-			t.Errorf("accept %q: %d calls series, want 12 ranks × 2 variables", accept, n)
+	}
+	check("12 ranks and a copy of rank 3", 24) // 12 ranks × 2 variables
+	for r := range 12 {
+		record(r, 3, 1)
+	}
+	ws[5].Close()
+	os.Remove(telemetry.SegmentPath(dir, "eq", 5))
+	ws[7].AddVar("extra", "uint8", 1, 1200, 100)
+	check("rank 5 gone, rank 7 with a third variable, new phase and process series", 23)
+	os.Remove(copied)
+	start(12)
+	record(12, 4, 2)
+	for r := range 12 {
+		if r != 5 {
+			record(r, 2, 2)
 		}
 	}
+	check("the copy gone, rank 12 new", 25)
 }
