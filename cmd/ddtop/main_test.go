@@ -341,8 +341,10 @@ func TestRecordAndReport(t *testing.T) {
 			w.Record(&c)
 			time.Sleep(10 * time.Millisecond)
 		}
-		time.Sleep(time.Second) // ticks (every 50 ms) see the last calls
-		w.Close()               // the job ends: record stops --until later
+		// Ticks (every 50 ms) see the last calls: 5 s because a loaded
+		// machine once starved the recorder for 1.5 s (2 ticks in 1.8 s).
+		time.Sleep(5 * time.Second)
+		w.Close() // the job ends: record stops --until later
 	}()
 	out := t.TempDir()
 	rec := out + "/run.ddrec"
