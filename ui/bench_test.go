@@ -1,7 +1,6 @@
 package ui
 
 import (
-	"os"
 	"syscall"
 	"testing"
 	"time"
@@ -9,6 +8,7 @@ import (
 	tea "github.com/charmbracelet/bubbletea"
 
 	"github.com/ddstore/ddstore/telemetry"
+	"github.com/ddstore/ddstore/telemetry/synthetic"
 )
 
 // BenchmarkRefresh measures one 10 Hz refresh cycle as ddtop runs it: the
@@ -17,11 +17,10 @@ import (
 //   - ranks, detail: 4 real segments (2 variables, 4 readers each, 64
 //     calls recorded per rank between refreshes), in the ranks view and in
 //     the rank detail view; ranks64: the same over 64 segments.
-//   - cost64: examples/ddtopcost's job (make ddtop-cost): 64 segments, 2
-//     variables, each rank's calls alternating between them on readers 1
-//     and 2 with 3 target ranks, 20 calls and 10 loader batches per rank
-//     between refreshes (200 calls/s at 10 Hz), ranks view. Its writers
-//     are on this host, so their liveness is checked as in ddtopcost.
+//   - cost64: examples/ddtopcost's job (make ddtop-cost), synthetic.Job
+//     of 64 ranks with 20 calls per rank between refreshes (200 calls/s at
+//     10 Hz), ranks view. Its writers are on this host, so their liveness
+//     is checked as in ddtopcost.
 //
 // Besides ns/op it reports cpu-ms/refresh, the process's CPU time (user +
 // system, every thread: GC workers too) over the refresh cycles alone, and
@@ -31,63 +30,48 @@ func BenchmarkRefresh(b *testing.B) {
 	for _, view := range []string{"ranks", "detail", "ranks64", "cost64"} {
 		b.Run(view, func(b *testing.B) {
 			nseg := 4
-			if view == "ranks64" || view == "cost64" {
+			if view == "ranks64" {
 				nseg = 64
 			}
 			dir := b.TempDir()
-			clk := &clock{t: time.Unix(1_700_000_000, 0)}
-			var ws []*telemetry.Writer
-			host := "node1" // another host: no liveness checks
+			var record func(k int)
 			if view == "cost64" {
-				host = "" // this host, as ddtopcost: the writers' pid is watched
-			}
-			for r := range nseg {
-				w, err := telemetry.Create(telemetry.WriterOptions{Dir: dir, Job: "bench", Rank: r, World: nseg,
-					Host: host, Pid: os.Getpid(), Provider: "tcp;ofi_rxm", ReaderMode: "thread", Method: "tcp"})
+				// this host, as ddtopcost: the writers' pid is watched
+				job, err := synthetic.New(synthetic.Options{Dir: dir, Job: "bench"})
 				if err != nil {
 					b.Fatal(err)
 				}
-				defer w.Close()
-				for _, v := range []string{"x", "y"} {
-					if _, err := w.AddVar(v, "float32", 64, 1<<20, 1<<18); err != nil {
+				defer job.Close()
+				record = func(int) { job.Record(20) }
+			} else {
+				ws := make([]*telemetry.Writer, nseg)
+				for r := range nseg {
+					w, err := telemetry.Create(telemetry.WriterOptions{Dir: dir, Job: "bench", Rank: r, World: nseg,
+						Host: "node1", Provider: "tcp;ofi_rxm", ReaderMode: "thread", Method: "tcp"}) // another host: no liveness checks
+					if err != nil {
 						b.Fatal(err)
 					}
-				}
-				if view == "cost64" {
-					w.SetLoaderConfig(telemetry.LoaderConfig{Workers: 2, Prefetch: 4, Readers: telemetry.LoaderReadersThread, BatchRows: 32})
-				}
-				ws = append(ws, w)
-			}
-			record := func(k int) {
-				for _, w := range ws {
-					for i := range 64 {
-						rows := int64(32 + (k+i)%32)
-						c := telemetry.Call{Var: int32(i % 2), Reader: int32(i % 4), Rows: rows, Bytes: 64 * rows, RemoteRows: rows}
-						c.Phases[telemetry.PhaseLockWait] = 100 * rows
-						c.Phases[telemetry.PhaseCQWait] = 300 * rows
-						w.Record(&c)
+					defer w.Close()
+					for _, v := range []string{"x", "y"} {
+						if _, err := w.AddVar(v, "float32", 64, 1<<20, 1<<18); err != nil {
+							b.Fatal(err)
+						}
 					}
+					ws[r] = w
 				}
-			}
-			if view == "cost64" {
 				record = func(k int) {
-					for r, w := range ws {
-						for i := range 20 {
-							c := telemetry.Call{Var: int32(i % 2), Reader: int32(1 + i%2), Rows: 32, Bytes: 32 * 64, RemoteRows: 24, LocalRows: 8}
-							c.Targets.Add(r, 8)
-							c.Targets.Add((r+1)%nseg, 12)
-							c.Targets.Add((r+2)%nseg, 12)
-							c.Phases[telemetry.PhaseCQWait] = 40_000 + int64((k+i)%7)*1000
-							c.Phases[telemetry.PhasePost] = 8_000
-							c.Phases[telemetry.PhaseCopy] = 3_000
+					for _, w := range ws {
+						for i := range 64 {
+							rows := int64(32 + (k+i)%32)
+							c := telemetry.Call{Var: int32(i % 2), Reader: int32(i % 4), Rows: rows, Bytes: 64 * rows, RemoteRows: rows}
+							c.Phases[telemetry.PhaseLockWait] = 100 * rows
+							c.Phases[telemetry.PhaseCQWait] = 300 * rows
 							w.Record(&c)
-							if i%2 == 0 {
-								w.RecordLoader(200_000, 20_000_000)
-							}
 						}
 					}
 				}
 			}
+			clk := &clock{t: time.Unix(1_700_000_000, 0)}
 			m, err := New(Options{Dir: dir, Now: clk.now, Interval: 100 * time.Millisecond})
 			if err != nil {
 				b.Fatal(err)

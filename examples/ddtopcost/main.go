@@ -1,6 +1,7 @@
-// Command ddtopcost measures what ddtop costs in CPU time: it writes 64
-// synthetic telemetry segments (ranks of one job, two variables each,
-// calls recorded continuously from one goroutine), then runs
+// Command ddtopcost measures what ddtop costs in CPU time: it writes the
+// telemetry of a synthetic job (telemetry/synthetic: --segments ranks, two
+// variables each, --calls calls a second per rank recorded from one
+// goroutine every 10 ms), then runs
 //
 //   - ddtop in the ranks view at --interval (default 100ms: 10 Hz) in a
 //     pseudo-terminal (script(1)), and
@@ -31,17 +32,16 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/ddstore/ddstore/telemetry"
+	"github.com/ddstore/ddstore/telemetry/synthetic"
 )
 
 func main() {
 	ddtop := flag.String("ddtop", "bin/ddtop", "ddtop binary")
 	n := flag.Int("segments", 64, "synthetic segments")
-	rate := flag.Int("calls", 200, "calls per second per segment")
+	rate := flag.Float64("calls", 200, "calls per second per segment (a loader batch every second call)")
 	interval := flag.Duration("interval", 100*time.Millisecond, "ddtop refresh interval")
 	dur := flag.Duration("for", 30*time.Second, "how long each steady measurement runs")
 	warm := flag.Duration("warmup", 3*time.Second, "how long each run goes before the steady measurement")
@@ -52,48 +52,39 @@ func main() {
 	}
 }
 
-func run(ddtop string, n, rate int, interval, warm, dur time.Duration) error {
+func run(ddtop string, n int, rate float64, interval, warm, dur time.Duration) error {
 	dir, err := os.MkdirTemp("", "ddtopcost")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	ws := make([]*telemetry.Writer, n)
-	ids := make([][2]int, n)
-	for r := range n {
-		w, err := telemetry.Create(telemetry.WriterOptions{Dir: dir, Job: "cost", Rank: r, World: n})
-		if err != nil {
-			return err
-		}
-		defer w.Close()
-		w.StartHeartbeat(time.Second)
-		ws[r] = w
-		ids[r][0], _ = w.AddVar("image", "float32", 3136, int64(n)*1024, 1024)
-		ids[r][1], _ = w.AddVar("label", "int64", 8, int64(n)*1024, 1024)
-		w.SetLoaderConfig(telemetry.LoaderConfig{Workers: 2, Prefetch: 4, Readers: telemetry.LoaderReadersThread, BatchRows: 32})
+	job, err := synthetic.New(synthetic.Options{Dir: dir, Job: "cost", Ranks: n, Heartbeat: time.Second})
+	if err != nil {
+		return err
 	}
-	var stop atomic.Bool
-	go func() { // the synthetic job: every 10 ms, rate/100 calls per segment
-		k := 0
-		for !stop.Load() {
-			for r, w := range ws {
-				for i := 0; i < max(rate/100, 1); i++ {
-					c := telemetry.Call{Var: int32(ids[r][k%2]), Reader: int32(1 + k%2), Rows: 32, Bytes: 32 * 3136, RemoteRows: 24, LocalRows: 8}
-					c.Targets.Add(r, 8)
-					c.Targets.Add((r+1)%n, 12)
-					c.Targets.Add((r+2)%n, 12)
-					c.Phases[telemetry.PhaseCQWait] = 40_000 + int64(k%7)*1000
-					c.Phases[telemetry.PhasePost] = 8_000
-					c.Phases[telemetry.PhaseCopy] = 3_000
-					w.Record(&c)
-					k++
-				}
-				w.RecordLoader(200_000, 20_000_000)
+	defer job.Close()
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	start, recorded := time.Now(), 0
+	go func() { // every 10 ms, the calls due at rate since the start
+		defer close(stopped)
+		for {
+			if due := int(time.Since(start).Seconds() * rate); due > recorded {
+				job.Record(due - recorded)
+				recorded = due
 			}
-			time.Sleep(10 * time.Millisecond)
+			select {
+			case <-stop:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
 		}
 	}()
-	defer stop.Store(true)
+	defer func() {
+		close(stop)
+		<-stopped
+		fmt.Printf("synthetic job     %d segments, %.1f calls a second each over %v\n",
+			n, float64(recorded)/time.Since(start).Seconds(), time.Since(start).Round(time.Second))
+	}()
 	time.Sleep(time.Second)
 
 	// ddtop in a terminal, ranks view.

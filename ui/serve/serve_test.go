@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ddstore/ddstore/telemetry"
+	"github.com/ddstore/ddstore/telemetry/synthetic"
 )
 
 // The metrics are the segment's counters, in seconds where they are
@@ -176,45 +177,20 @@ func TestMetrics(t *testing.T) {
 	}
 }
 
-// BenchmarkScrape is one /metrics scrape of examples/ddtopcost's job: 64
-// segments on this host (their writers' liveness is checked), 2 variables,
-// calls on readers 1 and 2 with 3 target ranks, loader batches; 20 calls
-// per rank between scrapes. Besides ns/op it reports cpu-ms/scrape (the
+// BenchmarkScrape is one /metrics scrape of examples/ddtopcost's job
+// (synthetic.Job: 64 segments on this host, so their writers' liveness is
+// checked), 20 calls per rank between scrapes. Besides ns/op it reports cpu-ms/scrape (the
 // process's user + system time over the scrapes, GC included), core-%@1Hz
 // (issue 11's goal for serve is 1% at one scrape a second) and the body's
 // size. Handler is ddtop serve's; registry is the Collector in a
 // client_golang registry, served by promhttp.HandlerFor, side by side.
 func BenchmarkScrape(b *testing.B) {
-	const nseg = 64
 	dir := b.TempDir()
-	var ws []*telemetry.Writer
-	for r := range nseg {
-		w, err := telemetry.Create(telemetry.WriterOptions{Dir: dir, Job: "bench", Rank: r, World: nseg})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer w.Close()
-		w.AddVar("image", "float32", 3136, nseg*1024, 1024)
-		w.AddVar("label", "int64", 8, nseg*1024, 1024)
-		ws = append(ws, w)
+	job, err := synthetic.New(synthetic.Options{Dir: dir, Job: "bench"})
+	if err != nil {
+		b.Fatal(err)
 	}
-	record := func(k int) {
-		for r, w := range ws {
-			for i := range 20 {
-				c := telemetry.Call{Var: int32(i % 2), Reader: int32(1 + i%2), Rows: 32, Bytes: 32 * 3136, RemoteRows: 24, LocalRows: 8}
-				c.Targets.Add(r, 8)
-				c.Targets.Add((r+1)%nseg, 12)
-				c.Targets.Add((r+2)%nseg, 12)
-				c.Phases[telemetry.PhaseCQWait] = 40_000 + int64((k+i)%7)*1000
-				c.Phases[telemetry.PhasePost] = 8_000
-				c.Phases[telemetry.PhaseCopy] = 3_000
-				w.Record(&c)
-				if i%2 == 0 {
-					w.RecordLoader(200_000, 20_000_000)
-				}
-			}
-		}
-	}
+	defer job.Close()
 	for _, way := range []string{"handler", "registry"} {
 		b.Run(way, func(b *testing.B) {
 			c := NewCollector(dir, "")
@@ -234,15 +210,15 @@ func BenchmarkScrape(b *testing.B) {
 				}
 				return w.n
 			}
-			record(0)
+			job.Record(20)
 			scrape() // opens the segments
 			var cpu time.Duration
 			size := 0
 			b.ReportAllocs()
 			b.ResetTimer()
-			for k := range b.N {
+			for range b.N {
 				b.StopTimer()
-				record(k)
+				job.Record(20)
 				b.StartTimer()
 				t0 := cpuTime()
 				size = scrape()
