@@ -6,6 +6,7 @@ package synthetic
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/ddstore/ddstore/telemetry"
@@ -40,6 +41,9 @@ func New(o Options) (*Job, error) {
 	}
 	if o.Ranks == 0 {
 		o.Ranks = 64
+	}
+	if o.Ranks < 0 {
+		return nil, fmt.Errorf("synthetic: %d ranks", o.Ranks)
 	}
 	j := &Job{vars: make([][2]int32, o.Ranks), calls: make([]int, o.Ranks)}
 	rows := int64(o.Ranks) * 1024
