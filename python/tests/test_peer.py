@@ -22,6 +22,30 @@ from conftest import pattern
 N0, N1 = 40, 30
 
 
+def stop(proc, timeout=10.0):
+    """Sends proc SIGSTOP and returns once every thread of it has stopped.
+    kill() only queues the signal: until one of proc's threads takes it,
+    the others (the progress thread) go on serving reads, and on a loaded
+    machine a small read can complete in that window."""
+    os.kill(proc.pid, signal.SIGSTOP)
+    tasks = "/proc/%d/task" % proc.pid
+    deadline = time.monotonic() + timeout
+    while True:
+        states = []
+        for tid in os.listdir(tasks):
+            try:
+                with open("%s/%s/stat" % (tasks, tid)) as f:
+                    states.append(f.read().rsplit(")", 1)[1].split()[0])
+            except OSError:
+                pass  # a thread that ended
+        if states and all(st in ("T", "t") for st in states):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError("peer %d not stopped %.0f s after SIGSTOP: thread states %s" % (
+                proc.pid, timeout, states))
+        time.sleep(0.001)
+
+
 @pytest.fixture
 def pair(store, request):
     """Rank 0 here, rank 1 a child; request.param: options of rank 0's store."""
@@ -136,7 +160,7 @@ def test_keyboard_interrupt_during_blocked_next_and_timeout(pair):
     np.testing.assert_array_equal(st.get_batch("p", remote_rows()), pattern(remote_rows(), (64,), np.int64))
     ld = ddstore.Loader(st, ["p"], batch_size=4, workers=1, prefetch=1, sampler=lambda e: remote_rows(),
                         timeout=60)
-    os.kill(child.pid, signal.SIGSTOP)  # the peer stops serving reads
+    stop(child)  # the peer stops serving reads
     try:
         it = iter(ld)
         took = interrupt_after(lambda: next(it), lambda f: f.f_code.co_name == "__next__", 0.3)
@@ -165,7 +189,7 @@ def test_keyboard_interrupt_during_reads_and_barrier(pair):
     want = pattern(rows, (64,), np.int64)
     np.testing.assert_array_equal(st.get_batch("p", rows), want)
     took = {}
-    os.kill(child.pid, signal.SIGSTOP)  # the peer stops serving reads: every read of its rows blocks
+    stop(child)  # the peer stops serving reads: every read of its rows blocks
     stopped = time.monotonic()
     try:
         lost = np.zeros((N1, 64), np.int64)
