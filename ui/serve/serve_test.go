@@ -179,10 +179,10 @@ func TestMetrics(t *testing.T) {
 
 // BenchmarkScrape is one /metrics scrape of examples/ddtopcost's job
 // (synthetic.Job: 64 segments on this host, so their writers' liveness is
-// checked), 20 calls per rank between scrapes. Besides ns/op it reports cpu-ms/scrape (the
-// process's user + system time over the scrapes, GC included), core-%@1Hz
-// (issue 11's goal for serve is 1% at one scrape a second) and the body's
-// size. Handler is ddtop serve's; registry is the Collector in a
+// checked), 20 calls per rank between scrapes. Besides ns/op it reports
+// cpu-ms/scrape (the process's user + system time over the scrapes, GC
+// included), core-%@1Hz (issue 11's goal for serve is 1% at one scrape a
+// second) and the body's size. Handler is ddtop serve's; registry is the Collector in a
 // client_golang registry, served by promhttp.HandlerFor, side by side.
 func BenchmarkScrape(b *testing.B) {
 	dir := b.TempDir()
