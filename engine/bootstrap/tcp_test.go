@@ -1,20 +1,20 @@
 package bootstrap
 
 import (
-	"net"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/ddstore/ddstore/engine/launch"
 )
 
 func freePort(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := launch.FreePort("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	return strconv.Itoa(p)
 }
 
 func tcpEnv(port, token string) func(int) []string {

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	mrand "math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -134,14 +135,45 @@ func ExitCode(err error) int {
 	return 1
 }
 
-// FreePort returns a TCP port that was free on host a moment ago.
+// FreePort returns a TCP port that was free on host a moment ago. It is
+// picked at random below the kernel's ephemeral range
+// (net.ipv4.ip_local_port_range), so that no outgoing connection and no
+// ":0" listener of another process can take it before the rank binds it:
+// a port from ":0" was taken that way under load (bind: address already
+// in use). Where that range leaves no room, it asks the kernel for one.
 func FreePort(host string) (int, error) {
+	if lo := ephemeralLow(); lo-minPickedPort >= 1000 {
+		for range 64 {
+			p := minPickedPort + mrand.IntN(lo-minPickedPort)
+			if l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(p))); err == nil {
+				l.Close()
+				return p, nil
+			}
+		}
+	}
 	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return 0, err
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// minPickedPort: FreePort stays above the well-known service ports.
+const minPickedPort = 10000
+
+// ephemeralLow is the first port of the kernel's ephemeral range (Linux's
+// default 32768 where it cannot be read).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if lo, err := strconv.Atoi(f[0]); err == nil && lo > 0 {
+				return lo
+			}
+		}
+	}
+	return 32768
 }
 
 // inherited launcher variables that would make a rank believe it belongs to

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -225,5 +226,28 @@ func TestRunContextCanceled(t *testing.T) {
 	}
 	if d := time.Since(start); d > 20*time.Second { // far below the sleeping ranks' 2 minutes, far above a loaded run
 		t.Errorf("took %v", d)
+	}
+}
+
+// FreePort picks a bindable port below the kernel's ephemeral range, where
+// no connect() or ":0" bind of another process can take it.
+func TestFreePortBelowEphemeral(t *testing.T) {
+	lo := ephemeralLow()
+	if lo-minPickedPort < 1000 {
+		t.Skipf("ephemeral range starts at %d: FreePort asks the kernel", lo)
+	}
+	for range 20 {
+		p, err := FreePort("127.0.0.1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p < minPickedPort || p >= lo {
+			t.Fatalf("port %d outside [%d, %d)", p, minPickedPort, lo)
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+		if err != nil {
+			t.Fatalf("port %d from FreePort: %v", p, err)
+		}
+		l.Close()
 	}
 }

@@ -26,7 +26,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -35,6 +34,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ddstore/ddstore/engine/launch"
 	"github.com/ddstore/ddstore/telemetry/synthetic"
 )
 
@@ -131,12 +131,11 @@ func run(ddtop string, n int, rate float64, interval, warm, dur time.Duration) e
 	steady("ddtop ranks view", own1-own0, steadyWall)
 
 	// ddtop serve, scraped once a second.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := launch.FreePort("127.0.0.1")
 	if err != nil {
 		return err
 	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := "127.0.0.1:" + strconv.Itoa(port)
 	srv := exec.Command(ddtop, "serve", "--dir", dir, "--listen", addr, "--nice", "0")
 	srv.Stdout, srv.Stderr = io.Discard, os.Stderr
 	t0 = time.Now()

@@ -4,6 +4,7 @@ get_batch, get_ranges, query, barrier, close and a context manager."""
 import ctypes
 import json
 import os
+import random
 import secrets
 import socket
 import weakref
@@ -48,6 +49,30 @@ def _as_array(a):
 
 def _ptr(a):
     return ctypes.c_void_p(a.ctypes.data)
+
+
+def free_port(host=""):
+    """A TCP port that was free on host a moment ago, picked at random below
+    the kernel's ephemeral range as engine/launch.FreePort does: no outgoing
+    connection or port-0 bind of another process can take it before the
+    rank binds it."""
+    lo = 32768
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        pass
+    picks = [random.randrange(10000, lo) for _ in range(64)] if lo - 10000 >= 1000 else []
+    for port in picks + [0]:
+        s = socket.socket()
+        try:
+            s.bind((host, port))
+            return s.getsockname()[1]
+        except OSError:
+            if port == 0:
+                raise
+        finally:
+            s.close()
 
 
 class _Var:
@@ -164,10 +189,7 @@ class DDStore:
         rank, size = comm.Get_rank(), comm.Get_size()
         addr = None
         if rank == 0:
-            s = socket.socket()
-            s.bind(("", 0))
-            port = s.getsockname()[1]
-            s.close()
+            port = free_port()
             host = os.environ.get("DDSTORE_BOOTSTRAP_HOST") or socket.gethostbyname(socket.gethostname())
             addr = ("%s:%d" % (host, port), "py-" + secrets.token_hex(6))
         addr, job = comm.bcast(addr, root=0)

@@ -5,7 +5,6 @@ go through libfabric (tcp on lo). Runs in the single-rank session only."""
 import gc
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -16,6 +15,7 @@ import numpy as np
 import pytest
 
 import ddstore
+from ddstore.store import free_port
 from ddstore import _lib
 from conftest import pattern
 
@@ -51,10 +51,7 @@ def pair(store, request):
     """Rank 0 here, rank 1 a child; request.param: options of rank 0's store."""
     if store.size > 1:
         pytest.skip("two-rank peer tests run in the single-rank session")
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
+    port = free_port("127.0.0.1")
     job = "pypeer-%d" % os.getpid()
     env = {k: v for k, v in os.environ.items()
            if not (k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "DDSTORE_JOB", "LOCAL_RANK",

@@ -1,7 +1,6 @@
 """DDStore: every method on real ranks, every value checked against the
 pattern of its global row."""
 import os
-import socket
 import time
 
 import numpy as np
@@ -9,6 +8,7 @@ import pytest
 import torch
 
 import ddstore
+from ddstore.store import free_port
 from conftest import add_pattern, local_rows, pattern
 
 DTYPES = ["int32", "int64", "uint8", "float32", "float64", "bool"]
@@ -222,21 +222,13 @@ def test_comm_bootstrap():
         np.testing.assert_array_equal(s.get_batch("c", [19, 2]), pattern([19, 2], (3,), np.int64))
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 @pytest.mark.parametrize("rank,missing", [(0, 1), (1, 0)])
 def test_bootstrap_timeout_is_timeout_error(rank, missing):
     # a two-rank tcp rendezvous whose other rank never comes, with a short
     # bootstrap deadline of its own
     t0 = time.monotonic()
     with pytest.raises(ddstore.DeadlineError) as e:
-        ddstore.DDStore(telemetry=False, bootstrap={"method": "tcp", "addr": "127.0.0.1:%d" % free_port(),
+        ddstore.DDStore(telemetry=False, bootstrap={"method": "tcp", "addr": "127.0.0.1:%d" % free_port("127.0.0.1"),
                                                     "rank": rank, "world": 2, "job": "never-%d" % os.getpid(),
                                                     "timeout": 1.5})
     took = time.monotonic() - t0
