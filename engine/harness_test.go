@@ -130,6 +130,10 @@ func storeOptions(mode string, params map[string]string) Options {
 			o.Liveness = d
 		}
 	}
+	if params["REGDST"] == "1" {
+		// as FI_MR_LOCAL providers (verbs, some cxi) require
+		o.Fabric.RegisterDst = true
+	}
 	if params["TELEMETRY"] == "0" {
 		o.DisableTelemetry = true
 	}
