@@ -24,7 +24,7 @@ import (
 	"sync/atomic"
 
 	"github.com/ddstore/ddstore/fabric"
-	"github.com/ddstore/ddstore/fabric/fault"
+	"github.com/ddstore/ddstore/fault"
 	"github.com/ddstore/ddstore/gpu"
 )
 

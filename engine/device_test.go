@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ddstore/ddstore/fabric/fault"
+	"github.com/ddstore/ddstore/fault"
 	"github.com/ddstore/ddstore/gpu"
 	"github.com/ddstore/ddstore/gpu/gputest"
 	"github.com/ddstore/ddstore/telemetry"

@@ -3,7 +3,7 @@ package engine
 import (
 	"fmt"
 
-	"github.com/ddstore/ddstore/fabric/fault"
+	"github.com/ddstore/ddstore/fault"
 )
 
 // Error is ddstore's one error type (package fault): every error the store

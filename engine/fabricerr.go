@@ -4,7 +4,7 @@ import (
 	"errors"
 
 	"github.com/ddstore/ddstore/fabric"
-	"github.com/ddstore/ddstore/fabric/fault"
+	"github.com/ddstore/ddstore/fault"
 )
 
 // fabricErrRank is the peer rank a fabric error names, or -1.

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/ddstore/ddstore/fabric"
-	"github.com/ddstore/ddstore/fabric/fault"
+	"github.com/ddstore/ddstore/fault"
 )
 
 // TestFabricErrorSides: only a remote dead-peer error marks the peer dead;

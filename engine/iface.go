@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/ddstore/ddstore/engine/mesh"
-	"github.com/ddstore/ddstore/fabric/fault"
+	"github.com/ddstore/ddstore/fault"
 )
 
 // fabricIface is what a rank says about the interface its fabric address

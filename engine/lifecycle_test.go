@@ -6,7 +6,7 @@ package engine
 
 import (
 	"errors"
-	"github.com/ddstore/ddstore/fabric/fault"
+	"github.com/ddstore/ddstore/fault"
 	"math"
 	"os"
 	"os/exec"

@@ -34,7 +34,7 @@ import (
 	"time"
 
 	"github.com/ddstore/ddstore/fabric"
-	"github.com/ddstore/ddstore/fabric/fault"
+	"github.com/ddstore/ddstore/fault"
 	"github.com/ddstore/ddstore/telemetry"
 )
 

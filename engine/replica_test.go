@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ddstore/ddstore/fabric/fault"
+	"github.com/ddstore/ddstore/fault"
 	"github.com/ddstore/ddstore/telemetry"
 )
 

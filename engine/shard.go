@@ -2,7 +2,7 @@ package engine
 
 import (
 	"fmt"
-	"github.com/ddstore/ddstore/fabric/fault"
+	"github.com/ddstore/ddstore/fault"
 	"math"
 	"os"
 	"path/filepath"

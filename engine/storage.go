@@ -49,7 +49,7 @@ import (
 
 	"github.com/ddstore/ddstore/engine/bootstrap"
 	"github.com/ddstore/ddstore/fabric"
-	"github.com/ddstore/ddstore/fabric/fault"
+	"github.com/ddstore/ddstore/fault"
 )
 
 // Roles.

@@ -14,7 +14,7 @@ import (
 	"github.com/ddstore/ddstore/engine/bootstrap"
 	"github.com/ddstore/ddstore/engine/mesh"
 	"github.com/ddstore/ddstore/fabric"
-	"github.com/ddstore/ddstore/fabric/fault"
+	"github.com/ddstore/ddstore/fault"
 	"github.com/ddstore/ddstore/telemetry"
 )
 

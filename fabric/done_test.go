@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ddstore/ddstore/fabric/fault"
+	"github.com/ddstore/ddstore/fault"
 )
 
 // A batch over two targets, one of them stopped (SIGSTOP), fails at the

@@ -23,7 +23,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/ddstore/ddstore/fabric/fault"
+	"github.com/ddstore/ddstore/fault"
 )
 
 // Provider preference when Options.Provider is empty.

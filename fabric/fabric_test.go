@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ddstore/ddstore/fabric/fault"
+	"github.com/ddstore/ddstore/fault"
 )
 
 func isNoProvider(err error) bool {

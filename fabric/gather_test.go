@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ddstore/ddstore/fabric/fault"
+	"github.com/ddstore/ddstore/fault"
 )
 
 // gatherOps builds n ops of row bytes at random rows of the targets'

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ddstore/ddstore/fabric/fault"
+	"github.com/ddstore/ddstore/fault"
 )
 
 // TestOtherProviders runs the core of the suite over the software providers

@@ -14,7 +14,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/ddstore/ddstore/fabric/fault"
+	"github.com/ddstore/ddstore/fault"
 )
 
 // Reader reads remote memory. It owns an endpoint, CQ and AV (and its own

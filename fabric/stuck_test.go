@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ddstore/ddstore/fabric/fault"
+	"github.com/ddstore/ddstore/fault"
 )
 
 // TestStuckCallQuarantined: a provider call that never returns (simulated:

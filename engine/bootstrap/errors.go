@@ -3,7 +3,7 @@ package bootstrap
 import (
 	"errors"
 
-	"github.com/ddstore/ddstore/fabric/fault"
+	"github.com/ddstore/ddstore/fault"
 )
 
 // Sentinel classes. Every error an Exchanger returns is a *fault.Error

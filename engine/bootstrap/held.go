@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"sync"
 
-	"github.com/ddstore/ddstore/fabric/fault"
+	"github.com/ddstore/ddstore/fault"
 )
 
 // held is what this process's exchangers hold. A tcp or dir rendezvous

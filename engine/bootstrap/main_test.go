@@ -6,7 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/ddstore/ddstore/fabric/fault"
+	"github.com/ddstore/ddstore/fault"
 	"os"
 	"os/exec"
 	"strconv"

@@ -40,7 +40,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/ddstore/ddstore/fabric/fault"
+	"github.com/ddstore/ddstore/fault"
 )
 
 // Defaults.

@@ -33,7 +33,7 @@ import (
 
 	"github.com/ddstore/ddstore/engine"
 	"github.com/ddstore/ddstore/engine/bootstrap"
-	"github.com/ddstore/ddstore/fabric/fault"
+	"github.com/ddstore/ddstore/fault"
 )
 
 func main() {}

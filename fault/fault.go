@@ -9,8 +9,8 @@
 // the fields with errors.As or the helpers RanksOf, RankOf and SideOf.
 //
 // The package is pure Go and imports nothing of ddstore's, so every layer
-// can use it; it sits under fabric, the lowest layer that the others may
-// import.
+// (engine, fabric, gpu, telemetry, configs, the launchers and the C ABI)
+// can use it.
 package fault
 
 import (
