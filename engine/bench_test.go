@@ -222,8 +222,8 @@ func BenchmarkGet(b *testing.B) {
 							read = func() error { return r.GetBatch(spec.name, idx, dst) }
 						}
 					case "memcpy":
-						src := v.src[1]
-						lo := v.offsets[1]
+						src := v.src[v.lay.Home[1]]
+						lo := v.lay.Offsets[1]
 						read = func() error {
 							for i, g := range idx {
 								copy(dst[int64(i)*rb:int64(i+1)*rb], src[(g-lo)*rb:(g-lo+1)*rb])
@@ -256,7 +256,7 @@ func fabricBatch(b *testing.B, c *benchCluster, v *Var, idx []int64, dst []byte)
 	if err != nil {
 		b.Fatal(err)
 	}
-	rb, lo, rs := v.rowBytes, v.offsets[1], v.remote[1]
+	rb, lo, rs := v.rowBytes, v.lay.Offsets[1], v.remote[v.lay.Home[1]]
 	ops := make([]fabric.ReadOp, len(idx))
 	for i, g := range idx {
 		ops[i] = fabric.ReadOp{Dst: dst[int64(i)*rb : int64(i+1)*rb], Peer: peer, Addr: rs.base + uint64((g-lo)*rb), Key: rs.key}

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/ddstore/ddstore/engine/placement"
+	"github.com/ddstore/ddstore/telemetry"
+
 	"github.com/ddstore/ddstore/fabric"
 	"github.com/ddstore/ddstore/fault"
 )
@@ -38,14 +41,14 @@ func TestFabricErrorSides(t *testing.T) {
 // path's classifier: a local failure for an op to rank 3 leaves rank 3
 // alive; a remote dead-peer error marks it.
 func TestFabricErrorMarksOnlyRemote(t *testing.T) {
-	v := &Var{name: "x", s: &Store{dead: newDeadSet(8)}}
+	v := &Var{name: "x", s: &Store{health: placement.NewHealth(8, telemetry.Nanotime)}}
 	c := &readCtx{}
 	local := &fault.Error{Op: "fi_mr_reg(local)", Ranks: []int{3}, Side: fault.Local, Err: fabric.Errno(12)}
-	if err := v.fabricError(c, local); errors.Is(err, ErrPeerDead) || v.s.dead.has(3) {
+	if err := v.fabricError(c, local); errors.Is(err, ErrPeerDead) || v.s.health.Dead(3) {
 		t.Fatalf("local failure marked rank 3 dead: %v", err)
 	}
 	remote := &fault.Error{Op: "fi_cq_readerr", Ranks: []int{3}, Side: fault.Remote, Kind: fabric.ErrPeerDead, Err: fabric.Errno(107)}
-	if err := v.fabricError(c, remote); !errors.Is(err, ErrPeerDead) || !v.s.dead.has(3) {
+	if err := v.fabricError(c, remote); !errors.Is(err, ErrPeerDead) || !v.s.health.Dead(3) {
 		t.Fatalf("remote failure did not mark rank 3 dead: %v", err)
 	}
 }

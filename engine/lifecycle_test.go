@@ -6,7 +6,6 @@ package engine
 
 import (
 	"errors"
-	"github.com/ddstore/ddstore/fault"
 	"math"
 	"os"
 	"os/exec"
@@ -17,8 +16,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ddstore/ddstore/engine/bootstrap"
+	"github.com/ddstore/ddstore/engine/placement"
+	"github.com/ddstore/ddstore/fault"
+	"github.com/ddstore/ddstore/telemetry"
+
 	"golang.org/x/sys/unix"
+
+	"github.com/ddstore/ddstore/engine/bootstrap"
 )
 
 // openLifecycleStore opens a one-rank store; edit adjusts the options.
@@ -339,27 +343,27 @@ func TestLifecyclePeerWatcherPoll(t *testing.T) {
 			} else {
 				unix.Close(fd)
 			}
-			dead := newDeadSet(4)
+			dead := placement.NewHealth(4, telemetry.Nanotime)
 			var calls atomic.Int32
-			w, err := startWatcher(&dead, []int{2}, []int{cmd.Process.Pid}, c.poll(&calls))
+			w, err := startWatcher(dead, []int{2}, []int{cmd.Process.Pid}, c.poll(&calls))
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer w.stop()
 			time.Sleep(3 * watchRecheck / 2)
-			if dead.has(2) {
+			if dead.Dead(2) {
 				t.Fatal("live peer marked dead")
 			}
 			cmd.Process.Kill()
 			cmd.Wait() // reaped, as a launcher reaps its ranks
 			deadline := time.Now().Add(30 * time.Second)
-			for !dead.has(2) {
+			for !dead.Dead(2) {
 				if time.Now().After(deadline) {
 					t.Fatalf("dead peer not marked within 30s (poll called %d times)", calls.Load())
 				}
 				time.Sleep(5 * time.Millisecond)
 			}
-			if dead.has(0) || dead.has(1) || dead.has(3) {
+			if dead.Dead(0) || dead.Dead(1) || dead.Dead(3) {
 				t.Error("other ranks marked dead")
 			}
 			stopped := make(chan struct{})
@@ -408,7 +412,7 @@ func TestErrorFields(t *testing.T) {
 // TestFabricErrorFields: a failed fabric read is one *Error naming the
 // variable and the peer, with the cause's side and the class.
 func TestFabricErrorFields(t *testing.T) {
-	v := &Var{name: "x", s: &Store{dead: newDeadSet(8)}}
+	v := &Var{name: "x", s: &Store{health: placement.NewHealth(8, telemetry.Nanotime)}}
 	cause := &fault.Error{Op: "fi_cq_readerr", Ranks: []int{5}, Side: fault.Remote, Kind: fault.ErrTimeout}
 	err := v.fabricError(&readCtx{}, cause)
 	var e *Error

@@ -2,20 +2,12 @@ package engine
 
 import (
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ddstore/ddstore/engine/placement"
 )
-
-// deadSet is an atomic bitmap of ranks known to be dead.
-type deadSet struct{ words []atomic.Uint64 }
-
-func newDeadSet(world int) deadSet { return deadSet{words: make([]atomic.Uint64, (world+63)/64)} }
-
-func (d *deadSet) mark(rank int) { d.words[rank>>6].Or(1 << (uint(rank) & 63)) }
-
-func (d *deadSet) has(rank int) bool { return d.words[rank>>6].Load()&(1<<(uint(rank)&63)) != 0 }
 
 // pidWatcher watches same-node peers through pidfds (one goroutine, poll)
 // and marks exited ranks in the dead set. Poll is retried on EINTR; if it
@@ -24,7 +16,7 @@ func (d *deadSet) has(rank int) bool { return d.words[rank>>6].Load()&(1<<(uint(
 // is not yet reaped (a zombie) is seen by poll, by the fallback only once
 // its parent reaps it.
 type pidWatcher struct {
-	dead   *deadSet
+	dead   *placement.Health
 	fds    []int32 // pidfds
 	ranks  []int   // rank of fds[i]
 	wakeR  int     // pipe read end, wakes poll on stop
@@ -41,16 +33,16 @@ const watchRecheck = 100 * time.Millisecond
 // watchPeers starts the watcher for the given ranks and pids. Ranks whose
 // pidfd cannot be opened are marked dead only if the process is gone
 // (ESRCH); other failures (old kernel, permissions) leave them unwatched.
-func watchPeers(dead *deadSet, ranks, pids []int) (*pidWatcher, error) {
+func watchPeers(dead *placement.Health, ranks, pids []int) (*pidWatcher, error) {
 	return startWatcher(dead, ranks, pids, unix.Poll)
 }
 
-func startWatcher(dead *deadSet, ranks, pids []int, poll func([]unix.PollFd, int) (int, error)) (*pidWatcher, error) {
+func startWatcher(dead *placement.Health, ranks, pids []int, poll func([]unix.PollFd, int) (int, error)) (*pidWatcher, error) {
 	w := &pidWatcher{dead: dead, done: make(chan struct{}), stopCh: make(chan struct{}), poll: poll}
 	for i, pid := range pids {
 		fd, err := unix.PidfdOpen(pid, 0)
 		if err == unix.ESRCH {
-			dead.mark(ranks[i])
+			dead.MarkDead(ranks[i])
 			continue
 		}
 		if err != nil {
@@ -97,7 +89,7 @@ func (w *pidWatcher) run() {
 		kept := live[:0]
 		for j, i := range live {
 			if pfd[j+1].Revents != 0 {
-				w.dead.mark(w.ranks[i])
+				w.dead.MarkDead(w.ranks[i])
 				continue
 			}
 			kept = append(kept, i)
@@ -117,7 +109,7 @@ func (w *pidWatcher) recheck(live []int) {
 		kept := live[:0]
 		for _, i := range live {
 			if err := unix.PidfdSendSignal(int(w.fds[i]), 0, nil, 0); err == unix.ESRCH {
-				w.dead.mark(w.ranks[i])
+				w.dead.MarkDead(w.ranks[i])
 				continue
 			}
 			kept = append(kept, i)

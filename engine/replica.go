@@ -10,14 +10,16 @@ package engine
 // Get/GetBatch/GetRanges call: rows already read stay, only the missing
 // ones are re-read.
 //
-// Which replica: the ranks holding shard o in the other groups, in a fixed
-// order: those on this node first (their shard is mapped, so a stalled
-// owner cannot delay the copy), then by distance between group indices
-// (nearest group first), ties to the lower group. Dead ranks and ranks
-// that missed the failover deadline in the last suspectFactor ×
-// FailoverAfter are skipped; once that time has passed a rank is tried
-// again (a stall may end; death is for good). When every rank holding the
-// shard has been tried, the call fails with an error that names them all.
+// Which replica is placement's decision (package engine/placement, the one
+// place that decides where a row is read from): the ranks holding shard o
+// in the other groups, in a fixed order: those on this node first (their
+// shard is mapped, so a stalled owner cannot delay the copy), then by
+// distance between group indices (nearest group first), ties to the lower
+// group. Dead ranks and ranks that missed the failover deadline in the
+// last suspectFactor × FailoverAfter are skipped; once that time has passed
+// a rank is tried again (a stall may end; death is for good). When every
+// rank holding the shard has been tried, the call fails with an error that
+// names them all.
 //
 // A variable takes part only when every group holds shards of the same
 // sizes (then a row's shard and offset are the same in every group); the
@@ -29,10 +31,10 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"sort"
 	"sync/atomic"
 	"time"
 
+	"github.com/ddstore/ddstore/engine/placement"
 	"github.com/ddstore/ddstore/fabric"
 	"github.com/ddstore/ddstore/fault"
 	"github.com/ddstore/ddstore/telemetry"
@@ -47,16 +49,15 @@ const DefaultFailoverAfter = 2 * time.Second
 // once instead of paying the deadline again; then it is tried again.
 const suspectFactor = 5
 
-// replicaState is the store's failover routing and counters.
+// replicaState is the store's failover routing and counters. Which rank
+// serves a read is placement's decision (placement.Layout.Route); the
+// store keeps the failover order and counts the moves.
 type replicaState struct {
 	groups int           // world / width
 	after  time.Duration // per-read deadline before failover; 0: no replica to fail over to
-	// alt[o]: ranks holding shard o outside the home group, in preference
-	// order (same node first, then nearest group).
+	// alt[o]: ranks holding shard o outside the home group, in failover
+	// order (placement.FailoverOrder).
 	alt [][]int
-	// suspect[r]: telemetry.Nanotime until which rank r is skipped (missed
-	// the failover deadline); 0 when never.
-	suspect []atomic.Int64
 	// from[r]: reads moved away from owner r; to[r]: reads rank r served
 	// in another's place.
 	from, to []atomic.Int64
@@ -66,7 +67,6 @@ type replicaState struct {
 func (s *Store) initReplicas() {
 	rs := &s.repl
 	rs.groups = s.world / s.width
-	rs.suspect = make([]atomic.Int64, s.nranks)
 	rs.from = make([]atomic.Int64, s.nranks)
 	rs.to = make([]atomic.Int64, s.nranks)
 	if rs.groups < 2 {
@@ -76,116 +76,19 @@ func (s *Store) initReplicas() {
 	if rs.after <= 0 {
 		rs.after = DefaultFailoverAfter
 	}
-	home := s.rank / s.width
 	rs.alt = make([][]int, s.width)
 	for o := range rs.alt {
-		var l []int
-		for h := 0; h < rs.groups; h++ {
-			if h != home {
-				l = append(l, h*s.width+o)
-			}
-		}
-		dist := func(r int) int { return abs(r/s.width - home) }
-		sort.SliceStable(l, func(i, j int) bool {
-			a, b := l[i], l[j]
-			if sa, sb := s.peers[a].sameNode, s.peers[b].sameNode; sa != sb {
-				return sa
-			}
-			if da, db := dist(a), dist(b); da != db {
-				return da < db
-			}
-			return a < b
-		})
-		rs.alt[o] = l
+		rs.alt[o] = placement.FailoverOrder(rs.groups, s.width, 0, s.rank/s.width, o, s.sameNode)
 	}
 }
 
-func abs(x int) int {
-	if x < 0 {
-		return -x
-	}
-	return x
-}
+// sameNode reports whether rank r runs on this node.
+func (s *Store) sameNode(r int) bool { return s.peers[r].sameNode }
 
-// avoid reports whether reads should skip rank r: it is dead, or it missed
-// the failover deadline less than suspectFactor × FailoverAfter ago.
-func (s *Store) avoid(r int) bool {
-	if s.dead.has(r) {
-		return true
-	}
-	u := s.repl.suspect[r].Load()
-	return u != 0 && telemetry.Nanotime() < u
-}
-
-// suspectRank marks r as having missed the failover deadline.
+// suspectRank marks r as having missed the failover deadline: reads skip
+// it for suspectFactor × FailoverAfter.
 func (s *Store) suspectRank(r int) {
-	if r >= 0 && r < s.nranks {
-		s.repl.suspect[r].Store(telemetry.Nanotime() + int64(suspectFactor*s.repl.after))
-	}
-}
-
-// replica returns the first rank holding shard o (of the home group) that
-// reads need not avoid, or -1. Only for variables with v.replicated.
-func (v *Var) replica(o int) int {
-	for _, r := range v.alt[o] {
-		if !v.s.avoid(r) {
-			return r
-		}
-	}
-	return -1
-}
-
-// shardOf is rank r's copy of shard o, r being its home owner or one of
-// v.alt[o]: the mapping (nil when read through the fabric) and the remote
-// region. The home owner's are v.src and v.remote, the others' v.rsrc and
-// v.rremote (lastResort may send a read back to the home owner).
-func (v *Var) shardOf(o, r int) ([]byte, remoteShard) {
-	if r == v.home[o] {
-		return v.src[o], v.remote[o]
-	}
-	return v.rsrc[r], v.rremote[r]
-}
-
-// lastResort is the first rank holding shard o that is not dead (suspect
-// or not), or -1.
-func (v *Var) lastResort(o int) int {
-	if r := v.home[o]; !v.s.dead.has(r) {
-		return r
-	}
-	for _, r := range v.alt[o] {
-		if !v.s.dead.has(r) {
-			return r
-		}
-	}
-	return -1
-}
-
-// shun reports whether reads of home owner r should go elsewhere: it is
-// dead, or (for a variable with replicas) it missed the failover deadline
-// recently. One atomic load per row when all is well.
-func (v *Var) shun(r int) bool {
-	s := v.s
-	if s.dead.has(r) {
-		return true
-	}
-	return v.replicated && s.repl.suspect[r].Load() != 0 && s.avoid(r)
-}
-
-// memberOf is the shard (home member index) rank r holds, or -1.
-func (v *Var) memberOf(r int) int {
-	for o, h := range v.home {
-		if h == r {
-			return o
-		}
-	}
-	for o, l := range v.alt {
-		for _, a := range l {
-			if a == r {
-				return o
-			}
-		}
-	}
-	return -1
+	s.health.Suspect(r, telemetry.Nanotime()+int64(suspectFactor*s.repl.after))
 }
 
 // countFailover records that a read of owner's rows went to replica r.
@@ -199,7 +102,7 @@ func (v *Var) countFailover(st *callStats, owner, r int, n int64) {
 }
 
 // canFailover reports whether reads of v may move to another group.
-func (v *Var) canFailover() bool { return v.replicated && v.s.repl.after > 0 }
+func (v *Var) canFailover() bool { return v.lay.CanFailover() && v.s.repl.after > 0 }
 
 // readTimeout is the fabric deadline for the queued reads: the failover
 // deadline when every one of them has another rank to go to, else the
@@ -209,11 +112,7 @@ func (v *Var) readTimeout(c *readCtx) time.Duration {
 		return 0
 	}
 	for i := range c.ops {
-		o := int(c.opMember[i])
-		if c.opRank[i] == v.home[o] && !v.s.avoid(c.opRank[i]) {
-			continue // the owner: the replicas are untried
-		}
-		if v.replica(o) < 0 {
+		if !v.lay.HasAlternative(v.s.health, int(c.opMember[i]), c.opRank[i]) {
 			return 0 // a last resort: the hard deadline
 		}
 	}
@@ -223,9 +122,10 @@ func (v *Var) readTimeout(c *readCtx) time.Duration {
 // retarget is called after a failed fabric call on c's queue when the
 // variable can fail over and the failure is the peer's (dead, unreachable
 // or past the deadline). It marks the blamed rank (dead, or suspect after
-// a timeout), drops the ops that completed, copies the rows it can from
-// mapped replicas, and points the rest of the missing ops at a replica.
-// It fails, naming every rank tried, when a missing row has no rank left.
+// a timeout), drops the ops that completed, and routes each missing op
+// again (placement): copied from a mapped replica, or pointed at a
+// replica's fabric peer. It fails, naming every rank tried, when a missing
+// row has no rank left.
 func (v *Var) retarget(c *readCtx, st *callStats, cause error) error {
 	s := v.s
 	blamed := fabricErrRank(cause)
@@ -235,7 +135,7 @@ func (v *Var) retarget(c *readCtx, st *callStats, cause error) error {
 	if errors.Is(cause, fabric.ErrTimeout) {
 		s.suspectRank(blamed)
 	} else {
-		s.dead.mark(blamed)
+		s.health.MarkDead(blamed)
 	}
 	n := 0
 	for i := range c.ops {
@@ -244,34 +144,27 @@ func (v *Var) retarget(c *readCtx, st *callStats, cause error) error {
 			continue
 		}
 		r, o, off := c.opRank[i], int(c.opMember[i]), c.opOff[i]
-		if s.avoid(r) {
-			r2 := v.replica(o)
-			if r2 < 0 {
-				// Every rank holding the shard is dead or suspect: try a
-				// suspect one again (slow is not dead), now with the
-				// fabric's hard deadline (readTimeout: no alternative).
-				r2 = v.lastResort(o)
-			}
-			if r2 < 0 {
+		if s.health.Avoid(r) {
+			p := v.lay.Route(s.health, o)
+			if p.Kind == placement.Dead {
 				return v.errNoReplica(st, o, cause)
 			}
-			owner := v.home[o]
 			rows := int64(len(op.Dst)) / v.rowBytes
-			if r2 != owner {
-				v.countFailover(st, owner, r2, rows)
+			if owner := v.lay.Home[o]; p.Rank != owner {
+				v.countFailover(st, owner, p.Rank, rows)
 			}
-			st.targets.Add(r2, rows)
-			src, rs := v.shardOf(o, r2)
-			if src != nil {
-				copy(op.Dst, src[off:off+int64(len(op.Dst))])
+			st.targets.Add(p.Rank, rows)
+			if p.Kind == placement.Local {
+				copy(op.Dst, v.src[p.Rank][off:off+int64(len(op.Dst))])
 				continue
 			}
-			p, err := c.peerOf(r2)
+			peer, err := c.peerOf(p.Rank)
 			if err != nil {
 				return err
 			}
-			op.Peer, op.Addr, op.Key = p, rs.base+uint64(off), rs.key
-			r = r2
+			rs := v.remote[p.Rank]
+			op.Peer, op.Addr, op.Key = peer, rs.base+uint64(off), rs.key
+			r = p.Rank
 		}
 		c.ops[n], c.opRank[n], c.opMember[n], c.opOff[n] = op, r, int32(o), off
 		n++
@@ -279,46 +172,6 @@ func (v *Var) retarget(c *readCtx, st *callStats, cause error) error {
 	clear(c.ops[n:]) // drop the callers' Dst slices
 	c.ops, c.opRank, c.opMember, c.opOff = c.ops[:n], c.opRank[:n], c.opMember[:n], c.opOff[:n]
 	return nil
-}
-
-// routeAvoided serves rows of shard o whose home owner reads must avoid
-// (dead, or suspect): from a mapped replica (copy), or queued on a
-// replica's fabric peer. ok is false when no replica can take them (the
-// caller then reads the owner, or fails if it is dead).
-func (v *Var) routeAvoided(c *readCtx, st *callStats, o int, off int64, d []byte) (_ *readCtx, ok bool, err error) {
-	if !v.canFailover() {
-		return c, false, nil
-	}
-	r := v.replica(o)
-	if r < 0 {
-		return c, false, nil
-	}
-	n := int64(len(d)) / v.rowBytes
-	v.countFailover(st, v.home[o], r, n)
-	st.targets.Add(r, n)
-	src, rs := v.shardOf(o, r)
-	if src != nil {
-		copy(d, src[off:off+int64(len(d))])
-		st.localRows += n
-		return c, true, nil
-	}
-	st.remoteRows += n
-	if c == nil {
-		c = v.lockShared(st)
-	}
-	p, err := c.peerOf(r)
-	if err != nil {
-		return c, false, err
-	}
-	step := max(maxReadBytes/v.rowBytes, 1) * v.rowBytes
-	for k := int64(0); k < int64(len(d)); k += step {
-		e := min(int64(len(d)), k+step)
-		op := fabric.ReadOp{Dst: d[k:e], Peer: p, Addr: rs.base + uint64(off+k), Key: rs.key}
-		if err := v.enqueue(c, st, op, r, o, off+k); err != nil {
-			return c, true, err
-		}
-	}
-	return c, true, nil
 }
 
 // peerOf is the reader's fabric peer for rank r, connected on first use
@@ -344,14 +197,14 @@ func (c *readCtx) peerOf(r int) (fabric.Peer, error) {
 // it names the owner and every replica, and wraps the last failure.
 func (v *Var) errNoReplica(st *callStats, o int, cause error) error {
 	s := v.s
-	tried := append([]int{v.home[o]}, v.alt[o]...)
+	tried := v.lay.Holders(o)
 	kind := ErrPeerDead
 	if errors.Is(cause, fabric.ErrTimeout) {
 		kind = ErrTimeout
 	}
 	var dead, slow []int
 	for _, r := range tried {
-		if s.dead.has(r) {
+		if s.health.Dead(r) {
 			dead = append(dead, r)
 		} else {
 			slow = append(slow, r)
@@ -384,7 +237,6 @@ type FailoverStats struct {
 // allocates the maps).
 func (s *Store) Failovers() FailoverStats {
 	f := FailoverStats{From: map[int]int64{}, To: map[int]int64{}}
-	now := telemetry.Nanotime()
 	for r := 0; r < s.nranks; r++ {
 		if n := s.repl.from[r].Load(); n > 0 {
 			f.From[r] = n
@@ -393,10 +245,10 @@ func (s *Store) Failovers() FailoverStats {
 		if n := s.repl.to[r].Load(); n > 0 {
 			f.To[r] = n
 		}
-		if u := s.repl.suspect[r].Load(); u != 0 && now < u {
+		if s.health.Suspected(r) {
 			f.Suspect = append(f.Suspect, r)
 		}
-		if r != s.rank && s.dead.has(r) {
+		if r != s.rank && s.health.Dead(r) {
 			f.Dead = append(f.Dead, r)
 		}
 	}

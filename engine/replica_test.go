@@ -305,14 +305,14 @@ func lastResortRead(s *Store, spec varSpec, info VarInfo, dir string) error {
 			return errors.New("rank 1 did not stop within 60s")
 		}
 	}
-	s.repl.suspect[3].Store(telemetry.Nanotime() + int64(time.Hour))
+	s.health.Suspect(3, telemetry.Nanotime()+int64(time.Hour))
 	idx := seqIdx(info.Shards[1], info.Shards[2]-info.Shards[1])
 	dst := make([]byte, int64(len(idx))*spec.rowBytes)
 	poison(dst)
 	done := make(chan error, 1)
 	go func() { done <- s.GetBatch(spec.name, idx, dst) }()
 	// The read missed the failover deadline once rank 1 is suspect.
-	for t0 := time.Now(); s.repl.suspect[1].Load() == 0; time.Sleep(5 * time.Millisecond) {
+	for t0 := time.Now(); !s.health.Suspected(1); time.Sleep(5 * time.Millisecond) {
 		if time.Since(t0) > 60*time.Second {
 			return errors.New("the read of stopped rank 1 did not miss the failover deadline within 60s")
 		}

@@ -48,8 +48,10 @@ import (
 	"time"
 
 	"github.com/ddstore/ddstore/engine/bootstrap"
+	"github.com/ddstore/ddstore/engine/placement"
 	"github.com/ddstore/ddstore/fabric"
 	"github.com/ddstore/ddstore/fault"
+	"github.com/ddstore/ddstore/telemetry"
 )
 
 // Roles.
@@ -322,7 +324,7 @@ func (s *Store) joinStorage() error {
 		}
 	}
 	if len(ranks) > 0 {
-		w, err := watchPeers(&s.dead, ranks, pids)
+		w, err := watchPeers(s.health, ranks, pids)
 		if err != nil {
 			return wrapf(nil, "Open", "", err, "storage peer watcher")
 		}
@@ -375,68 +377,52 @@ func (s *Store) storageVars(vars []joinVars, T, S, width int) error {
 	for k, m0 := range ref {
 		v := &Var{s: s, name: m0.Name, dt: m0.DType, rowElems: m0.RowElems, rowBytes: m0.RowBytes, telID: -1,
 			storage: true, group: home}
-		v.home = make([]int, width)
-		v.offsets = make([]int64, width+1)
-		v.src = make([][]byte, width)
-		v.remote = make([]remoteShard, width)
-		v.rsrc = make([][]byte, s.nranks)
-		v.rremote = make([]remoteShard, s.nranks)
-		v.alt = make([][]int, width)
-		v.replicated = groups > 1
-		needFabric := false
+		v.lay = placement.Layout{RowBytes: m0.RowBytes, Offsets: make([]int64, width+1), Home: make([]int, width), Self: s.rank}
+		v.src = make([][]byte, s.nranks)
+		v.remote = make([]remoteShard, s.nranks)
+		replicated := groups > 1
 		for o := 0; o < width; o++ {
 			r := rankOf(home, o)
 			m := vars[r].Vars[k]
-			v.home[o] = r
-			v.offsets[o+1] = v.offsets[o] + m.NLocal
+			v.lay.Home[o] = r
+			v.lay.Offsets[o+1] = v.lay.Offsets[o] + m.NLocal
 			for h := 0; h < groups; h++ {
 				if vars[rankOf(h, o)].Vars[k].NLocal != m.NLocal {
-					v.replicated = false
-				}
-				if h != home {
-					v.alt[o] = append(v.alt[o], rankOf(h, o))
+					replicated = false
 				}
 			}
-			sort.SliceStable(v.alt[o], func(i, j int) bool {
-				a, b := v.alt[o][i], v.alt[o][j]
-				if sa, sb := s.peers[a].sameNode, s.peers[b].sameNode; sa != sb {
-					return sa
-				}
-				da, db := abs((a-T)/width-home), abs((b-T)/width-home)
-				if da != db {
-					return da < db
-				}
-				return a < b
-			})
 		}
-		v.global = v.offsets[width]
+		if replicated {
+			v.lay.Alt = make([][]int, width)
+			for o := range v.lay.Alt {
+				v.lay.Alt[o] = placement.FailoverOrder(groups, width, T, home, o, s.sameNode)
+			}
+		}
+		v.global = v.lay.Rows()
 		// Shards: mapped when on this node, else through the fabric.
+		needFabric := false
 		for h := 0; h < groups; h++ {
-			if h != home && !v.replicated {
+			if h != home && !replicated {
 				continue
 			}
 			for o := 0; o < width; o++ {
 				r := rankOf(h, o)
 				m := vars[r].Vars[k]
-				var src []byte
-				if s.peers[r].sameNode {
-					f, err := openShard(m.Path, r, m.NLocal*m.RowBytes)
-					if err != nil {
-						v.release()
-						return wrapf(nil, "Open", m0.Name, err, "storage rank %d's shard", r-T)
-					}
-					v.mapped = append(v.mapped, f)
-					src = f.data
-				} else {
+				v.remote[r] = remoteShard{key: m.Key, base: m.Base}
+				if !s.peers[r].sameNode {
 					needFabric = true
+					continue
 				}
-				if h == home {
-					v.src[o], v.remote[o] = src, remoteShard{key: m.Key, base: m.Base}
-				} else {
-					v.rsrc[r], v.rremote[r] = src, remoteShard{key: m.Key, base: m.Base}
+				f, err := openShard(m.Path, r, m.NLocal*m.RowBytes)
+				if err != nil {
+					v.release()
+					return wrapf(nil, "Open", m0.Name, err, "storage rank %d's shard", r-T)
 				}
+				v.mapped = append(v.mapped, f)
+				v.src[r] = f.data
 			}
 		}
+		v.lay.Mapped = mappedRanks(v.src)
 		if needFabric {
 			var err error
 			if v.shared, err = s.newReadCtx(0); err != nil {
@@ -466,7 +452,7 @@ func (s *Store) leaveStorage() error {
 	if err != nil {
 		all := true
 		for _, r := range fault.RanksOf(err) {
-			all = all && r >= s.world && s.dead.has(r)
+			all = all && r >= s.world && s.health.Dead(r)
 		}
 		if all && len(fault.RanksOf(err)) > 0 {
 			err = nil
@@ -512,7 +498,7 @@ func (s *Store) openStorageRole() error {
 	}
 	T := st.Trainers
 	s.nranks = T + st.Ranks
-	s.dead = newDeadSet(s.nranks)
+	s.health = placement.NewHealth(s.nranks, telemetry.Nanotime)
 	empty := varMap{}
 	s.vars.Store(&empty)
 	id := T + s.rank

@@ -13,6 +13,7 @@ import (
 	"github.com/ddstore/ddstore/configs"
 	"github.com/ddstore/ddstore/engine/bootstrap"
 	"github.com/ddstore/ddstore/engine/mesh"
+	"github.com/ddstore/ddstore/engine/placement"
 	"github.com/ddstore/ddstore/fabric"
 	"github.com/ddstore/ddstore/fault"
 	"github.com/ddstore/ddstore/telemetry"
@@ -61,8 +62,8 @@ type Store struct {
 	seq       int        // collective sequence number, for tags
 	reduceBuf []float32  // AllReduceFloat32's working copy (under collMu)
 
-	dead      deadSet
-	deadCause sync.Map // rank → error: why it was marked dead
+	health    *placement.Health // dead and suspect ranks, as reads see them (placement)
+	deadCause sync.Map          // rank → error: why it was marked dead
 	watcher   *pidWatcher
 
 	// Storage-only ranks (storage.go): the join exchange with the other
@@ -186,7 +187,7 @@ func (s *Store) open() error {
 	}
 	s.groupLo = s.rank / s.width * s.width
 	s.nranks = s.world + max(o.Storage.Ranks, 0)
-	s.dead = newDeadSet(s.nranks)
+	s.health = placement.NewHealth(s.nranks, telemetry.Nanotime)
 	empty := varMap{}
 	s.vars.Store(&empty)
 
@@ -344,7 +345,7 @@ func (s *Store) open() error {
 		}
 	}
 	if len(ranks) > 0 {
-		if s.watcher, err = watchPeers(&s.dead, ranks, pids); err != nil {
+		if s.watcher, err = watchPeers(s.health, ranks, pids); err != nil {
 			return wrapf(nil, "Open", "", err, "peer watcher")
 		}
 	}
@@ -457,7 +458,7 @@ func (s *Store) SameNode(rank int) bool {
 }
 
 // PeerDead reports whether rank is known to have exited or failed.
-func (s *Store) PeerDead(rank int) bool { return rank >= 0 && rank < s.nranks && s.dead.has(rank) }
+func (s *Store) PeerDead(rank int) bool { return rank >= 0 && rank < s.nranks && s.health.Dead(rank) }
 
 // Close is collective: it waits for this rank's reads in flight, meets the
 // other ranks at a barrier (so nobody reads this rank's memory any more),
@@ -720,7 +721,7 @@ func (s *Store) AllReduceFloat32(tag string, x []float32) error {
 // once from now on.
 func (s *Store) onDead(rank int, cause error) {
 	s.deadCause.LoadOrStore(rank, cause)
-	s.dead.mark(rank)
+	s.health.MarkDead(rank)
 }
 
 // MarkDead declares rank dead (for example by a replica helper that gave
@@ -740,14 +741,14 @@ func (s *Store) MarkDead(rank int, cause error) {
 // ranks), not silent past the liveness deadline nor disconnected (every
 // other rank, through the store's own connections), not marked dead.
 func (s *Store) Alive(rank int) bool {
-	return rank >= 0 && rank < s.nranks && (rank == s.rank || !s.dead.has(rank))
+	return rank >= 0 && rank < s.nranks && (rank == s.rank || !s.health.Dead(rank))
 }
 
 // DeadRanks lists the ranks known dead, in order.
 func (s *Store) DeadRanks() []int {
 	var out []int
 	for r := range s.nranks {
-		if r != s.rank && s.dead.has(r) {
+		if r != s.rank && s.health.Dead(r) {
 			out = append(out, r)
 		}
 	}

@@ -11,24 +11,6 @@ import (
 	"github.com/ddstore/ddstore/fabric"
 )
 
-func TestOwnerSearch(t *testing.T) {
-	// Shards with empty members at the start, middle and end.
-	sizes := []int64{0, 5, 0, 0, 3, 1, 0}
-	v := &Var{offsets: make([]int64, len(sizes)+1)}
-	for i, n := range sizes {
-		v.offsets[i+1] = v.offsets[i] + n
-	}
-	for g := int64(0); g < v.offsets[len(sizes)]; g++ {
-		o := v.owner(g)
-		if !(v.offsets[o] <= g && g < v.offsets[o+1]) {
-			t.Errorf("owner(%d) = %d with shard [%d,%d)", g, o, v.offsets[o], v.offsets[o+1])
-		}
-	}
-	if a := testing.AllocsPerRun(10, func() { v.owner(7) }); a != 0 {
-		t.Errorf("owner allocates %v", a)
-	}
-}
-
 func TestDType(t *testing.T) {
 	for d := Int32; d <= Bytes; d++ {
 		p, err := ParseDType(d.String())

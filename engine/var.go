@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/ddstore/ddstore/fault"
 	"math"
 	"sort"
 	"strings"
@@ -12,6 +11,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ddstore/ddstore/fault"
+
+	"github.com/ddstore/ddstore/engine/placement"
 	"github.com/ddstore/ddstore/fabric"
 	"github.com/ddstore/ddstore/telemetry"
 )
@@ -39,14 +41,17 @@ type Var struct {
 	rowElems int
 	rowBytes int64
 	nLocal   int64
-	offsets  []int64  // len width+1
-	global   int64    // offsets[width]
-	src      [][]byte // per group member: mapped rows, nil when read through the fabric
-	remote   []remoteShard
-	own      *shardFile
-	mapped   []*shardFile // same-node peers' shards
-	exp      *fabric.Export
-	telID    int32 // -1: not in telemetry
+	// lay is where every row is read from (package placement): the home
+	// group's shard offsets and ranks, the replicas in failover order, and
+	// which ranks' copies are mapped on this node.
+	lay    placement.Layout
+	global int64         // lay.Rows()
+	src    [][]byte      // by rank: its copy of its shard, mapped on this node; nil when read through the fabric
+	remote []remoteShard // by rank: its exported copy, read through the fabric
+	own    *shardFile
+	mapped []*shardFile // same-node peers' shards
+	exp    *fabric.Export
+	telID  int32 // -1: not in telemetry
 
 	inflight atomic.Int64
 	freed    atomic.Bool
@@ -57,18 +62,9 @@ type Var struct {
 	mu     sync.Mutex // the shared reader (Store-level calls)
 	shared *readCtx   // nil when every shard is mapped
 
-	// Replicas (replica.go): replicated is true when the store has replica
-	// groups and every group's shards have the home group's sizes; rsrc
-	// and rremote are the other groups' shards by rank (mapped on this
-	// node, else read through the fabric).
-	replicated bool
-	storage    bool    // held by storage-only ranks (storage.go): no shard here
-	group      int     // storage variables: the home group's index
-	home       []int   // rank holding shard o that reads go to first (the home group)
-	alt        [][]int // by shard: the other groups' ranks holding it, in failover order
-	rsrc       [][]byte
-	rremote    []remoteShard
-	failovers  atomic.Int64 // rows served by a replica instead of their owner
+	storage   bool         // held by storage-only ranks (storage.go): no shard here
+	group     int          // storage variables: the home group's index
+	failovers atomic.Int64 // rows served by a replica instead of their owner
 }
 
 type remoteShard struct {
@@ -187,18 +183,17 @@ func (s *Store) create(op, name string, dt DType, rowElems int, nLocal int64, lo
 	// Build the variable: map same-node shards, connect the shared reader.
 	v := &Var{s: s, name: name, dt: dt, rowElems: rowElems, rowBytes: me.RowBytes, nLocal: nLocal,
 		own: own, exp: exp, telID: -1}
-	v.home, v.alt = s.homeRanks(), s.repl.alt
-	v.offsets = make([]int64, s.width+1)
-	v.src = make([][]byte, s.width)
-	v.remote = make([]remoteShard, s.width)
+	v.lay = placement.Layout{RowBytes: me.RowBytes, Offsets: make([]int64, s.width+1), Home: s.homeRanks(), Self: s.rank}
+	v.src = make([][]byte, s.nranks)
+	v.remote = make([]remoteShard, s.nranks)
 	needFabric := false
 	for i := 0; i < s.width; i++ {
 		r := s.groupLo + i
 		m := metas[r]
-		v.offsets[i+1] = v.offsets[i] + m.NLocal
+		v.lay.Offsets[i+1] = v.lay.Offsets[i] + m.NLocal
 		switch {
 		case r == s.rank:
-			v.src[i] = own.data
+			v.src[r] = own.data
 		case s.peers[r].sameNode && localErr == nil:
 			f, err := openShard(m.Path, r, m.NLocal*m.RowBytes)
 			if err != nil {
@@ -206,16 +201,17 @@ func (s *Store) create(op, name string, dt DType, rowElems int, nLocal int64, lo
 				break
 			}
 			v.mapped = append(v.mapped, f)
-			v.src[i] = f.data
+			v.src[r] = f.data
 		default:
-			v.remote[i] = remoteShard{key: m.Key, base: m.Base}
+			v.remote[r] = remoteShard{key: m.Key, base: m.Base}
 			needFabric = true
 		}
 	}
-	v.global = v.offsets[s.width]
+	v.global = v.lay.Rows()
 	if s.repl.groups > 1 {
 		needFabric = v.addReplicas(metas, &localErr) || needFabric
 	}
+	v.lay.Mapped = mappedRanks(v.src)
 	if needFabric && localErr == nil {
 		if s.fab == nil {
 			localErr = errf(nil, opName(op), name, "remote shards but no fabric")
@@ -267,21 +263,19 @@ func (s *Store) create(op, name string, dt DType, rowElems int, nLocal int64, lo
 // recorded in *localErr (the collective then fails on every rank).
 func (v *Var) addReplicas(metas []varMeta, localErr *error) (needFabric bool) {
 	s := v.s
-	v.rsrc = make([][]byte, s.nranks)
-	v.rremote = make([]remoteShard, s.nranks)
 	home := s.rank / s.width
 	for r, m := range metas {
 		if r/s.width != home && m.NLocal != metas[s.groupLo+r%s.width].NLocal {
 			return false
 		}
 	}
-	v.replicated = true
+	v.lay.Alt = s.repl.alt
 	for r, m := range metas {
 		if r/s.width == home || *localErr != nil {
 			continue
 		}
 		if !s.peers[r].sameNode {
-			v.rremote[r] = remoteShard{key: m.Key, base: m.Base}
+			v.remote[r] = remoteShard{key: m.Key, base: m.Base}
 			needFabric = true
 			continue
 		}
@@ -291,9 +285,18 @@ func (v *Var) addReplicas(metas []varMeta, localErr *error) (needFabric bool) {
 			return needFabric
 		}
 		v.mapped = append(v.mapped, f)
-		v.rsrc[r] = f.data
+		v.src[r] = f.data
 	}
 	return needFabric
+}
+
+// mappedRanks is placement's view of src: which ranks' copies are mapped.
+func mappedRanks(src [][]byte) []bool {
+	m := make([]bool, len(src))
+	for r, b := range src {
+		m[r] = b != nil
+	}
+	return m
 }
 
 // checkAgreement returns the same error on every rank when any rank failed
@@ -403,17 +406,17 @@ func (s *Store) Query(name string) (VarInfo, error) {
 // Info describes the variable.
 func (v *Var) Info() VarInfo {
 	s := v.s
-	ranks := append([]int(nil), v.home...)
+	ranks := append([]int(nil), v.lay.Home...)
 	start, group := int64(0), s.rank/s.width
-	if m := v.memberOf(s.rank); m >= 0 {
-		start = v.offsets[m]
+	if m := v.lay.ShardOf(s.rank); m >= 0 {
+		start = v.lay.Offsets[m]
 	}
 	if v.storage {
 		group = v.group
 	}
 	return VarInfo{Name: v.name, DType: v.dt, RowElems: v.rowElems, RowBytes: v.rowBytes,
 		GlobalRows: v.global, LocalRows: v.nLocal, LocalStart: start,
-		Shards: append([]int64(nil), v.offsets...), Group: group, GroupRanks: ranks}
+		Shards: append([]int64(nil), v.lay.Offsets...), Group: group, GroupRanks: ranks}
 }
 
 // Name is the variable's name.
@@ -592,10 +595,7 @@ func (v *Var) release() error {
 	if err := v.own.close(); err != nil {
 		errs = append(errs, err)
 	}
-	for i := range v.src {
-		v.src[i] = nil
-	}
-	clear(v.rsrc)
+	clear(v.src)
 	return errors.Join(errs...)
 }
 
