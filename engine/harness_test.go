@@ -21,7 +21,7 @@ import (
 	"testing"
 	"time"
 
-	launcher "github.com/ddstore/ddstore/engine/launch"
+	launcher "github.com/ddstore/ddstore/cmd/ddrun/launch"
 )
 
 const workerEnv = "DDSTORE_TEST_WORKER"

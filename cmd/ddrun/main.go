@@ -19,8 +19,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/ddstore/ddstore/engine/launch"
 	"github.com/spf13/cobra"
+
+	"github.com/ddstore/ddstore/cmd/ddrun/launch"
 )
 
 func main() {

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ddstore/ddstore/engine/launch"
+	"github.com/ddstore/ddstore/cmd/ddrun/launch"
 )
 
 func freePort(t *testing.T) string {

@@ -34,7 +34,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/ddstore/ddstore/engine/launch"
+	"github.com/ddstore/ddstore/cmd/ddrun/launch"
 	"github.com/ddstore/ddstore/telemetry/synthetic"
 )
 

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ddstore/ddstore/cmd/ddrun/launch"
 	"github.com/ddstore/ddstore/engine"
-	"github.com/ddstore/ddstore/engine/launch"
 	"github.com/ddstore/ddstore/telemetry"
 )
 

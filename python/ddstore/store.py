@@ -53,7 +53,7 @@ def _ptr(a):
 
 def free_port(host=""):
     """A TCP port that was free on host a moment ago, picked at random below
-    the kernel's ephemeral range as engine/launch.FreePort does: no outgoing
+    the kernel's ephemeral range as cmd/ddrun/launch.FreePort does: no outgoing
     connection or port-0 bind of another process can take it before the
     rank binds it."""
     lo = 32768
