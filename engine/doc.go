@@ -21,6 +21,31 @@
 // next half fills, and a call waits for its own copies only (the gpu_sync
 // phase). The loader's Device option puts batches in device memory.
 //
+// Where a row is read from is decided in one place, package
+// engine/placement: a pure function maps each piece of a read (a row, a
+// run of rows, or a byte range of the device path) to the rank that
+// serves it, the home owner or a replica, and whether that rank's copy is
+// mapped here (memcpy) or read through the fabric. Get, GetBatch,
+// GetRanges, the device reads, the loader (through them) and failover all
+// ask it.
+//
+// Files, one job each:
+//   - store.go: Open, the store's peers and its fabric; close.go: Close.
+//   - var.go: variables (Add, Init, Query); update.go: Update, Free.
+//   - read.go: Get, GetBatch, GetRanges over placement's pieces;
+//     readctx.go: the queue of fabric reads and its flush; reader.go:
+//     Readers (one endpoint per goroutine); callstats.go: per-call
+//     telemetry.
+//   - replica.go: failover to other width groups and UpdateReplicas.
+//   - liveness.go: which ranks are dead; collective.go: Barrier,
+//     AllGather, AllReduceFloat32.
+//   - gpu.go and device.go: the GPU and the device read path.
+//   - storage.go, storage_trainer.go, shardfile.go: storage-only ranks
+//     and the shard files they load.
+//   - loader.go, loader_device.go: the loader (host and device batches).
+//   - config.go, options.go: Options and their mapping from package
+//     configs.
+//
 // Replicas (replica.go): with Width < world every width group holds a full
 // copy; a row whose owner is dead, unreachable or past the failover
 // deadline is re-read from another group inside the same call, and
@@ -28,6 +53,8 @@
 // a separate launch with Role "storage" loads shards from files, joins the
 // trainers at a job rendezvous and serves reads until the job closes.
 //
-// Subpackages: engine/bootstrap (launcher environment and the exchange of
-// addresses between ranks) and engine/launch (a local launcher).
+// Subpackages: engine/placement (the one placement decision),
+// engine/bootstrap (launcher environment and the exchange of addresses
+// between ranks) and engine/mesh (the store's own connections:
+// collectives and liveness). The local launcher is cmd/ddrun/launch.
 package engine
