@@ -40,6 +40,10 @@ func (v *Var) enter(op string) error {
 	return nil
 }
 
+// planRows is how many rows GetBatch places at a time (placement.PlaceRows
+// into a plan on the stack).
+const planRows = 64
+
 // getBatch reads rows idx[i] into dst[i*rowBytes:]. c is the Reader's
 // context, or nil for the variable's shared reader.
 func (v *Var) getBatch(c *readCtx, idx []int64, dst []byte) (err error) {
@@ -68,12 +72,24 @@ func (v *Var) getBatch(c *readCtx, idx []int64, dst []byte) (err error) {
 		c.reset()
 	}
 	h := v.s.health
-	for i, g := range idx {
-		// Full capacity on purpose: the fabric pins a destination once and
-		// recognises later rows of the same buffer by [ptr, ptr+cap).
-		d := dst[int64(i)*rb : int64(i+1)*rb]
-		if c, err = v.serve(c, &st, v.lay.Place(h, g, 0, rb, rb), d, 1); err != nil {
-			return err
+	var plan [planRows]placement.Piece // on the stack: no allocation
+	for at := 0; at < len(idx); at += planRows {
+		part := idx[at:min(at+planRows, len(idx))]
+		v.lay.PlaceRows(h, part, plan[:])
+		for k := range part {
+			i := int64(at + k)
+			// Full capacity on purpose: the fabric pins a destination once
+			// and recognises later rows of the same buffer by [ptr, ptr+cap).
+			d := dst[i*rb : (i+1)*rb]
+			if p := &plan[k]; p.Kind == placement.Local && !p.Failover { // serve's common case, inline
+				st.targets.Add(int(p.Rank), 1)
+				copy(d, v.src[p.Rank][p.Off:p.Off+rb])
+				st.localRows++
+				continue
+			}
+			if c, err = v.serve(c, &st, plan[k], d, 1); err != nil {
+				return err
+			}
 		}
 	}
 	return v.drain(c, &st)
@@ -86,18 +102,19 @@ func (v *Var) getBatch(c *readCtx, idx []int64, dst []byte) (err error) {
 // variable's shared reader, locked at the first remote piece of a Store
 // call).
 func (v *Var) serve(c *readCtx, st *callStats, p placement.Piece, d []byte, rows int64) (*readCtx, error) {
+	rank := int(p.Rank)
 	if p.Kind == placement.Dead {
 		if st.deadRank < 0 {
-			st.deadRank = p.Rank
+			st.deadRank = rank
 		}
 		return c, nil
 	}
 	if p.Failover {
-		v.countFailover(st, v.lay.Home[p.Shard], p.Rank, rows)
+		v.countFailover(st, v.lay.Home[p.Shard], rank, rows)
 	}
-	st.targets.Add(p.Rank, rows)
+	st.targets.Add(rank, rows)
 	if p.Kind == placement.Local {
-		copy(d, v.src[p.Rank][p.Off:p.Off+p.Len])
+		copy(d, v.src[rank][p.Off:p.Off+p.Len])
 		st.localRows += rows
 		return c, nil
 	}
@@ -105,16 +122,16 @@ func (v *Var) serve(c *readCtx, st *callStats, p placement.Piece, d []byte, rows
 	if c == nil {
 		c = v.lockShared(st) // first remote piece of a Store call
 	}
-	peer := c.rpeers[p.Rank]
+	peer := c.rpeers[rank]
 	if p.Failover {
 		var err error
-		if peer, err = c.peerOf(p.Rank); err != nil { // a replica: connected on first use
+		if peer, err = c.peerOf(rank); err != nil { // a replica: connected on first use
 			return c, err
 		}
 	}
-	rs := v.remote[p.Rank]
+	rs := v.remote[rank]
 	op := fabric.ReadOp{Dst: d[:p.Len], Peer: peer, Addr: rs.base + uint64(p.Off), Key: rs.key}
-	return c, v.enqueue(c, st, op, p.Rank, p.Shard, p.Off)
+	return c, v.enqueue(c, st, op, rank, int(p.Shard), p.Off)
 }
 
 // get reads rows [start, start+count) into dst, coalescing each shard's

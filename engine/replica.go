@@ -149,22 +149,23 @@ func (v *Var) retarget(c *readCtx, st *callStats, cause error) error {
 			if p.Kind == placement.Dead {
 				return v.errNoReplica(st, o, cause)
 			}
+			r2 := int(p.Rank)
 			rows := int64(len(op.Dst)) / v.rowBytes
-			if owner := v.lay.Home[o]; p.Rank != owner {
-				v.countFailover(st, owner, p.Rank, rows)
+			if owner := v.lay.Home[o]; r2 != owner {
+				v.countFailover(st, owner, r2, rows)
 			}
-			st.targets.Add(p.Rank, rows)
+			st.targets.Add(r2, rows)
 			if p.Kind == placement.Local {
-				copy(op.Dst, v.src[p.Rank][off:off+int64(len(op.Dst))])
+				copy(op.Dst, v.src[r2][off:off+int64(len(op.Dst))])
 				continue
 			}
-			peer, err := c.peerOf(p.Rank)
+			peer, err := c.peerOf(r2)
 			if err != nil {
 				return err
 			}
-			rs := v.remote[p.Rank]
+			rs := v.remote[r2]
 			op.Peer, op.Addr, op.Key = peer, rs.base+uint64(off), rs.key
-			r = p.Rank
+			r = r2
 		}
 		c.ops[n], c.opRank[n], c.opMember[n], c.opOff[n] = op, r, int32(o), off
 		n++

@@ -79,11 +79,12 @@ type Layout struct {
 }
 
 // Piece is one contiguous part of a read, served by one rank.
+// 32 bytes: GetBatch keeps a plan of them per batch.
 type Piece struct {
-	Shard    int   // the shard (home group member) the bytes lie in
-	Rank     int   // the rank that serves them; the home owner when Kind is Dead
 	Off      int64 // byte offset in the shard
 	Len      int64 // bytes
+	Shard    int32 // the shard (home group member) the bytes lie in
+	Rank     int32 // the rank that serves them; the home owner when Kind is Dead
 	Kind     Kind
 	Failover bool // served by a replica instead of the home owner
 }
@@ -95,12 +96,15 @@ func (l *Layout) Rows() int64 { return l.Offsets[len(l.Offsets)-1] }
 func (l *Layout) CanFailover() bool { return l.Alt != nil }
 
 // Shard returns the shard that holds global row g (0 ≤ g < Rows): the
-// largest o with Offsets[o] ≤ g, by binary search.
-func (l *Layout) Shard(g int64) int {
-	lo, hi := 0, len(l.Offsets)-1
+// largest o with Offsets[o] ≤ g.
+func (l *Layout) Shard(g int64) int { return shardOf(l.Offsets, g) }
+
+// shardOf is the binary search of Shard over the offsets.
+func shardOf(offsets []int64, g int64) int {
+	lo, hi := 0, len(offsets)-1
 	for hi-lo > 1 {
 		mid := int(uint(lo+hi) >> 1)
-		if l.Offsets[mid] <= g {
+		if offsets[mid] <= g {
 			lo = mid
 		} else {
 			hi = mid
@@ -115,11 +119,58 @@ func (l *Layout) Shard(g int64) int {
 // after max bytes (max > 0), whichever comes first.
 func (l *Layout) Place(h *Health, row, skip, n, max int64) Piece {
 	o := l.Shard(row)
-	off := (row-l.Offsets[o])*l.RowBytes + skip
-	m := min(n, (l.Offsets[o+1]-row)*l.RowBytes-skip, max)
+	r, kind, failover := l.server(h, o)
+	// Built once at the end: fields written one by one into a struct on
+	// the stack and read back cost store-forwarding stalls here.
+	return Piece{Shard: int32(o), Rank: int32(r), Off: (row-l.Offsets[o])*l.RowBytes + skip,
+		Len: min(n, (l.Offsets[o+1]-row)*l.RowBytes-skip, max), Kind: kind, Failover: failover}
+}
+
+// PlaceRows is Place for whole rows: plan[i] is the piece of row idx[i]
+// (0 ≤ idx[i] < Rows; len(plan) ≥ len(idx)). One call places a batch,
+// with server's common case written out in the loop (the compiler does
+// not inline it): GetBatch's hot path costs a few ns a row.
+func (l *Layout) PlaceRows(h *Health, idx []int64, plan []Piece) {
+	plan = plan[:len(idx)]
+	// Locals: the stores into plan would otherwise make the compiler
+	// reload every field of l and h in each iteration.
+	offsets, home, mapped, rb, self, alt := l.Offsets, l.Home, l.Mapped, l.RowBytes, l.Self, l.Alt != nil
+	dead, suspect := h.dead, h.suspect
+	for i, g := range idx {
+		o := shardOf(offsets, g)
+		r, kind, failover := home[o], Local, false
+		if r != self && (isDead(dead, r) || alt && suspect[r].Load() != 0) { // h.mayAvoid
+			r, kind, failover = l.reroute(h, o)
+		} else if !mapped[r] {
+			kind = Remote
+		}
+		// Field by field: a composite literal is built on the stack and
+		// copied with 16-byte loads that stall on its narrower stores.
+		p := &plan[i]
+		p.Off, p.Len, p.Shard, p.Rank, p.Kind, p.Failover = (g-offsets[o])*rb, rb, int32(o), int32(r), kind, failover
+	}
+}
+
+// server is the rank that serves shard o and how: the home owner in the
+// common case (inlined), else Route's answer.
+func (l *Layout) server(h *Health, o int) (int, Kind, bool) {
+	r := l.Home[o]
+	if r != l.Self && h.mayAvoid(r, l.Alt != nil) {
+		return l.reroute(h, o)
+	}
+	if l.Mapped[r] {
+		return r, Local, false
+	}
+	return r, Remote, false
+}
+
+// reroute is the slow path: the home owner may have to be avoided. Kept
+// out of line, so that the common case stays small.
+//
+//go:noinline
+func (l *Layout) reroute(h *Health, o int) (int, Kind, bool) {
 	p := l.Route(h, o)
-	p.Off, p.Len = off, m
-	return p
+	return int(p.Rank), p.Kind, p.Failover
 }
 
 // Route decides which rank serves shard o, and how (Place's rule). Off and
@@ -128,7 +179,7 @@ func (l *Layout) Place(h *Health, row, skip, n, max int64) Piece {
 func (l *Layout) Route(h *Health, o int) Piece {
 	home := l.Home[o]
 	if home == l.Self || !h.avoid(home, l.Alt != nil) {
-		return Piece{Shard: o, Rank: home, Kind: l.kind(home)}
+		return Piece{Shard: int32(o), Rank: int32(home), Kind: l.kind(home)}
 	}
 	var alt []int
 	if l.Alt != nil {
@@ -136,19 +187,19 @@ func (l *Layout) Route(h *Health, o int) Piece {
 	}
 	for _, r := range alt {
 		if !h.avoid(r, true) {
-			return Piece{Shard: o, Rank: r, Kind: l.kind(r), Failover: true}
+			return Piece{Shard: int32(o), Rank: int32(r), Kind: l.kind(r), Failover: true}
 		}
 	}
 	// A last resort: slow is not dead.
 	if !h.Dead(home) {
-		return Piece{Shard: o, Rank: home, Kind: l.kind(home)}
+		return Piece{Shard: int32(o), Rank: int32(home), Kind: l.kind(home)}
 	}
 	for _, r := range alt {
 		if !h.Dead(r) {
-			return Piece{Shard: o, Rank: r, Kind: l.kind(r), Failover: true}
+			return Piece{Shard: int32(o), Rank: int32(r), Kind: l.kind(r), Failover: true}
 		}
 	}
-	return Piece{Shard: o, Rank: home, Kind: Dead}
+	return Piece{Shard: int32(o), Rank: int32(home), Kind: Dead}
 }
 
 // HasAlternative reports whether a read of shard o from rank r could go to
@@ -254,7 +305,10 @@ func NewHealth(n int, clock func() int64) *Health {
 func (h *Health) MarkDead(r int) { h.dead[r>>6].Or(1 << (uint(r) & 63)) }
 
 // Dead reports whether rank r is known to be dead.
-func (h *Health) Dead(r int) bool { return h.dead[r>>6].Load()&(1<<(uint(r)&63)) != 0 }
+func (h *Health) Dead(r int) bool { return isDead(h.dead, r) }
+
+// isDead tests rank r's bit in the dead bitmap.
+func isDead(dead []atomic.Uint64, r int) bool { return dead[r>>6].Load()&(1<<(uint(r)&63)) != 0 }
 
 // Suspect marks rank r as suspect until clock time until.
 func (h *Health) Suspect(r int, until int64) {
@@ -273,13 +327,16 @@ func (h *Health) Suspected(r int) bool {
 func (h *Health) Avoid(r int) bool { return h.avoid(r, true) }
 
 // avoid is Avoid; suspicion counts only when withSuspect (a layout with
-// replicas: without one there is nowhere else to go). One atomic load
-// when all is well.
+// replicas: without one there is nowhere else to go).
 func (h *Health) avoid(r int, withSuspect bool) bool {
-	if h.Dead(r) {
-		return true
-	}
-	return withSuspect && h.suspect[r].Load() != 0 && h.Suspected(r)
+	return h.mayAvoid(r, withSuspect) && (h.Dead(r) || h.Suspected(r))
+}
+
+// mayAvoid is avoid without the clock: false means rank r is certainly
+// usable (the read path's common case, one or two atomic loads; written
+// out in PlaceRows' loop).
+func (h *Health) mayAvoid(r int, withSuspect bool) bool {
+	return h.Dead(r) || withSuspect && h.suspect[r].Load() != 0
 }
 
 // Len is the number of ranks.

@@ -199,7 +199,7 @@ func TestPlaceAgainstModel(t *testing.T) {
 			}
 			o, off := w.modelShard(b)
 			lastO, _ := w.modelShard(b + p.Len - 1)
-			if p.Shard != o || p.Off != off || lastO != o {
+			if int(p.Shard) != o || p.Off != off || lastO != o {
 				t.Fatalf("%s: byte %d: piece shard %d off %d (ends in shard %d), model shard %d off %d", desc(), b, p.Shard, p.Off, lastO, o, off)
 			}
 			// Maximal: it ends at the run's end, the shard's end, or max.
@@ -208,7 +208,7 @@ func TestPlaceAgainstModel(t *testing.T) {
 				t.Fatalf("%s: piece [%d,%d) stops short (shard ends at %d)", desc(), b, b+p.Len, shardEnd)
 			}
 			rank, dead, failover := w.modelServe(o)
-			if dead != (p.Kind == Dead) || p.Rank != rank || p.Failover != failover {
+			if dead != (p.Kind == Dead) || int(p.Rank) != rank || p.Failover != failover {
 				t.Fatalf("%s: shard %d: got rank %d kind %v failover %v, model rank %d dead %v failover %v (states %v)",
 					desc(), o, p.Rank, p.Kind, p.Failover, rank, dead, failover, w.state)
 			}
@@ -277,7 +277,7 @@ func BenchmarkPlace(b *testing.B) {
 	var sink int
 	for i := 0; b.Loop(); i++ {
 		p := l.Place(h, int64(i*7919)%32000, 0, 3072, 3072)
-		sink += p.Rank
+		sink += int(p.Rank)
 	}
 	_ = sink
 }
