@@ -28,14 +28,31 @@ type callStats struct {
 	// (placement.Dead), -1 when none: the call fails naming it once every
 	// other piece has landed.
 	deadRank int
+	tel      int32 // telemetry reader stripe: the Reader's, 0 for the store's shared path
+	rows     int64 // rows the call reads
 }
 
-// newCall starts the stats of a call to op (the variable is entered, so
-// its telemetry id is stable), reading the clock when it is timed.
-func (v *Var) newCall(op string) callStats {
-	st := callStats{timed: v.telID >= 0 && v.s.tel != nil, op: op, deadRank: -1}
+// begin enters v for a call to op through c (nil: the store's shared
+// reader) and starts st (zero) for it, reading the clock when the call is
+// timed; rows is what the call reads. When it returns nil the caller must
+// defer v.end(st, err).
+func (v *Var) begin(st *callStats, c *readCtx, op string, rows int64) error {
+	if err := v.enter(op); err != nil {
+		return err
+	}
+	st.timed = v.telID >= 0 && v.s.tel != nil // telID is stable while entered
+	st.op, st.deadRank, st.rows = op, -1, rows
+	if c != nil {
+		st.tel = c.tel
+	}
 	st.start = st.now()
-	return st
+	return nil
+}
+
+// end finishes the call begun by begin and leaves the variable.
+func (v *Var) end(st *callStats, err error) {
+	v.finish(st, err)
+	v.inflight.Add(-1)
 }
 
 // now reads the clock (ns) when the call is timed, else returns 0.
@@ -50,15 +67,16 @@ func (st *callStats) now() int64 {
 // call. Stripe (var, 0) of the store's shared path has concurrent writers
 // (calls with all-local rows and early errors never take v.mu), so it is
 // always recorded Concurrent, and need not be recorded under the lock.
-func (v *Var) finish(tel int32, st *callStats, rows int64, err error) {
+func (v *Var) finish(st *callStats, err error) {
 	if st.locked {
 		st.locked = false
 		v.mu.Unlock()
 	}
-	v.record(tel, st, rows, err)
+	v.record(st, err)
 }
 
-func (v *Var) record(tel int32, st *callStats, rows int64, err error) {
+func (v *Var) record(st *callStats, err error) {
+	tel, rows := st.tel, st.rows
 	if !st.timed {
 		return
 	}

@@ -158,16 +158,11 @@ func (rd *devRead) row(i int64) int64 {
 // sharedMu here, and the variable's shared fabric reader is locked at the
 // first remote row).
 func (v *Var) readDevice(c *readCtx, dc *devCtx, rd *devRead) (ev *gpu.Event, err error) {
-	if err = v.enter(rd.op); err != nil {
+	var st callStats
+	if err = v.begin(&st, c, rd.op, rd.rows); err != nil {
 		return nil, err
 	}
-	defer v.inflight.Add(-1)
-	st := v.newCall(rd.op)
-	tel := int32(0)
-	if c != nil {
-		tel = c.tel
-	}
-	defer func() { v.finish(tel, &st, rd.rows, err) }()
+	defer func() { v.end(&st, err) }()
 	if c == nil {
 		t := st.now()
 		v.s.gpu.sharedMu.Lock()
@@ -316,8 +311,9 @@ func (r *Reader) readerDevice(v *Var, name string, rd *devRead) (*gpu.Event, err
 		return nil, errReaderClosed
 	}
 	if v == nil {
-		if v = (*r.s.vars.Load())[name]; v == nil {
-			return nil, r.s.errLookup(rd.op, name)
+		var err error
+		if v, err = r.lookup(rd.op, name); err != nil {
+			return nil, err
 		}
 	}
 	dc, err := r.devCtx()

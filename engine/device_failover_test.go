@@ -62,33 +62,18 @@ func scenarioGPUFailover(w *worker) error {
 		return nil
 	}
 
-	dev, err := s.Device()
-	if err != nil {
-		return err
-	}
-	back, err := dev.NewStream()
-	if err != nil {
-		return err
-	}
-	defer back.Close()
 	r, err := s.NewReader()
 	if err != nil {
 		return err
 	}
 	defer r.Close()
-	const off = 7
 	rb := spec.rowBytes
 	n := info.GlobalRows
-	buf, err := dev.Alloc(off + int(n*rb))
+	d, err := newDevBuf(s, 7, int(n*rb))
 	if err != nil {
 		return err
 	}
-	defer buf.Free()
-	host := make([]byte, buf.Len())
-	readBack := func(bytes int64) ([]byte, error) {
-		b := host[:off+int(bytes)]
-		return b[off:], back.ReadBack(b, buf, 0)
-	}
+	defer d.close()
 	rng := rand.New(rand.NewSource(26))
 	shard1 := info.Shards[1]
 	round := func(k int) error {
@@ -108,18 +93,11 @@ func scenarioGPUFailover(w *worker) error {
 					idx[i] = rng.Int63n(n)
 				}
 			}
-			if err := g.get.GetBatchDevice(spec.name, idx, buf, off); err != nil {
-				return fmt.Errorf("round %d: %s GetBatchDevice: %w", k, g.what, err)
-			}
-			got, err := readBack(int64(len(idx)) * rb)
-			if err == nil {
-				err = checkRows(got, rb, salt, idx)
-			}
-			if err != nil {
-				return fmt.Errorf("round %d: %s GetBatchDevice: %w", k, g.what, err)
+			if err := d.checkBatch(g.get, spec, salt, idx); err != nil {
+				return fmt.Errorf("round %d: %s %w", k, g.what, err)
 			}
 			start := max(shard1-5, 0)
-			if err := checkDeviceRange(g.get, spec, start, n-start, buf, off, readBack, salt); err != nil {
+			if err := checkDeviceRange(g.get, spec, start, n-start, d.buf, d.off, d.readBack, salt); err != nil {
 				return fmt.Errorf("round %d: %s: %w", k, g.what, err)
 			}
 		}

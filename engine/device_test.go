@@ -96,6 +96,60 @@ type deviceGetter interface {
 	GetDevice(name string, start, count int64, dst *gpu.Buffer, off int) error
 }
 
+// devBuf is a device buffer that reads land in at byte offset off, with a
+// stream of its own that reads it back for the checks.
+type devBuf struct {
+	buf  *gpu.Buffer
+	back *gpu.Stream
+	host []byte
+	off  int
+}
+
+// newDevBuf allocates n bytes past off on the store's device.
+func newDevBuf(s *Store, off, n int) (*devBuf, error) {
+	dev, err := s.Device()
+	if err != nil {
+		return nil, err
+	}
+	d := &devBuf{off: off, host: make([]byte, off+n)}
+	if d.buf, err = dev.Alloc(off + n); err != nil {
+		return nil, err
+	}
+	if d.back, err = dev.NewStream(); err != nil {
+		d.buf.Free()
+		return nil, err
+	}
+	return d, nil
+}
+
+func (d *devBuf) close() {
+	d.back.Close()
+	d.buf.Free()
+}
+
+// readBack returns the first n bytes past off, copied back from the device.
+func (d *devBuf) readBack(n int64) ([]byte, error) {
+	b := d.host[:d.off+int(n)]
+	err := d.back.ReadBack(b, d.buf, 0)
+	return b[d.off:], err
+}
+
+// checkBatch reads rows idx of spec through g into the buffer, reads them
+// back and checks every row against its pattern.
+func (d *devBuf) checkBatch(g deviceGetter, spec varSpec, salt uint64, idx []int64) error {
+	if err := g.GetBatchDevice(spec.name, idx, d.buf, d.off); err != nil {
+		return fmt.Errorf("GetBatchDevice(%s, %d rows): %w", spec.name, len(idx), err)
+	}
+	got, err := d.readBack(int64(len(idx)) * spec.rowBytes)
+	if err == nil {
+		err = checkRows(got, spec.rowBytes, salt, idx)
+	}
+	if err != nil {
+		return fmt.Errorf("GetBatchDevice(%s, %d rows): %w", spec.name, len(idx), err)
+	}
+	return nil
+}
+
 // gpuRows are the row sizes of the device scenario: odd ones, one far
 // smaller than a staging half and some larger (STAGE is 16 KiB).
 var gpuRows = []int64{1, 1001, 3072, 12800, 70001}
@@ -125,28 +179,18 @@ func scenarioGPU(w *worker) error {
 	if w.rank == 0 {
 		w.logf("device: %s", dev)
 	}
-	check, err := dev.NewStream() // reads back for the checks
-	if err != nil {
-		return err
-	}
-	defer check.Close()
 	r, err := s.NewReader()
 	if err != nil {
 		return err
 	}
 	rng := rand.New(rand.NewSource(int64(w.rank) + 7))
-	const off = 13 // rows land at an odd offset into the buffer
-	buf, err := dev.Alloc(off + 2<<20 + 1)
+	// rows land at an odd offset into the buffer
+	d, err := newDevBuf(s, 13, 2<<20+1)
 	if err != nil {
 		return err
 	}
-	defer buf.Free()
-	host := make([]byte, buf.Len())
-	readBack := func(n int64) ([]byte, error) {
-		b := host[:off+int(n)]
-		err := check.ReadBack(b, buf, 0)
-		return b[off:], err
-	}
+	defer d.close()
+	buf, off, check, readBack := d.buf, d.off, d.back, d.readBack
 	for _, rb := range gpuRows {
 		spec := gpuSpec(rb)
 		if err := addPattern(s, spec); err != nil {
@@ -171,15 +215,8 @@ func scenarioGPU(w *worker) error {
 				if n > 2 {
 					idx[n-1] = idx[0]
 				}
-				if err := g.get.GetBatchDevice(spec.name, idx, buf, off); err != nil {
-					return fmt.Errorf("%s GetBatchDevice(%s, %d rows): %w", g.what, spec.name, n, err)
-				}
-				got, err := readBack(n * rb)
-				if err == nil {
-					err = checkRows(got, rb, salt, idx)
-				}
-				if err != nil {
-					return fmt.Errorf("%s GetBatchDevice(%s, %d rows): %w", g.what, spec.name, n, err)
+				if err := d.checkBatch(g.get, spec, salt, idx); err != nil {
+					return fmt.Errorf("%s %w", g.what, err)
 				}
 			}
 			// Ranges across every shard boundary (and the whole variable
@@ -944,20 +981,11 @@ func TestDeviceConcurrent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			errs <- func() error {
-				dev, err := s.Device()
+				d, err := newDevBuf(s, 0, 20*1001)
 				if err != nil {
 					return err
 				}
-				buf, err := dev.Alloc(20 * 1001)
-				if err != nil {
-					return err
-				}
-				defer buf.Free()
-				back, err := dev.NewStream()
-				if err != nil {
-					return err
-				}
-				defer back.Close()
+				defer d.close()
 				var get deviceGetter = s
 				if g%2 == 1 {
 					r, err := s.NewReader()
@@ -967,21 +995,13 @@ func TestDeviceConcurrent(t *testing.T) {
 					defer r.Close()
 					get = r
 				}
-				host := make([]byte, buf.Len())
 				rng := rand.New(rand.NewSource(int64(g)))
 				for it := 0; it < 30; it++ {
 					idx := make([]int64, 1+rng.Intn(20))
 					for i := range idx {
 						idx[i] = rng.Int63n(info.GlobalRows)
 					}
-					if err := get.GetBatchDevice(spec.name, idx, buf, 0); err != nil {
-						return err
-					}
-					got := host[:len(idx)*1001]
-					if err := back.ReadBack(got, buf, 0); err != nil {
-						return err
-					}
-					if err := checkRows(got, 1001, salt, idx); err != nil {
+					if err := d.checkBatch(get, spec, salt, idx); err != nil {
 						return fmt.Errorf("goroutine %d iteration %d: %w", g, it, err)
 					}
 				}

@@ -47,17 +47,12 @@ const planRows = 64
 // getBatch reads rows idx[i] into dst[i*rowBytes:]. c is the Reader's
 // context, or nil for the variable's shared reader.
 func (v *Var) getBatch(c *readCtx, idx []int64, dst []byte) (err error) {
-	if err = v.enter("GetBatch"); err != nil {
+	var st callStats
+	rows := int64(len(idx))
+	if err = v.begin(&st, c, "GetBatch", rows); err != nil {
 		return err
 	}
-	defer v.inflight.Add(-1)
-	st := v.newCall("GetBatch")
-	tel := int32(0)
-	if c != nil {
-		tel = c.tel
-	}
-	rows := int64(len(idx))
-	defer func() { v.finish(tel, &st, rows, err) }()
+	defer func() { v.end(&st, err) }()
 
 	rb := v.rowBytes
 	if need := rows * rb; int64(len(dst)) < need {
@@ -137,16 +132,11 @@ func (v *Var) serve(c *readCtx, st *callStats, p placement.Piece, d []byte, rows
 // get reads rows [start, start+count) into dst, coalescing each shard's
 // part into one copy (mapped) or reads of up to maxReadBytes (fabric).
 func (v *Var) get(c *readCtx, start, count int64, dst []byte) (err error) {
-	if err = v.enter("Get"); err != nil {
+	var st callStats
+	if err = v.begin(&st, c, "Get", count); err != nil {
 		return err
 	}
-	defer v.inflight.Add(-1)
-	st := v.newCall("Get")
-	tel := int32(0)
-	if c != nil {
-		tel = c.tel
-	}
-	defer func() { v.finish(tel, &st, count, err) }()
+	defer func() { v.end(&st, err) }()
 
 	if start < 0 || count < 0 || start > v.global-count {
 		return v.errRange(start, count)
@@ -172,17 +162,11 @@ func (v *Var) get(c *readCtx, start, count int64, dst []byte) (err error) {
 // all ranges are queued together, so a batch of small ranges is one fabric
 // call (gathered on software-RMA providers, like GetBatch).
 func (v *Var) getRanges(c *readCtx, starts, counts []int64, dst []byte) (err error) {
-	if err = v.enter("GetRanges"); err != nil {
+	var st callStats
+	if err = v.begin(&st, c, "GetRanges", 0); err != nil {
 		return err
 	}
-	defer v.inflight.Add(-1)
-	st := v.newCall("GetRanges")
-	tel := int32(0)
-	if c != nil {
-		tel = c.tel
-	}
-	var rows int64
-	defer func() { v.finish(tel, &st, rows, err) }()
+	defer func() { v.end(&st, err) }()
 
 	if len(starts) != len(counts) {
 		return errf(ErrIndex, "GetRanges", v.name, "%d starts and %d counts", len(starts), len(counts))
@@ -199,7 +183,7 @@ func (v *Var) getRanges(c *readCtx, starts, counts []int64, dst []byte) (err err
 	if need := total * v.rowBytes; int64(len(dst)) < need {
 		return v.errShort("GetRanges", total, need, len(dst))
 	}
-	rows = total
+	st.rows = total
 	if c != nil {
 		c.reset()
 	}

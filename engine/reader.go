@@ -70,38 +70,40 @@ func (s *Store) freeTelReader() int32 {
 // and Readers beyond the first maxTelReaders-2 open at once share the last.
 func (r *Reader) ID() int { return int(r.c.tel) }
 
+// lookup is the variable of an open reader's call to op.
+func (r *Reader) lookup(op, name string) (*Var, error) {
+	if r.closed.Load() {
+		return nil, errReaderClosed
+	}
+	if v := (*r.s.vars.Load())[name]; v != nil {
+		return v, nil
+	}
+	return nil, r.s.errLookup(op, name)
+}
+
 // Get is Store.Get through this reader's endpoint.
 func (r *Reader) Get(name string, start, count int64, dst []byte) error {
-	if r.closed.Load() {
-		return errReaderClosed
-	}
-	v := (*r.s.vars.Load())[name]
-	if v == nil {
-		return r.s.errLookup("Get", name)
+	v, err := r.lookup("Get", name)
+	if err != nil {
+		return err
 	}
 	return v.get(r.c, start, count, dst)
 }
 
 // GetBatch is Store.GetBatch through this reader's endpoint.
 func (r *Reader) GetBatch(name string, idx []int64, dst []byte) error {
-	if r.closed.Load() {
-		return errReaderClosed
-	}
-	v := (*r.s.vars.Load())[name]
-	if v == nil {
-		return r.s.errLookup("GetBatch", name)
+	v, err := r.lookup("GetBatch", name)
+	if err != nil {
+		return err
 	}
 	return v.getBatch(r.c, idx, dst)
 }
 
 // GetRanges is Store.GetRanges through this reader's endpoint.
 func (r *Reader) GetRanges(name string, starts, counts []int64, dst []byte) error {
-	if r.closed.Load() {
-		return errReaderClosed
-	}
-	v := (*r.s.vars.Load())[name]
-	if v == nil {
-		return r.s.errLookup("GetRanges", name)
+	v, err := r.lookup("GetRanges", name)
+	if err != nil {
+		return err
 	}
 	return v.getRanges(r.c, starts, counts, dst)
 }
