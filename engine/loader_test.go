@@ -549,13 +549,10 @@ func loaderRankMain() error {
 
 	// A batch that does not arrive within Timeout is an ErrTimeout naming
 	// the batch; Close then waits for the stalled worker.
-	l, err := s.NewLoader(LoaderOptions{Vars: []string{"img"}, BatchSize: batch, Seed: 1, Shuffle: true,
-		Workers: 1, Prefetch: 2, BatchGet: true, FastCollate: true, ThreadReaders: true})
+	l, release, err := stalledLoader(s, global, rank, batch)
 	if err != nil {
 		return err
 	}
-	release := make(chan struct{})
-	l.readers[0] = slowAt{l.readers[0], sampler(global, loaderWorld, rank, 1, 0, true, false)[batch], time.Minute, release}
 	e, _ := l.Epoch(0)
 	if b, err := e.Next(); err != nil { // first batch under the default timeout (connection setup)
 		return err
@@ -582,19 +579,29 @@ func loaderRankMain() error {
 	return closeWakesNext(s, global, rank)
 }
 
+// stalledLoader is a one-worker loader of "img" whose worker stalls on
+// the second batch of epoch 0 for a minute, or until release is closed.
+func stalledLoader(s *Store, global int64, rank, batch int) (*Loader, chan struct{}, error) {
+	l, err := s.NewLoader(LoaderOptions{Vars: []string{"img"}, BatchSize: batch, Seed: 1, Shuffle: true,
+		Workers: 1, Prefetch: 2, BatchGet: true, FastCollate: true, ThreadReaders: true})
+	if err != nil {
+		return nil, nil, err
+	}
+	release := make(chan struct{})
+	l.readers[0] = slowAt{l.readers[0], sampler(global, loaderWorld, rank, 1, 0, true, false)[batch], time.Minute, release}
+	return l, release, nil
+}
+
 // closeWakesNext: a Next blocked on a stalled batch (default 2m Timeout)
 // returns ErrClosed promptly when another goroutine closes the loader, or
 // starts the next epoch, instead of waiting out the Timeout.
 func closeWakesNext(s *Store, global int64, rank int) error {
 	const batch = 7
 	for _, how := range []string{"Loader.Close", "next Epoch"} {
-		l, err := s.NewLoader(LoaderOptions{Vars: []string{"img"}, BatchSize: batch, Seed: 1, Shuffle: true,
-			Workers: 1, Prefetch: 2, BatchGet: true, FastCollate: true, ThreadReaders: true})
+		l, release, err := stalledLoader(s, global, rank, batch)
 		if err != nil {
 			return err
 		}
-		release := make(chan struct{})
-		l.readers[0] = slowAt{l.readers[0], sampler(global, loaderWorld, rank, 1, 0, true, false)[batch], time.Minute, release}
 		e, err := l.Epoch(0)
 		if err != nil {
 			return err
