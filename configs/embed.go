@@ -1,7 +1,9 @@
 // Package configs owns ddstore's configuration: the schema (Config, one
 // section per part, ddtop's included), its one loader (Load: viper, YAML
-// plus DDSTORE_* environment overrides), the one boolean syntax
-// (ParseBool), and the per-machine YAML files (local, frontier,
+// plus DDSTORE_* environment overrides), every DDSTORE_* name and the one
+// place that reads them (Load, ReadOverrides, ReadLaunch: no other package
+// does, TestOnlyConfigsReadsTheEnvironment checks it), the one boolean
+// syntax (ParseBool), and the per-machine YAML files (local, frontier,
 // perlmutter), embedded so that a laptop needs no file and
 // `--config frontier` works from any directory. Load falls back to Default
 // (local.yaml), and picks frontier.yaml or perlmutter.yaml from FS when it

@@ -3,6 +3,7 @@ package engine
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -133,5 +134,25 @@ func TestFabricDomainMapsSlingshotNICs(t *testing.T) {
 	}
 	if d := c.StoreOptions().Fabric.Domain; d != "cxi1" {
 		t.Fatalf("frontier with FABRIC_IFACE=hsn1: domain %q, want cxi1", d)
+	}
+}
+
+// TestDefaultsAgree: the defaults live in one meaning. Options{} (the
+// engine's and the fabric's documented defaults, filled by EnsureDefaults)
+// and the embedded local.yaml mapped by StoreOptions must be the same
+// Options, but for the provider, which local.yaml names ("tcp;ofi_rxm")
+// where Options leaves the default order. A default changed in one place
+// only fails here.
+func TestDefaultsAgree(t *testing.T) {
+	clearConfigEnv(t)
+	c, err := LoadConfig("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromYAML := c.StoreOptions()
+	fromYAML.EnsureDefaults()
+	fromYAML.Fabric.Provider = ""
+	if d := DefaultOptions(); !reflect.DeepEqual(fromYAML, d) {
+		t.Fatalf("local.yaml and Options{} disagree:\n yaml    %+v\n Options %+v", fromYAML, d)
 	}
 }

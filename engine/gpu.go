@@ -16,6 +16,10 @@ import (
 	"github.com/ddstore/ddstore/gpu"
 )
 
+// GPUDeviceAuto is GPUOptions.Device's default: CUDA, else HIP, on the
+// local rank's device (config machine.gpu: auto).
+const GPUDeviceAuto = "auto:$LOCAL_RANK"
+
 // GPU sync modes (GPUOptions.Sync, config gpu.sync).
 const (
 	// GPUSyncStream: a device read waits for its own copies only, through
@@ -112,6 +116,9 @@ func parseGPUDevice(s string) (gpuTarget, error) {
 
 // ensureDefaults fills the zero fields of the GPU options.
 func (g *GPUOptions) ensureDefaults() {
+	if g.Device == "" {
+		g.Device = GPUDeviceAuto
+	}
 	if g.Sync == "" {
 		g.Sync = GPUSyncStream
 	}

@@ -115,11 +115,11 @@ type Options struct {
 
 // Defaults of Options (and of fabric.Options where Open fills them).
 const (
-	DefaultTimeout       = 60 * time.Second // Options.Timeout
-	DefaultDir           = "/dev/shm"       // Options.TelemetryDir and ShardDir
-	DefaultWindow        = 128              // Options.Fabric.Window: reads in flight
-	DefaultFabricTimeout = 10 * time.Second // Options.Fabric.Timeout: one fabric operation
-	DefaultLiveness      = 10 * time.Second // Options.Liveness: dead-peer deadline
+	DefaultTimeout       = 60 * time.Second      // Options.Timeout
+	DefaultDir           = "/dev/shm"            // Options.TelemetryDir and ShardDir
+	DefaultWindow        = fabric.DefaultWindow  // Options.Fabric.Window: reads in flight
+	DefaultFabricTimeout = fabric.DefaultTimeout // Options.Fabric.Timeout: one fabric operation
+	DefaultLiveness      = 10 * time.Second      // Options.Liveness: dead-peer deadline
 )
 
 // DefaultOptions returns Options{} with every default filled in.
@@ -157,12 +157,7 @@ func (o *Options) EnsureDefaults() *Options {
 	if o.ProfileOutput == nil {
 		o.ProfileOutput = os.Stderr
 	}
-	if o.Fabric.Window == 0 {
-		o.Fabric.Window = DefaultWindow
-	}
-	if o.Fabric.Timeout == 0 {
-		o.Fabric.Timeout = DefaultFabricTimeout
-	}
+	o.Fabric.EnsureDefaults() // the fabric's own documented defaults
 	if o.Bootstrap.Method == "" {
 		o.Bootstrap.Method = "auto"
 	}

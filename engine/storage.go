@@ -45,6 +45,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ddstore/ddstore/configs"
 	"github.com/ddstore/ddstore/engine/bootstrap"
 	"github.com/ddstore/ddstore/engine/placement"
 	"github.com/ddstore/ddstore/fabric"
@@ -85,33 +86,33 @@ type StorageOptions struct {
 	ServeTimeout time.Duration
 }
 
-// applyStorageEnv fills zero storage fields from the environment.
+// applyStorageEnv fills zero storage fields from the launch's environment
+// (configs.ReadLaunch: DDSTORE_ROLE, DDSTORE_STORAGE_*).
 func (o *Options) applyStorageEnv() error {
-	str := func(dst *string, key string) {
+	l, err := configs.ReadLaunch()
+	if err != nil {
+		return wrapf(ErrInvalid, "options", "", err, "environment")
+	}
+	fill := func(dst *string, v string) {
 		if *dst == "" {
-			*dst = os.Getenv(key)
+			*dst = v
 		}
 	}
-	num := func(dst *int, key string) error {
-		v := strings.TrimSpace(os.Getenv(key))
-		if *dst != 0 || v == "" {
-			return nil
+	fillN := func(dst *int, v int, set bool) {
+		if *dst == 0 && set {
+			*dst = v
 		}
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			return errf(ErrInvalid, "options", "", "environment variable %s=%q: want a count ≥ 0", key, v)
-		}
-		*dst = n
-		return nil
 	}
-	str(&o.Role, "DDSTORE_ROLE")
-	st := &o.Storage
-	str(&st.Job, "DDSTORE_STORAGE_JOB")
-	str(&st.Token, "DDSTORE_STORAGE_TOKEN")
-	str(&st.Addr, "DDSTORE_STORAGE_ADDR")
-	str(&st.Dir, "DDSTORE_STORAGE_DATA")
-	return errors.Join(num(&st.Ranks, "DDSTORE_STORAGE_RANKS"), num(&st.Trainers, "DDSTORE_STORAGE_TRAINERS"),
-		num(&st.Width, "DDSTORE_STORAGE_WIDTH"))
+	fill(&o.Role, l.Role)
+	st, e := &o.Storage, l.Storage
+	fill(&st.Job, e.Job)
+	fill(&st.Token, e.Token)
+	fill(&st.Addr, e.Addr)
+	fill(&st.Dir, e.Data)
+	fillN(&st.Ranks, e.Ranks, e.RanksSet)
+	fillN(&st.Trainers, e.Trainers, e.TrainersSet)
+	fillN(&st.Width, e.Width, e.WidthSet)
+	return nil
 }
 
 // validateStorage checks the role and storage options.

@@ -129,51 +129,36 @@ func Open(o Options) (*Store, error) {
 	return s, nil
 }
 
-// applyEnv applies the environment overrides documented on Options:
+// applyEnv applies the environment overrides documented on Options, as
+// package configs reads them (configs.ReadOverrides, configs.ReadLaunch):
 // DDSTORE_FABRIC and FABRIC_IFACE fill an empty Fabric.Provider and
 // Fabric.Domain; DDSTORE_TELEMETRY_DIR replaces the default TelemetryDir
-// ("" or "/dev/shm"); a false DDSTORE_TELEMETRY sets DisableTelemetry (a true
-// one leaves it as set); DDSTORE_PROFILE sets Profile either way. Booleans
-// accept 1/0, true/false, on/off and yes/no in any case; anything else is
-// an error naming the variable. Unset or empty variables change nothing.
+// ("" or "/dev/shm"); a false DDSTORE_TELEMETRY sets DisableTelemetry (a
+// true one leaves it as set); DDSTORE_PROFILE sets Profile either way; the
+// storage join's variables fill the zero storage fields. Booleans accept
+// 1/0, true/false, on/off and yes/no in any case; anything else is an
+// error naming the variable. Unset or empty variables change nothing.
 func (o *Options) applyEnv() error {
-	if on, set, err := envBool("DDSTORE_TELEMETRY"); err != nil {
-		return err
-	} else if set && !on {
+	env, err := configs.ReadOverrides()
+	if err != nil {
+		return wrapf(ErrInvalid, "options", "", err, "environment")
+	}
+	if env.Telemetry != nil && !*env.Telemetry {
 		o.DisableTelemetry = true
 	}
-	if err := o.applyStorageEnv(); err != nil {
-		return err
+	if env.Profile != nil {
+		o.Profile = *env.Profile
 	}
-	if on, set, err := envBool("DDSTORE_PROFILE"); err != nil {
-		return err
-	} else if set {
-		o.Profile = on
+	if env.TelemetryDir != "" && (o.TelemetryDir == "" || o.TelemetryDir == "/dev/shm") {
+		o.TelemetryDir = env.TelemetryDir
 	}
-	if v := os.Getenv("DDSTORE_TELEMETRY_DIR"); v != "" && (o.TelemetryDir == "" || o.TelemetryDir == "/dev/shm") {
-		o.TelemetryDir = v
+	if env.Fabric != "" && o.Fabric.Provider == "" {
+		o.Fabric.Provider = env.Fabric
 	}
-	if v := os.Getenv("DDSTORE_FABRIC"); v != "" && o.Fabric.Provider == "" {
-		o.Fabric.Provider = v
+	if env.Iface != "" && o.Fabric.Domain == "" {
+		o.Fabric.Domain = env.Iface
 	}
-	if v := os.Getenv("FABRIC_IFACE"); v != "" && o.Fabric.Domain == "" {
-		o.Fabric.Domain = v
-	}
-	return nil
-}
-
-// envBool reads boolean environment variable key with configs.ParseBool,
-// the one boolean syntax; set is false when it is unset or empty.
-func envBool(key string) (on, set bool, err error) {
-	v := strings.TrimSpace(os.Getenv(key))
-	if v == "" {
-		return false, false, nil
-	}
-	on, err = configs.ParseBool(v)
-	if err != nil {
-		return false, false, errf(ErrInvalid, "options", "", "environment variable %s=%q: want 1/0, true/false, yes/no or on/off", key, v)
-	}
-	return on, true, nil
+	return o.applyStorageEnv()
 }
 
 func (s *Store) open() error {

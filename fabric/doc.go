@@ -80,6 +80,6 @@
 // and sleeps on the fd (at most 1ms at a time, never past the deadline);
 // without one (shm) it spins, then backs off with sleeps up to 1ms.
 //
-// Environment variables (DDSTORE_FABRIC, FABRIC_IFACE) are read by the
-// engine, not here.
+// Environment variables (DDSTORE_FABRIC, FABRIC_IFACE) are read by package
+// configs, the one place that knows them, not here.
 package fabric

@@ -2,10 +2,12 @@ package bootstrap
 
 import (
 	"fmt"
-	"github.com/ddstore/ddstore/fault"
 	"os"
 	"strings"
 	"time"
+
+	"github.com/ddstore/ddstore/configs"
+	"github.com/ddstore/ddstore/fault"
 )
 
 // Exchanger runs small collectives among all ranks of a job. Every rank must
@@ -113,18 +115,22 @@ func (o Options) resolve() (resolved, error) {
 	if o.Timeout == 0 {
 		o.Timeout = DefaultTimeout
 	}
+	launch, err := configs.ReadLaunch()
+	if err != nil {
+		return resolved{}, optErr("%v", err)
+	}
 	if o.Token == "" {
-		o.Token = os.Getenv("DDSTORE_JOB_TOKEN")
+		o.Token = launch.JobToken
 	}
 	if o.Token == "" {
 		o.Token = o.Env.Job
 	}
 	if o.Dir == "" {
-		o.Dir = os.Getenv("DDSTORE_BOOTSTRAP_DIR")
+		o.Dir = launch.BootstrapDir
 	}
 	addrErr := error(nil)
 	if o.Addr == "" {
-		o.Addr = os.Getenv("DDSTORE_BOOTSTRAP_ADDR")
+		o.Addr = launch.BootstrapAddr
 	}
 	if o.Addr == "" {
 		host, port := os.Getenv("MASTER_ADDR"), os.Getenv("MASTER_PORT")

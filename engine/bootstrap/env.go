@@ -2,10 +2,12 @@ package bootstrap
 
 import (
 	"fmt"
-	"github.com/ddstore/ddstore/fault"
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/ddstore/ddstore/configs"
+	"github.com/ddstore/ddstore/fault"
 )
 
 // Env is what the launcher says about this process.
@@ -79,10 +81,10 @@ func detectEnv(look lookupFunc) (Env, error) {
 	if err != nil {
 		return Env{}, err
 	}
-	if j, ok := look("DDSTORE_JOB"); ok {
+	if j, ok := configs.LookupJob(look); ok {
 		j = strings.TrimSpace(j)
 		if j == "" || j == "." || j == ".." || strings.ContainsAny(j, "/\\ \t\n") {
-			return Env{}, envErr("DDSTORE_JOB=%q: want a non-empty id without '/', '\\' or spaces", j)
+			return Env{}, envErr("%s=%q: want a non-empty id without '/', '\\' or spaces", configs.EnvJob, j)
 		}
 		e.Job = j
 	}

@@ -15,9 +15,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"strconv"
 	"time"
 
+	"github.com/ddstore/ddstore/configs"
 	"github.com/ddstore/ddstore/engine"
 )
 
@@ -80,10 +80,16 @@ func run() error {
 		lastOpen = max(lastOpen, int64(binary.LittleEndian.Uint64(b[16:])))
 	}
 	r := result{World: st.World(), Job: st.Job(), OpenS: maxOpen.Seconds(), AddS: maxAdd.Seconds(), Launcher: launcher()}
-	if v, err := strconv.ParseInt(os.Getenv("DDSTORE_LAUNCH_NS"), 10, 64); err == nil && v > 0 {
+	if v := configs.LaunchNanos(); v > 0 {
 		r.LaunchS = float64(lastOpen-v) / 1e9
 	}
 	return json.NewEncoder(os.Stdout).Encode(r)
+}
+
+// ddrunToken: ddrun hands every rank a job token.
+func ddrunToken() bool {
+	l, err := configs.ReadLaunch()
+	return err == nil && l.JobToken != ""
 }
 
 func launcher() string {
@@ -92,7 +98,7 @@ func launcher() string {
 		return "mpiexec"
 	case os.Getenv("SLURM_STEP_ID") != "":
 		return "srun"
-	case os.Getenv("DDSTORE_JOB_TOKEN") != "":
+	case ddrunToken():
 		return "ddrun"
 	}
 	return "other"
