@@ -100,6 +100,9 @@ def lib():
             f = getattr(l, name)
             f.argtypes = args
             f.restype = ctypes.c_int
+        l.dds_error_name.argtypes = [ctypes.c_int]
+        l.dds_error_name.restype = ctypes.c_char_p
+        errors.learn_codes(lambda code: l.dds_error_name(code))
         _lib = l
     return _lib
 

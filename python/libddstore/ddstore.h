@@ -42,6 +42,7 @@ extern "C" {
 
 enum {
 	DDS_OK = 0,
+	/* error codes: written by python/libddstore/gen from fault.Classes */
 	DDS_ERR_INDEX = 1,       /* row or range outside the variable */
 	DDS_ERR_UNKNOWN_VAR = 2, /* no such variable */
 	DDS_ERR_SHORT = 3,       /* destination too small */
@@ -51,9 +52,9 @@ enum {
 	DDS_ERR_PEER_DEAD = 7,   /* a rank died; err->rank names it */
 	DDS_ERR_CLOSED = 8,      /* store, loader or epoch closed */
 	DDS_ERR_TIMEOUT = 9,     /* deadline passed */
-	DDS_ERR_INVALID = 10,    /* bad argument, option, handle or launcher environment
-	                            (incl. a rendezvous another open store holds) */
+	DDS_ERR_INVALID = 10,    /* bad argument, option, handle or launcher environment */
 	DDS_ERR_OTHER = 99,      /* anything else (no libfabric or provider, OS) */
+	/* end of error codes */
 	DDS_AGAIN = 100,         /* dds_wait, dds_epoch_next: not done yet */
 	DDS_EOF = 101            /* dds_epoch_next: no batch left */
 };
@@ -84,6 +85,9 @@ typedef struct {
 } dds_batch;
 
 #ifndef DDS_NO_PROTOTYPES
+/* The name of an error code's class ("INDEX", ..., "OTHER"), NULL for a
+ * code of no class. The strings live as long as the library. */
+const char *dds_error_name(int code);
 /* Pending calls. */
 int dds_wait(uint64_t call, int32_t slice_ms, uint64_t *result, dds_error *err);
 /* Deletes a handle (store, loader, epoch) after its close; idempotent on 0. */

@@ -27,6 +27,7 @@ import (
 	"runtime/cgo"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -40,34 +41,36 @@ func main() {}
 
 // ---- errors ----
 
-var errInvalid = errors.New("ddstore: invalid argument")
+// errInvalid is the class of bad arguments found here (handles, flags).
+var errInvalid = fault.ErrInvalid
 
-// classes maps sentinels onto codes, most specific first.
-var classes = []struct {
-	code int
-	errs []error
-}{
-	{C.DDS_ERR_CLOSED, []error{engine.ErrClosed, fault.ErrClosed}},
-	{C.DDS_ERR_PEER_DEAD, []error{engine.ErrPeerDead, fault.ErrPeerDead}},
-	{C.DDS_ERR_TIMEOUT, []error{engine.ErrTimeout, fault.ErrTimeout}},
-	{C.DDS_ERR_INDEX, []error{engine.ErrIndex, fault.ErrIndex}},
-	{C.DDS_ERR_UNKNOWN_VAR, []error{engine.ErrUnknownVar, fault.ErrUnknownVar}},
-	{C.DDS_ERR_SHORT, []error{engine.ErrShortBuffer, fault.ErrShortBuffer}},
-	{C.DDS_ERR_DTYPE, []error{engine.ErrDType, fault.ErrDType}},
-	{C.DDS_ERR_MISMATCH, []error{engine.ErrMismatch, fault.ErrMismatch, fault.ErrToken}},
-	{C.DDS_ERR_EXISTS, []error{engine.ErrExists, fault.ErrExists}},
-	{C.DDS_ERR_INVALID, []error{errInvalid, fault.ErrInvalid, engine.ErrLoader, fault.ErrEnv, fault.ErrTooLarge}},
+//go:generate go run ./gen
+
+// codeOf is err's DDS_ERR_* code: its class in fault.Classes (the header's
+// codes are generated from the same list). A loader error of no other
+// class is a bad argument or option.
+func codeOf(err error) int {
+	code := fault.CodeOf(err)
+	if code == fault.CodeOther && errors.Is(err, engine.ErrLoader) {
+		code = fault.CodeOf(fault.ErrInvalid)
+	}
+	return code
 }
 
-func codeOf(err error) int {
-	for _, c := range classes {
-		for _, e := range c.errs {
-			if errors.Is(err, e) {
-				return c.code
-			}
-		}
+// errorNames holds dds_error_name's strings, made once and never freed.
+var errorNames sync.Map // int → *C.char
+
+//export dds_error_name
+func dds_error_name(code C.int) *C.char {
+	name := fault.ClassName(int(code))
+	if name == "" {
+		return nil
 	}
-	return C.DDS_ERR_OTHER
+	if p, ok := errorNames.Load(int(code)); ok {
+		return p.(*C.char)
+	}
+	p, _ := errorNames.LoadOrStore(int(code), C.CString(name))
+	return p.(*C.char)
 }
 
 var rankRe = regexp.MustCompile(`\brank (\d+)`)
