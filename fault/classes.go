@@ -64,3 +64,17 @@ func ClassName(code int) string {
 	}
 	return ""
 }
+
+// Sentinel returns a package's own sentinel error (its text, for example
+// "gpu: closed") that belongs to a class of this package: errors.Is(err,
+// class) holds for it and for every error that wraps it, so a caller tests
+// one set of classes whichever layer failed.
+func Sentinel(text string, class error) error { return &sentinel{text, class} }
+
+type sentinel struct {
+	text  string
+	class error
+}
+
+func (s *sentinel) Error() string        { return s.text }
+func (s *sentinel) Is(target error) bool { return target == s.class }

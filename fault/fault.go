@@ -7,6 +7,11 @@
 // Test the class with errors.Is against the sentinels below (engine,
 // fabric and bootstrap re-export the ones their callers meet), and read
 // the fields with errors.As or the helpers RanksOf, RankOf and SideOf.
+// Packages with richer errors of their own (gpu, telemetry, the local
+// launcher) make their sentinels with Sentinel, so that each belongs to a
+// class here: errors.Is(err, fault.ErrClosed) holds whichever layer
+// closed. Classes (classes.go) gives each class its stable code and name:
+// the C ABI's codes and the Python exceptions are derived from it.
 //
 // The package is pure Go and imports nothing of ddstore's, so every layer
 // (engine, fabric, gpu, telemetry, configs, the launchers and the C ABI)
@@ -59,6 +64,9 @@ var (
 	ErrEnv = errors.New("ddstore: bad launcher environment")
 	// ErrTooLarge: a message exceeds its limit.
 	ErrTooLarge = errors.New("ddstore: message too large")
+	// ErrCorrupt: a file or message that is not what it claims (a foreign,
+	// truncated, corrupt or newer-version telemetry segment).
+	ErrCorrupt = errors.New("ddstore: corrupt or foreign data")
 )
 
 // Side says whose failure an error is.

@@ -3,20 +3,23 @@ package gpu
 import (
 	"errors"
 	"fmt"
+
+	"github.com/ddstore/ddstore/fault"
 )
 
-// Sentinel errors; every *Error matches one of them with errors.Is. The
-// package imports nothing of ddstore's, so the engine maps these onto its
-// own classes (ErrNoDriver onto fault.ErrNoLibrary, for instance).
+// Sentinel errors; every *Error matches one of them with errors.Is, and
+// through it the class of package fault it belongs to (ErrNoDriver and
+// ErrNoDevice: fault.ErrNoLibrary; ErrInvalid, ErrClosed, ErrTimeout:
+// fault's of the same name).
 var (
 	// ErrNoDriver: no usable GPU runtime library: none of the sonames
 	// could be opened, one lacks a required symbol (driver too old), or
 	// its initialisation failed. The text names every library tried and
 	// what to install.
-	ErrNoDriver = errors.New("gpu: no usable GPU driver")
+	ErrNoDriver = fault.Sentinel("gpu: no usable GPU driver", fault.ErrNoLibrary)
 	// ErrNoDevice: the driver works but has no device, or not the one
 	// asked for. The text names the index and how many devices there are.
-	ErrNoDevice = errors.New("gpu: no such GPU device")
+	ErrNoDevice = fault.Sentinel("gpu: no such GPU device", fault.ErrNoLibrary)
 	// ErrDriver: a driver call failed; Code and Text are the driver's.
 	ErrDriver = errors.New("gpu: driver call failed")
 	// ErrOutOfMemory: a device or pinned allocation failed for lack of
@@ -24,11 +27,11 @@ var (
 	ErrOutOfMemory = errors.New("gpu: out of memory")
 	// ErrInvalid: a bad argument (range outside a buffer, nil stream,
 	// unknown runtime name).
-	ErrInvalid = errors.New("gpu: invalid argument")
+	ErrInvalid = fault.Sentinel("gpu: invalid argument", fault.ErrInvalid)
 	// ErrClosed: the device, stream, event, buffer or stager was closed.
-	ErrClosed = errors.New("gpu: closed")
+	ErrClosed = fault.Sentinel("gpu: closed", fault.ErrClosed)
 	// ErrTimeout: an event did not complete before the deadline.
-	ErrTimeout = errors.New("gpu: deadline exceeded")
+	ErrTimeout = fault.Sentinel("gpu: deadline exceeded", fault.ErrTimeout)
 	// ErrSharedQueue: no stream independent of the default stream could
 	// be made (HIP: every new stream shared the default stream's hardware
 	// queue; raise GPU_MAX_HW_QUEUES).
@@ -67,6 +70,9 @@ func (e *Error) Error() string {
 	}
 	return s
 }
+
+// Unwrap is the error's sentinel, so that errors.Is reaches its fault class.
+func (e *Error) Unwrap() error { return e.kind }
 
 // Is matches the error's class, and ErrDriver for any driver code.
 func (e *Error) Is(target error) bool {

@@ -26,16 +26,21 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/ddstore/ddstore/fault"
 )
 
-// Errors of Run, for errors.Is.
+// Errors of Run, for errors.Is; ErrTimeout and ErrInvalid belong to
+// fault's classes of the same name.
 var (
 	// ErrRankFailed: a rank exited non-zero or was killed; the error is a *RankError.
 	ErrRankFailed = errors.New("launch: rank failed")
 	// ErrTimeout: Spec.Timeout passed before every rank exited.
-	ErrTimeout = errors.New("launch: timeout")
+	ErrTimeout = fault.Sentinel("launch: timeout", fault.ErrTimeout)
 	// ErrInterrupted: a signal was forwarded to the ranks, or ctx was canceled.
 	ErrInterrupted = errors.New("launch: interrupted")
+	// ErrInvalid: a Spec that Validate refuses.
+	ErrInvalid = fault.Sentinel("launch: invalid spec", fault.ErrInvalid)
 )
 
 // Spec describes one local job.
@@ -65,21 +70,24 @@ type Spec struct {
 // DefaultGrace is Spec.Grace when zero.
 const DefaultGrace = 2 * time.Second
 
-// Validate checks the spec.
+// Validate checks the spec; a refused spec is ErrInvalid.
 func (s Spec) Validate() error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, a...)...)
+	}
 	switch {
 	case s.N < 1:
-		return fmt.Errorf("launch: N = %d, want ≥ 1 ranks", s.N)
+		return bad("N = %d, want ≥ 1 ranks", s.N)
 	case s.N > 4096:
-		return fmt.Errorf("launch: N = %d ranks on one machine is too many (limit 4096)", s.N)
+		return bad("N = %d ranks on one machine is too many (limit 4096)", s.N)
 	case s.Prog == "":
-		return errors.New("launch: no program given")
+		return bad("no program given")
 	case s.Timeout < 0 || s.Grace < 0:
-		return errors.New("launch: negative Timeout or Grace")
+		return bad("negative Timeout or Grace")
 	}
 	for _, kv := range s.Env {
 		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
-			return fmt.Errorf("launch: env entry %q is not KEY=VALUE", kv)
+			return bad("env entry %q is not KEY=VALUE", kv)
 		}
 	}
 	return nil
