@@ -1,6 +1,16 @@
 // dd.h: the C side of package fabric. Types, protocol constants and the
-// functions the Go side calls; one .c file per concern (dd_info.c,
-// dd_lib.c, dd_server.c, dd_gather_server.c, dd_reader.c, dd_gather_client.c).
+// functions the Go side calls; one .c file per concern, each depending
+// only on those listed before it:
+//   dd_lib.c            libfabric loaded at run time (dlopen)
+//   dd_info.c           provider selection, domains, endpoints, MRs
+//   dd_hmem.c           the GPUDirect probe
+//   dd_gcheck.c         the gather request validator (pure C; dd_proto.h)
+//   dd_server.c         the target's progress server
+//   dd_gather_server.c  the target's half of gather
+//   dd_watchdog.c       deadlines for provider calls that never return
+//   dd_drive.c, .h      the one batch loop of a reader (dd_drive) and its helpers
+//   dd_reader.c         reader endpoints; the one-sided reads as a dd_drive protocol
+//   dd_gather_client.c  the reader's half of gather as a dd_drive protocol
 // C never keeps a Go pointer after the call that received it returns.
 #ifndef DD_H
 #define DD_H
@@ -233,8 +243,7 @@ void dd_freeinfo(struct fi_info *i);
 #define DD_WD_GRACE_NS 250000000LL // past the deadline before abandoning
 int dd_wd_register(dd_reader *r);
 void dd_wd_unregister(dd_reader *r);
-int dd_guarded_read_batch(dd_reader *r, int n, int64_t timeout_ns);
-int dd_guarded_gather(dd_reader *r, int n, uint64_t cap, int rounds, int64_t timeout_ns);
+int dd_wd_guard(dd_reader *r, int64_t timeout_ns, int (*call)(dd_reader *r, void *arg), void *arg);
 uint64_t dd_quarantined_count(void);
 uint64_t dd_leaked_eps_count(void);
 void dd_set_test_stuck(int on);
@@ -289,26 +298,29 @@ int dd_gsrv_error(dd_server *s, struct fi_cq_err_entry *err);
 uint64_t dd_gsrv_served(dd_server *s);
 uint64_t dd_gsrv_rejected(dd_server *s);
 
-// dd_reader.c
-dd_reader *dd_reader_new(struct fid_fabric *fab, struct fid_domain *dom, struct fi_info *info, int window, int cap, int maxpeers, size_t av_count);
-int dd_reader_setup(dd_reader *r, const char **stage);
-int dd_reader_teardown(dd_reader *r);
+// dd_drive.c: the helpers of the one batch loop (dd_drive.h).
 void dd_active_enter(dd_reader *r);
 void dd_active_leave(dd_reader *r);
+int dd_active_readers(void);
 void dd_result_reset(dd_result *res);
 void dd_set_fail(dd_result *res, int stage, int err, int op);
 ssize_t dd_cq_readerr(dd_reader *r, struct fi_cq_err_entry *e);
 ssize_t dd_cq_poll(dd_reader *r, struct fi_cq_entry *comp, dd_result *res, int64_t *t);
 int dd_batch_fail(dd_reader *r, dd_result *res, int inflight);
 int64_t dd_reader_wait(dd_reader *r, int64_t t, int64_t last_done, int64_t deadline, int64_t *sleep_ns, int *busy, int64_t *wait_ns);
+void dd_record_cq_error(dd_reader *r, struct fi_cq_err_entry *e, dd_result *res);
+
+// dd_reader.c
+dd_reader *dd_reader_new(struct fid_fabric *fab, struct fid_domain *dom, struct fi_info *info, int window, int cap, int maxpeers, size_t av_count);
+int dd_reader_setup(dd_reader *r, const char **stage);
+int dd_reader_teardown(dd_reader *r);
 void dd_reader_free(dd_reader *r);
 int dd_av_insert(dd_reader *r, int idx, void *addr);
 int dd_oldest(dd_reader *r, int next, int n);
-void dd_record_cq_error(dd_reader *r, struct fi_cq_err_entry *e, dd_result *res, int slot);
 int dd_read_batch(dd_reader *r, int n, int64_t timeout_ns);
+int dd_guarded_read_batch(dd_reader *r, int n, int64_t timeout_ns);
 int64_t dd_baseline(dd_reader *r, uint32_t peer, char *dst, uint64_t len, int slots,
 		const uint64_t *offs, int n, int window, uint64_t base, uint64_t key, int64_t timeout_ns);
-int dd_active_readers(void);
 int dd_reader_waitfd(dd_reader *r);
 
 // dd_gather_client.c
@@ -317,6 +329,7 @@ int dd_gslot_of(dd_reader *r, void *ctx, int rounds, int *is_recv);
 int dd_gather_oldest(dd_reader *r, int rounds, int pos, int m);
 uint64_t dd_gather_round_cap(uint64_t total, uint64_t cap, int rounds);
 int dd_gather(dd_reader *r, int n, uint64_t cap, int rounds, int64_t timeout_ns);
+int dd_guarded_gather(dd_reader *r, int n, uint64_t cap, int rounds, int64_t timeout_ns);
 uint64_t dd_gather_max_bytes(void);
 uint64_t dd_gather_max_ent(void);
 

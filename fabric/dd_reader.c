@@ -2,7 +2,7 @@
 // reference loop of the benchmarks.
 // Part of package fabric (compiled by cgo); see dd.h.
 
-#include "dd.h"
+#include "dd_drive.h"
 
 dd_reader *dd_reader_new(struct fid_fabric *fab, struct fid_domain *dom, struct fi_info *info, int window, int cap, int maxpeers, size_t av_count) {
 	dd_reader *r = calloc(1, sizeof *r);
@@ -70,113 +70,6 @@ int dd_reader_teardown(dd_reader *r) {
 	return rc;
 }
 
-// Spinning on a CQ is the fastest wait while cores are free, and the worst
-// when they are not: on software-RMA providers the target's progress thread
-// needs a core to answer, and several spinning readers starve it (2 cores,
-// 4 readers spinning: a quarter of one reader's rate). So readers spin only
-// while at most dd_spin_limit readers of the process are inside a batch
-// (half the online CPUs, at least 1); beyond that they all sleep on their
-// CQ's wait fd.
-atomic_int dd_active;
-int dd_spin_limit;
-
-void dd_active_enter(dd_reader *r) {
-	if (__atomic_load_n(&dd_spin_limit, __ATOMIC_RELAXED) == 0) {
-		long n = sysconf(_SC_NPROCESSORS_ONLN);
-		__atomic_store_n(&dd_spin_limit, n >= 4 ? (int)(n / 2) : 1, __ATOMIC_RELAXED);
-	}
-	if (!r->active) { atomic_fetch_add(&dd_active, 1); r->active = 1; }
-}
-
-void dd_active_leave(dd_reader *r) {
-	if (r->active) { atomic_fetch_sub(&dd_active, 1); r->active = 0; }
-}
-
-// dd_result_reset clears res for a new batch (copy_ns is dd_gather's own).
-void dd_result_reset(dd_result *res) {
-	res->post_ns = 0; res->wait_ns = 0; res->done = 0; res->stage = DD_OK;
-	res->failed_op = -1; res->err = 0; res->prov_errno = 0; res->torn_down = 0; res->text[0] = 0;
-	res->guessed = 0; res->teardown_rc = 0; res->inflight_at_fail = 0;
-}
-
-// dd_set_fail records where a batch failed: stage, positive errno, op.
-void dd_set_fail(dd_result *res, int stage, int err, int op) {
-	res->stage = stage; res->err = err; res->failed_op = op;
-}
-
-// dd_cq_readerr reads the error entry behind -FI_EAVAIL into *e and returns
-// fi_cq_readerr's result. -FI_EAGAIN (an error announced but not readable)
-// becomes FI_EIO; shm's negative codes are made positive.
-ssize_t dd_cq_readerr(dd_reader *r, struct fi_cq_err_entry *e) {
-	memset(e, 0, sizeof *e);
-	ssize_t rr = fi_cq_readerr(r->cq, e, 0);
-	if (rr == -FI_EAGAIN) e->err = FI_EIO;
-	if (e->err < 0) e->err = -e->err;
-	return rr;
-}
-
-// dd_cq_poll reads up to 64 completions into comp, adds the time since *t
-// to the batch's wait time and moves *t to now.
-ssize_t dd_cq_poll(dd_reader *r, struct fi_cq_entry *comp, dd_result *res, int64_t *t) {
-	ssize_t got = fi_cq_read(r->cq, comp, 64);
-	int64_t t2 = dd_now();
-	res->wait_ns += t2 - *t;
-	*t = t2;
-	return got;
-}
-
-// dd_batch_fail ends a failed batch (dd_read_batch, dd_gather): any failure
-// closes the endpoint, since fi_close cancels what is in flight (nothing
-// lands in a destination after we return) and drops broken connections; the
-// next call opens a fresh one. inflight is what was outstanding. Returns -1.
-int dd_batch_fail(dd_reader *r, dd_result *res, int inflight) {
-	dd_active_leave(r);
-	res->inflight_at_fail = inflight;
-	res->teardown_rc = dd_reader_teardown(r);
-	res->torn_down = 1;
-	return -1;
-}
-
-// dd_reader_wait is called after a progress step found nothing. Within
-// spin_ns of the last completion, while few readers are active (see
-// dd_active), it returns at once: the reader spins. Otherwise it sleeps
-// until the provider has work: fi_trywait, then ppoll on the CQ wait fd for
-// at most 1ms (a missed wake-up costs no more than the back-off it
-// replaces) or the time left.
-// Without a wait fd (shm), or while fi_trywait keeps reporting work, it
-// sleeps with back-off (*sleep_ns, doubling to 1ms). The time slept is
-// added to *wait_ns; it returns the current time.
-int64_t dd_reader_wait(dd_reader *r, int64_t t, int64_t last_done, int64_t deadline, int64_t *sleep_ns, int *busy, int64_t *wait_ns) {
-	if (t >= deadline) return t;
-	// Without a wait fd (shm) every reader spins, as there is no cheap
-	// wake-up to hand the core over with.
-	if (t - last_done <= r->spin_ns &&
-		(r->waitfd < 0 || atomic_load_explicit(&dd_active, memory_order_relaxed) <= dd_spin_limit)) return t;
-	int64_t left = deadline - t;
-	if (r->waitfd >= 0 && *busy < 16) {
-		struct fid *f = &r->cq->fid;
-		int rc = fi_trywait(r->fabric, &f, 1);
-		if (rc == -FI_EAGAIN) { (*busy)++; return t; } // work pending: progress again
-		if (rc == FI_SUCCESS) {
-			*busy = 0;
-			int64_t ns = left < 1000000 ? left : 1000000;
-			struct pollfd p = { r->waitfd, POLLIN, 0 };
-			struct timespec ts = { ns / 1000000000LL, ns % 1000000000LL };
-			ppoll(&p, 1, &ts, NULL);
-			int64_t t2 = dd_now();
-			*wait_ns += t2 - t;
-			return t2;
-		}
-	}
-	*busy = 0;
-	dd_sleep_ns(*sleep_ns < left ? *sleep_ns : left);
-	*sleep_ns *= 2;
-	if (*sleep_ns > 1000000) *sleep_ns = 1000000;
-	int64_t t2 = dd_now();
-	*wait_ns += t2 - t;
-	return t2;
-}
-
 void dd_reader_free(dd_reader *r) {
 	dd_wd_unregister(r);
 	dd_reader_teardown(r);
@@ -203,98 +96,109 @@ int dd_oldest(dd_reader *r, int next, int n) {
 	return victim;
 }
 
-void dd_record_cq_error(dd_reader *r, struct fi_cq_err_entry *e, dd_result *res, int slot) {
-	res->failed_op = slot >= 0 ? r->slot_op[slot] : -1;
-	res->err = e->err != 0 ? e->err : FI_EIO; // never report "Success"
-	res->prov_errno = e->prov_errno;
-	res->stage = DD_CQERR;
-	res->text[0] = 0;
-	const char *t = fi_cq_strerror(r->cq, e->prov_errno, e->err_data, NULL, 0);
-	if (t) { strncpy(res->text, t, sizeof res->text - 1); res->text[sizeof res->text - 1] = 0; }
+// The one-sided reads as a protocol of dd_drive: r->ops[0..n), at most
+// r->window in flight, each in a slot whose context is r->ctx[slot].
+typedef struct {
+	int n, next, inflight, nfree;
+} dd_rb;
+
+static int rb_busy(void *st) {
+	dd_rb *b = st;
+	return b->next < b->n || b->inflight > 0;
 }
 
-// dd_read_batch posts r->ops[0..n) with at most r->window in flight and
-// waits for all of them. -FI_EAGAIN from fi_read drains the CQ (which also
-// progresses) before retrying. The first error stops posting; what is in
-// flight is still drained. At the deadline the endpoint is torn down before
-// returning, so no read can land in a destination afterwards.
-int dd_read_batch(dd_reader *r, int n, int64_t timeout_ns) {
+// rb_post posts reads while slots are free; -FI_EAGAIN leaves the rest for
+// after the next CQ poll (which also progresses).
+static int rb_post(dd_reader *r, void *st, int64_t *t, int64_t deadline) {
+	(void)deadline;
+	dd_rb *b = st;
 	dd_result *res = &r->res;
-	struct fi_cq_entry comp[64];
-	int64_t t = dd_now();
-	const int64_t t0 = t;
-	int64_t deadline = t + timeout_ns;
-	int64_t last_done = t;
-	int64_t sleep_ns = 20000;
-	int busy = 0;
-	int next = 0, inflight = 0, nfree = 0;
-	dd_result_reset(res);
-	if (!r->ep) { res->stage = DD_NOEP; return -1; }
-	dd_active_enter(r);
-	for (int i = 0; i < r->window; i++) { r->free_slots[nfree++] = r->window - 1 - i; r->slot_op[i] = -1; }
-
-	while (next < n || inflight > 0) {
-		while (next < n && inflight < r->window) {
-			int slot = r->free_slots[--nfree];
-			dd_op *op = &r->ops[next];
-			r->slot_op[slot] = next;
-			r->wd_op = next; // named if this call never returns
-			ssize_t rc = fi_read(r->ep, op->dst, op->len, op->desc, r->peers[op->peer], op->addr, op->key, &r->ctx[slot]);
-			int64_t t2 = dd_now();
-			res->post_ns += t2 - t;
-			t = t2;
-			if (rc == 0) { next++; inflight++; continue; }
-			r->slot_op[slot] = -1;
-			r->free_slots[nfree++] = slot;
-			if (rc == -FI_EAGAIN) break;
-			res->failed_op = next; res->err = (int)-rc; res->stage = DD_POST;
-			goto fail;
-		}
-		if (inflight == 0 && next >= n) break;
-
-		ssize_t got = dd_cq_poll(r, comp, res, &t);
-		if (got > 0) {
-			for (ssize_t i = 0; i < got; i++) {
-				int slot = (int)((struct fi_context2 *)comp[i].op_context - r->ctx);
-				if (slot < 0 || slot >= r->window || r->slot_op[slot] < 0) continue;
-				r->ops[r->slot_op[slot]].done = 1;
-				r->ops[r->slot_op[slot]].done_t = (uint32_t)((t - t0) >> 4);
-				r->slot_op[slot] = -1;
-				r->free_slots[nfree++] = slot;
-				inflight--;
-				res->done++;
-			}
-			last_done = t;
-			sleep_ns = 20000;
-		} else if (got == -FI_EAVAIL) {
-			struct fi_cq_err_entry e;
-			ssize_t rr = dd_cq_readerr(r, &e);
-			if (rr > 0 || rr == -FI_EAGAIN) {
-				int slot = e.op_context ? (int)((struct fi_context2 *)e.op_context - r->ctx) : -1;
-				int valid = slot >= 0 && slot < r->window && r->slot_op[slot] >= 0;
-				dd_record_cq_error(r, &e, res, valid ? slot : -1);
-				// Some providers (shm) report errors without the op's
-				// context: blame the oldest read still in flight.
-				if (!valid) { res->failed_op = dd_oldest(r, next, n); res->guessed = 1; }
-				if (valid) inflight--;
-				goto fail;
-			}
-			dd_set_fail(res, DD_CQREAD, (int)(rr < 0 ? -rr : FI_EIO), dd_oldest(r, next, n));
-			goto fail;
-		} else if (got != -FI_EAGAIN) {
-			dd_set_fail(res, DD_CQREAD, (int)-got, dd_oldest(r, next, n));
-			goto fail;
-		}
-		if (t >= deadline && (inflight > 0 || next < n)) {
-			dd_set_fail(res, DD_TIMEOUT, FI_ETIMEDOUT, dd_oldest(r, next, n));
-			goto fail;
-		}
-		if (got <= 0) t = dd_reader_wait(r, t, last_done, deadline, &sleep_ns, &busy, &res->wait_ns);
+	while (b->next < b->n && b->inflight < r->window) {
+		int slot = r->free_slots[--b->nfree];
+		dd_op *op = &r->ops[b->next];
+		r->slot_op[slot] = b->next;
+		r->wd_op = b->next; // named if this call never returns
+		ssize_t rc = fi_read(r->ep, op->dst, op->len, op->desc, r->peers[op->peer], op->addr, op->key, &r->ctx[slot]);
+		int64_t t2 = dd_now();
+		res->post_ns += t2 - *t;
+		*t = t2;
+		if (rc == 0) { b->next++; b->inflight++; continue; }
+		r->slot_op[slot] = -1;
+		r->free_slots[b->nfree++] = slot;
+		if (rc == -FI_EAGAIN) break;
+		res->failed_op = b->next; res->err = (int)-rc; res->stage = DD_POST;
+		return -1;
 	}
-	dd_active_leave(r);
 	return 0;
-fail:
-	return dd_batch_fail(r, res, inflight);
+}
+
+// rb_slot is the slot of a completion's context, or -1.
+static int rb_slot(dd_reader *r, void *ctx) {
+	if (!ctx) return -1;
+	int slot = (int)((struct fi_context2 *)ctx - r->ctx);
+	return slot >= 0 && slot < r->window && r->slot_op[slot] >= 0 ? slot : -1;
+}
+
+static int rb_complete(dd_reader *r, void *st, void *ctx, int64_t *t, int64_t t0) {
+	dd_rb *b = st;
+	int slot = rb_slot(r, ctx);
+	if (slot < 0) return 0;
+	r->ops[r->slot_op[slot]].done = 1;
+	r->ops[r->slot_op[slot]].done_t = (uint32_t)((*t - t0) >> 4);
+	r->slot_op[slot] = -1;
+	r->free_slots[b->nfree++] = slot;
+	b->inflight--;
+	r->res.done++;
+	return 0;
+}
+
+static int rb_oldest(dd_reader *r, void *st) {
+	dd_rb *b = st;
+	return dd_oldest(r, b->next, b->n);
+}
+
+// rb_blame: some providers (shm) report errors without the op's context:
+// then the oldest read still in flight is blamed.
+static void rb_blame(dd_reader *r, void *st, void *ctx) {
+	dd_rb *b = st;
+	int slot = rb_slot(r, ctx);
+	if (slot >= 0) {
+		r->res.failed_op = r->slot_op[slot];
+		b->inflight--;
+		return;
+	}
+	r->res.failed_op = rb_oldest(r, st);
+	r->res.guessed = 1;
+}
+
+static int rb_inflight(void *st) { return ((dd_rb *)st)->inflight; }
+
+static const dd_proto dd_read_proto = { rb_busy, rb_post, rb_complete, rb_blame, rb_oldest, rb_inflight };
+
+// dd_read_batch posts r->ops[0..n) with at most r->window in flight and
+// waits for all of them (dd_drive). -FI_EAGAIN from fi_read drains the CQ
+// (which also progresses) before retrying. The first error stops posting;
+// what is in flight is still drained. At the deadline the endpoint is torn
+// down before returning, so no read can land in a destination afterwards.
+int dd_read_batch(dd_reader *r, int n, int64_t timeout_ns) {
+	dd_result_reset(&r->res);
+	if (!r->ep) { r->res.stage = DD_NOEP; return -1; }
+	dd_rb b = { .n = n };
+	for (int i = 0; i < r->window; i++) { r->free_slots[b.nfree++] = r->window - 1 - i; r->slot_op[i] = -1; }
+	return dd_drive(r, &dd_read_proto, &b, timeout_ns);
+}
+
+typedef struct { int n; int64_t timeout_ns; } dd_rb_args;
+
+static int rb_call(dd_reader *r, void *arg) {
+	dd_rb_args *a = arg;
+	return dd_read_batch(r, a->n, a->timeout_ns);
+}
+
+// dd_guarded_read_batch is dd_read_batch under the watchdog (dd_wd_guard).
+int dd_guarded_read_batch(dd_reader *r, int n, int64_t timeout_ns) {
+	dd_rb_args a = { n, timeout_ns };
+	return dd_wd_guard(r, timeout_ns, rb_call, &a);
 }
 
 // dd_baseline is the plain C reference loop used by BenchmarkReadBaselineC:
@@ -332,5 +236,4 @@ fail:
 	return rc;
 }
 
-int dd_active_readers(void) { return atomic_load(&dd_active); }
 int dd_reader_waitfd(dd_reader *r) { return r->waitfd; }

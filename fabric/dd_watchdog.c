@@ -1,10 +1,10 @@
 // dd_watchdog.c: deadlines for provider calls that never return. A stopped
 // or killed shm peer can leave a reader spinning forever inside fi_read on a
 // lock in the peer's shared region; no deadline checked between C calls can
-// fire then. A guarded call (dd_guarded_*) records its deadline; a watchdog
+// fire then. A guarded call (dd_wd_guard) records its deadline; a watchdog
 // thread that finds a call still inside the provider DD_WD_GRACE_NS past its
 // deadline abandons it: it sends the reader's thread DD_WD_SIGNAL, whose
-// handler siglongjmps out of the provider back into dd_guarded_*, which
+// handler siglongjmps out of the provider back into dd_wd_guard, which
 // returns DD_STUCK. The reader is then quarantined by the Go side: its
 // endpoint, CQ, AV, domain, buffers and registrations are never used, closed
 // or freed again (the provider may still hold its locks or write its
@@ -86,37 +86,34 @@ void dd_wd_unregister(dd_reader *r) {
 // stuck on a stopped peer's lock would (tests of the watchdog).
 atomic_int dd_test_stuck;
 
-#define DD_GUARD(call, timeout_ns) do { \
-	if (!r->guarded) return (call); \
-	sigjmp_buf env; \
-	if (sigsetjmp(env, 0)) { \
-		dd_wd_env = NULL; \
-		atomic_store(&r->wd_deadline, 0); \
-		atomic_fetch_add(&dd_quarantined, 1); \
-		dd_active_leave(r); \
-		r->res.stage = DD_STUCK; r->res.err = FI_ETIMEDOUT; r->res.failed_op = r->wd_op; \
-		return -1; \
-	} \
-	r->wd_thread = pthread_self(); \
-	r->wd_op = 0; \
-	atomic_store(&r->wd_fired, 0); \
-	dd_wd_env = &env; \
-	atomic_store(&r->wd_deadline, dd_now() + (timeout_ns)); \
-	dd_wd_armed = 1; \
-	while (atomic_load(&dd_test_stuck)) { } \
-	int rc_ = (call); \
-	dd_wd_armed = 0; \
-	dd_wd_env = NULL; \
-	atomic_store(&r->wd_deadline, 0); \
-	return rc_; \
-} while (0)
-
-int dd_guarded_read_batch(dd_reader *r, int n, int64_t timeout_ns) {
-	DD_GUARD(dd_read_batch(r, n, timeout_ns), timeout_ns);
-}
-
-int dd_guarded_gather(dd_reader *r, int n, uint64_t cap, int rounds, int64_t timeout_ns) {
-	DD_GUARD(dd_gather(r, n, cap, rounds, timeout_ns), timeout_ns);
+// dd_wd_guard runs call(r, arg) under the watchdog with a deadline of
+// timeout_ns (a reader that is not registered runs it plainly): if the
+// watchdog abandons it, the reader's result says DD_STUCK and it returns
+// -1. The watchdog knows nothing of what it guards: the reads and the
+// gather client pass themselves (dd_guarded_read_batch, dd_guarded_gather).
+int dd_wd_guard(dd_reader *r, int64_t timeout_ns, int (*call)(dd_reader *r, void *arg), void *arg) {
+	if (!r->guarded) return call(r, arg);
+	sigjmp_buf env;
+	if (sigsetjmp(env, 0)) {
+		dd_wd_env = NULL;
+		atomic_store(&r->wd_deadline, 0);
+		atomic_fetch_add(&dd_quarantined, 1);
+		dd_active_leave(r);
+		r->res.stage = DD_STUCK; r->res.err = FI_ETIMEDOUT; r->res.failed_op = r->wd_op;
+		return -1;
+	}
+	r->wd_thread = pthread_self();
+	r->wd_op = 0;
+	atomic_store(&r->wd_fired, 0);
+	dd_wd_env = &env;
+	atomic_store(&r->wd_deadline, dd_now() + timeout_ns);
+	dd_wd_armed = 1;
+	while (atomic_load(&dd_test_stuck)) { }
+	int rc = call(r, arg);
+	dd_wd_armed = 0;
+	dd_wd_env = NULL;
+	atomic_store(&r->wd_deadline, 0);
+	return rc;
 }
 
 uint64_t dd_quarantined_count(void) { return atomic_load(&dd_quarantined); }

@@ -1,9 +1,10 @@
 package fabric
 
 // The cgo side of package fabric: the C lives in dd.h and dd_*.c (one file
-// per concern), and the Go files that call it (fabric.go, export.go,
-// reader.go, gather.go) include only dd.h. Posting and CQ draining stay in
-// C so that a batch costs one cgo call. C never keeps a Go pointer after the
+// per concern, listed in dd.h), and the Go files that call it (fabric.go,
+// export.go, reader.go, gather.go, gcheck.go, hmem.go) include only dd.h.
+// Posting and CQ draining stay in C (dd_drive) so that a batch costs one
+// cgo call. C never keeps a Go pointer after the
 // call that received it returns: destinations are either off-heap or pinned
 // by the Go caller for the duration of the call.
 
