@@ -1,10 +1,5 @@
 package fabric
 
-/*
-#include "dd.h"
-*/
-import "C"
-
 import (
 	"runtime"
 	"sync"
@@ -16,7 +11,7 @@ import (
 // Export is a registered region that peers can read.
 type Export struct {
 	f    *Fabric
-	mr   *C.struct_fid_mr
+	mr   *cStructFidMr
 	key  uint64
 	base uint64
 	size int
@@ -40,27 +35,27 @@ func (f *Fabric) Export(b []byte) (*Export, error) {
 	if !f.inf.MRProvKey {
 		req = f.nextKey.Add(1)
 	}
-	var mr *C.struct_fid_mr
-	var key C.uint64_t
+	var mr *cStructFidMr
+	var key cUint64T
 	var desc unsafe.Pointer
-	bind := C.int(0)
+	bind := cInt(0)
 	if f.inf.MREndpoint {
 		bind = 1
 	}
 	e := &Export{f: f, size: len(b)}
 	e.pin.Pin(&b[0])
-	C.dd_server_lock(f.srv)
-	rc := C.dd_mr_reg(f.dom, f.srv.ep, unsafe.Pointer(&b[0]), C.size_t(len(b)), C.FI_REMOTE_READ, C.uint64_t(req), bind, &mr, &key, &desc)
+	ddServerLock(f.srv)
+	rc := ddMrReg(f.dom, f.srv.ep, unsafe.Pointer(&b[0]), cSizeT(len(b)), fiRemoteRead, cUint64T(req), bind, &mr, &key, &desc)
 	if rc == 0 {
-		var base C.uint64_t
+		var base cUint64T
 		if f.inf.MRVirtAddr {
-			base = C.uint64_t(uintptr(unsafe.Pointer(&b[0])))
+			base = cUint64T(uintptr(unsafe.Pointer(&b[0])))
 		}
-		if rc = C.dd_gsrv_add_export(f.srv, key, base, unsafe.Pointer(&b[0]), C.uint64_t(len(b))); rc != 0 {
-			C.dd_close_mr(mr)
+		if rc = ddGsrvAddExport(f.srv, key, base, unsafe.Pointer(&b[0]), cUint64T(len(b))); rc != 0 {
+			ddCloseMr(mr)
 		}
 	}
-	C.dd_server_unlock(f.srv)
+	ddServerUnlock(f.srv)
 	if rc != 0 {
 		e.pin.Unpin()
 		return nil, localErr("fi_mr_reg(export)", int(rc), "%d bytes, provider %s", len(b), f.inf.Provider)
@@ -102,10 +97,10 @@ func (e *Export) Close() error {
 	delete(f.exports, e)
 	mr := e.mr
 	e.mr = nil
-	C.dd_server_lock(f.srv)
-	C.dd_gsrv_del_export(f.srv, C.uint64_t(e.key)) // no gather copies from it after this
-	rc := C.dd_close_mr(mr)
-	C.dd_server_unlock(f.srv)
+	ddServerLock(f.srv)
+	ddGsrvDelExport(f.srv, cUint64T(e.key)) // no gather copies from it after this
+	rc := ddCloseMr(mr)
+	ddServerUnlock(f.srv)
 	if rc != 0 {
 		// The provider may still hold the address: keep b pinned (and
 		// the Pinner reachable) for the process's lifetime.

@@ -1,18 +1,8 @@
 package fabric
 
-// The cgo side of package fabric: the C lives in dd.h and dd_*.c (one file
-// per concern, listed in dd.h), and the Go files that call it (fabric.go,
-// export.go, reader.go, gather.go, gcheck.go, hmem.go) include only dd.h.
-// Posting and CQ draining stay in C (dd_drive) so that a batch costs one
-// cgo call. C never keeps a Go pointer after the
-// call that received it returns: destinations are either off-heap or pinned
-// by the Go caller for the duration of the call.
-
-/*
-#cgo LDFLAGS: -ldl
-#include "dd.h"
-*/
-import "C"
+// Opening a Fabric: libfabric loaded, the provider chosen, the fabric,
+// domain and the server endpoint that exports memory. The C is reached
+// through cgo.go, the package's one cgo file.
 
 import (
 	"fmt"
@@ -43,12 +33,12 @@ var (
 // that only needs the same-node path never calls it.
 func loadLibrary() error {
 	libOnce.Do(func() {
-		var buf [512]C.char
-		if C.dd_load(&buf[0], C.size_t(len(buf))) != 0 {
+		var buf [512]cChar
+		if ddLoad(&buf[0], cSizeT(len(buf))) != 0 {
 			libErr = &fault.Error{Op: "load libfabric", Side: fault.Local, Kind: ErrNoLibrary,
 				Detail: fmt.Sprintf("%s could not be loaded (%s); install libfabric: apt-get install libfabric1 "+
 					"(Debian/Ubuntu; libfabric-dev to build, libfabric-bin for fi_info), or put a libfabric >= 1.11 on LD_LIBRARY_PATH",
-					C.DD_LIBFABRIC, C.GoString(&buf[0]))}
+					ddLibfabric, cGoString(&buf[0]))}
 		}
 	})
 	return libErr
@@ -58,12 +48,12 @@ func loadLibrary() error {
 // libfabric reads it, and DD_RXM_EAGER_LIMIT, what dd_load sets it to
 // unless it was set already.
 func rxmEagerLimit() (have string, ours uint64) {
-	name := C.CString("FI_OFI_RXM_EAGER_LIMIT")
-	defer C.free(unsafe.Pointer(name))
-	if v := C.getenv(name); v != nil {
-		have = C.GoString(v)
+	name := cCString("FI_OFI_RXM_EAGER_LIMIT")
+	defer cFree(unsafe.Pointer(name))
+	if v := cGetenv(name); v != nil {
+		have = cGoString(v)
 	}
-	return have, C.DD_RXM_EAGER_LIMIT
+	return have, ddRxmEagerLimit
 }
 
 // LibraryVersion is the loaded libfabric's version ("1.17.0"), loading it
@@ -72,7 +62,7 @@ func LibraryVersion() (string, error) {
 	if err := loadLibrary(); err != nil {
 		return "", err
 	}
-	v := uint32(C.dd_lib_version())
+	v := uint32(ddLibVersion())
 	return fmt.Sprintf("%d.%d", v>>16, v&0xffff), nil
 }
 
@@ -82,42 +72,42 @@ func LibraryPath() (string, error) {
 	if err := loadLibrary(); err != nil {
 		return "", err
 	}
-	var buf [4096]C.char
-	if C.dd_lib_path(&buf[0], C.size_t(len(buf))) != 0 {
-		return "", localErr("dladdr", 0, "cannot tell where %s was loaded from", C.DD_LIBFABRIC)
+	var buf [4096]cChar
+	if ddLibPath(&buf[0], cSizeT(len(buf))) != 0 {
+		return "", localErr("dladdr", 0, "cannot tell where %s was loaded from", ddLibfabric)
 	}
-	return C.GoString(&buf[0]), nil
+	return cGoString(&buf[0]), nil
 }
 
 // strerror is fi_strerror's text for a positive code.
-func strerror(code int) string { return C.GoString(C.dd_strerror(C.int(code))) }
+func strerror(code int) string { return cGoString(ddStrerror(cInt(code))) }
 
 // fiErr is a failure of a libfabric call on this process's own resources.
-func fiErr(op string, rc C.int) *fault.Error { return localErr(op, int(rc), "") }
+func fiErr(op string, rc cInt) *fault.Error { return localErr(op, int(rc), "") }
 
 type candidate struct {
-	info *C.struct_fi_info
-	desc C.dd_infodesc
+	info *cStructFiInfo
+	desc cDdInfodesc
 }
 
-func describe(i *C.struct_fi_info) Info {
-	var d C.dd_infodesc
-	C.dd_describe(i, &d)
+func describe(i *cStructFiInfo) Info {
+	var d cDdInfodesc
+	ddDescribe(i, &d)
 	return infoFromDesc(&d)
 }
 
-func infoFromDesc(d *C.dd_infodesc) Info {
+func infoFromDesc(d *cDdInfodesc) Info {
 	mr := uint64(d.mr_mode)
 	return Info{
-		Provider:       C.GoString(d.prov),
-		Fabric:         C.GoString(d.fabric),
-		Domain:         C.GoString(d.domain),
-		MRLocal:        mr&C.FI_MR_LOCAL != 0,
-		MRVirtAddr:     mr&C.FI_MR_VIRT_ADDR != 0,
-		MRProvKey:      mr&C.FI_MR_PROV_KEY != 0,
-		MRAllocated:    mr&C.FI_MR_ALLOCATED != 0,
-		MREndpoint:     mr&C.FI_MR_ENDPOINT != 0,
-		ManualProgress: d.data_progress == C.FI_PROGRESS_MANUAL,
+		Provider:       cGoString(d.prov),
+		Fabric:         cGoString(d.fabric),
+		Domain:         cGoString(d.domain),
+		MRLocal:        mr&fiMrLocal != 0,
+		MRVirtAddr:     mr&fiMrVirtAddr != 0,
+		MRProvKey:      mr&fiMrProvKey != 0,
+		MRAllocated:    mr&fiMrAllocated != 0,
+		MREndpoint:     mr&fiMrEndpoint != 0,
+		ManualProgress: d.data_progress == fiProgressManual,
 		Threading:      threadingName(int(d.threading)),
 		TxSize:         int(d.tx_size),
 		MaxPeers:       int(d.ep_cnt),
@@ -128,15 +118,15 @@ func infoFromDesc(d *C.dd_infodesc) Info {
 
 func threadingName(t int) string {
 	switch t {
-	case C.FI_THREAD_SAFE:
+	case fiThreadSafe:
 		return "FI_THREAD_SAFE"
-	case C.FI_THREAD_FID:
+	case fiThreadFid:
 		return "FI_THREAD_FID"
-	case C.FI_THREAD_DOMAIN:
+	case fiThreadDomain:
 		return "FI_THREAD_DOMAIN"
-	case C.FI_THREAD_COMPLETION:
+	case fiThreadCompletion:
 		return "FI_THREAD_COMPLETION"
-	case C.FI_THREAD_ENDPOINT:
+	case fiThreadEndpoint:
 		return "FI_THREAD_ENDPOINT"
 	}
 	return "FI_THREAD_UNSPEC"
@@ -151,14 +141,14 @@ func threadingName(t int) string {
 // object itself, for fi_mr_reg) to be used by one thread at a time, which
 // concurrent readers cannot promise: there each reader opens its own domain
 // (Info.ReaderDomains).
-var threadingLevels = []C.int{C.FI_THREAD_SAFE, C.FI_THREAD_COMPLETION, C.FI_THREAD_DOMAIN}
+var threadingLevels = []cInt{fiThreadSafe, fiThreadCompletion, fiThreadDomain}
 
 // selectInfo picks the provider/domain asked for at the strongest threading
 // level that offers it.
-func selectInfo(o Options) (*C.struct_fi_info, error) {
+func selectInfo(o Options) (*cStructFiInfo, error) {
 	var err error
 	for _, lvl := range threadingLevels {
-		var info *C.struct_fi_info
+		var info *cStructFiInfo
 		if info, err = selectAt(o, lvl); err == nil {
 			return info, nil
 		}
@@ -169,25 +159,24 @@ func selectInfo(o Options) (*C.struct_fi_info, error) {
 // selectAt walks the fi_getinfo list for one threading level and picks the
 // provider/domain asked for (the domain hint is ignored by some providers,
 // so we match ourselves).
-func selectAt(o Options, threading C.int) (*C.struct_fi_info, error) {
-	var list *C.struct_fi_info
-	if rc := C.dd_getinfo(&list, threading); rc != 0 {
-		if -rc == C.FI_ENODATA {
+func selectAt(o Options, threading cInt) (*cStructFiInfo, error) {
+	var list *cStructFiInfo
+	if rc := ddGetinfo(&list, threading); rc != 0 {
+		if -rc == fiEnodata {
 			return nil, &fault.Error{Op: "fi_getinfo", Side: fault.Local, Kind: ErrNoProvider, Detail: "no provider offers FI_EP_RDM with FI_RMA reads", Err: errno(int(rc))}
 		}
 		return nil, fiErr("fi_getinfo", rc)
 	}
-	defer C.dd_freeinfo(list)
+	defer ddFreeinfo(list)
 	var cands []candidate
-	for i := list; i != nil; i = C.dd_info_next(i) {
-		var c candidate
-		c.info = i
-		C.dd_describe(i, &c.desc)
-		cands = append(cands, c)
+	for i := list; i != nil; i = ddInfoNext(i) {
+		var desc cDdInfodesc // a local: cgo checks the whole Go object a pointer reaches
+		ddDescribe(i, &desc)
+		cands = append(cands, candidate{info: i, desc: desc})
 	}
 	provs := []string{}
 	for _, c := range cands {
-		p := C.GoString(c.desc.prov)
+		p := cGoString(c.desc.prov)
 		if !contains(provs, p) {
 			provs = append(provs, p)
 		}
@@ -204,7 +193,7 @@ func selectAt(o Options, threading C.int) (*C.struct_fi_info, error) {
 		var ofProv []candidate
 		for _, n := range names {
 			for _, c := range cands {
-				if C.GoString(c.desc.prov) == n {
+				if cGoString(c.desc.prov) == n {
 					ofProv = append(ofProv, c)
 				}
 			}
@@ -216,23 +205,23 @@ func selectAt(o Options, threading C.int) (*C.struct_fi_info, error) {
 			continue
 		}
 		for _, c := range ofProv {
-			if o.Domain == "" || C.GoString(c.desc.domain) == o.Domain || C.GoString(c.desc.fabric) == o.Domain {
-				dup := C.dd_dupinfo(c.info)
+			if o.Domain == "" || cGoString(c.desc.domain) == o.Domain || cGoString(c.desc.fabric) == o.Domain {
+				dup := ddDupinfo(c.info)
 				if dup == nil {
-					return nil, localErr("fi_dupinfo", int(C.FI_ENOMEM), "out of memory")
+					return nil, localErr("fi_dupinfo", int(fiEnomem), "out of memory")
 				}
 				return dup, nil
 			}
 		}
 		var doms []string
 		for _, c := range ofProv {
-			d := C.GoString(c.desc.domain)
+			d := cGoString(c.desc.domain)
 			if !contains(doms, d) {
 				doms = append(doms, d)
 			}
 		}
 		return nil, &fault.Error{Op: "select domain", Side: fault.Local, Kind: ErrNoDomain,
-			Detail: fmt.Sprintf("provider %q has no domain %q; available: %s", C.GoString(ofProv[0].desc.prov), o.Domain, strings.Join(doms, ", "))}
+			Detail: fmt.Sprintf("provider %q has no domain %q; available: %s", cGoString(ofProv[0].desc.prov), o.Domain, strings.Join(doms, ", "))}
 	}
 	what := fmt.Sprintf("provider %q", o.Provider)
 	if o.Provider == "" {
@@ -267,7 +256,7 @@ func CheckProvider(name string) error {
 	if err != nil {
 		return err
 	}
-	C.dd_freeinfo(info)
+	ddFreeinfo(info)
 	return nil
 }
 
@@ -285,11 +274,11 @@ func contains(s []string, x string) bool {
 // locked OS thread, so a rank that is busy computing still serves reads.
 type Fabric struct {
 	opts     Options
-	info     *C.struct_fi_info
+	info     *cStructFiInfo
 	inf      Info
-	fab      *C.struct_fid_fabric
-	dom      *C.struct_fid_domain
-	srv      *C.dd_server // nil once closed (under mu)
+	fab      *cStructFidFabric
+	dom      *cStructFidDomain
+	srv      *cDdServer // nil once closed (under mu)
 	addr     []byte
 	avCount  int
 	ownDom   bool // readers get their own domain (threading weaker than FI_THREAD_COMPLETION)
@@ -356,7 +345,7 @@ func Open(o Options) (*Fabric, error) {
 	}
 	f.inf.AVCount = f.avCount
 	switch f.inf.threading {
-	case C.FI_THREAD_SAFE, C.FI_THREAD_COMPLETION:
+	case fiThreadSafe, fiThreadCompletion:
 		// One domain per process: the server endpoint and every reader's
 		// endpoint and CQ (see threadingLevels).
 	default:
@@ -372,68 +361,76 @@ func Open(o Options) (*Fabric, error) {
 	f.inf.SoftwareRMA = softwareRMA(f.inf.Provider)
 	f.inf.GatherMaxBytes = f.opts.GatherMaxBytes
 	f.inf.GatherRounds = f.opts.GatherRounds
-	f.nextKey.Store(keyBase(uint64(C.dd_info_key_size(info))))
+	f.nextKey.Store(keyBase(uint64(ddInfoKeySize(info))))
 
-	if rc := C.dd_open_fabric(info, &f.fab); rc != 0 {
-		C.dd_freeinfo(info)
+	// Locals receive the handles: cgo checks the whole Go object that a
+	// pointer argument reaches, and f holds Go pointers.
+	var fab *cStructFidFabric
+	var dom *cStructFidDomain
+	rc := ddOpenFabric(info, &fab)
+	f.fab = fab
+	if rc != 0 {
+		ddFreeinfo(info)
 		return nil, f.wrapOpenErr("fi_fabric", rc)
 	}
-	if rc := C.dd_open_domain(f.fab, info, &f.dom); rc != 0 {
-		C.dd_close_fabric(f.fab)
-		C.dd_freeinfo(info)
+	rc = ddOpenDomain(f.fab, info, &dom)
+	f.dom = dom
+	if rc != 0 {
+		ddCloseFabric(f.fab)
+		ddFreeinfo(info)
 		return nil, f.wrapOpenErr("fi_domain", rc)
 	}
-	f.srv = C.dd_server_new()
+	f.srv = ddServerNew()
 	if f.srv == nil {
 		f.closeBase()
-		return nil, localErr("server alloc", int(C.FI_ENOMEM), "out of memory")
+		return nil, localErr("server alloc", int(fiEnomem), "out of memory")
 	}
 	f.srv.fabric = f.fab
 	f.srv.domain = f.dom
-	var name [256]C.char
-	namelen := C.size_t(len(name))
-	var stage *C.char
-	gather := C.int(0)
+	var name [256]cChar
+	namelen := cSizeT(len(name))
+	var stage *cChar
+	gather := cInt(0)
 	if f.inf.SoftwareRMA {
 		gather = 1
 	}
-	if rc := C.dd_server_open(f.srv, info, C.size_t(f.avCount), gather, &name[0], &namelen, &stage); rc != 0 {
-		C.dd_server_close(f.srv, 0)
+	if rc := ddServerOpen(f.srv, info, cSizeT(f.avCount), gather, &name[0], &namelen, &stage); rc != 0 {
+		ddServerClose(f.srv, 0)
 		f.srv = nil
 		f.closeBase()
-		return nil, f.wrapOpenErr("server "+C.GoString(stage), rc)
+		return nil, f.wrapOpenErr("server "+cGoString(stage), rc)
 	}
-	f.addr = C.GoBytes(unsafe.Pointer(&name[0]), C.int(namelen))
+	f.addr = cGoBytes(unsafe.Pointer(&name[0]), cInt(namelen))
 	switch f.opts.Progress {
 	case "sleep":
-		f.srv.mode = C.DD_PROGRESS_SLEEP
+		f.srv.mode = ddProgressSleep
 	case "spin":
-		f.srv.mode = C.DD_PROGRESS_SPIN
+		f.srv.mode = ddProgressSpin
 	default:
-		f.srv.mode = C.DD_PROGRESS_ADAPTIVE
+		f.srv.mode = ddProgressAdaptive
 	}
-	f.srv.spin_ns = C.int64_t(f.opts.ProgressWindow)
+	f.srv.spin_ns = cInt64T(f.opts.ProgressWindow)
 	f.inf.WaitFD = f.srv.waitfd >= 0
 	f.progDone = make(chan struct{})
 	go f.progress()
 	return f, nil
 }
 
-func (f *Fabric) wrapOpenErr(op string, rc C.int) error {
+func (f *Fabric) wrapOpenErr(op string, rc cInt) error {
 	return localErr(op, int(rc), "provider %s, domain %s", f.inf.Provider, f.inf.Domain)
 }
 
 func (f *Fabric) closeBase() {
 	if f.dom != nil {
-		C.dd_close_domain(f.dom)
+		ddCloseDomain(f.dom)
 		f.dom = nil
 	}
 	if f.fab != nil {
-		C.dd_close_fabric(f.fab)
+		ddCloseFabric(f.fab)
 		f.fab = nil
 	}
 	if f.info != nil {
-		C.dd_freeinfo(f.info)
+		ddFreeinfo(f.info)
 		f.info = nil
 	}
 }
@@ -441,7 +438,7 @@ func (f *Fabric) closeBase() {
 func (f *Fabric) progress() {
 	runtime.LockOSThread()
 	defer close(f.progDone)
-	C.dd_server_run(f.srv)
+	ddServerRun(f.srv)
 }
 
 // Close stops progress and closes every reader and export still open, then
@@ -465,7 +462,7 @@ func (f *Fabric) Close() error {
 	for _, r := range readers {
 		r.Close()
 	}
-	C.dd_server_stop(f.srv)
+	ddServerStop(f.srv)
 	<-f.progDone
 	var err error
 	for _, e := range exports {
@@ -475,10 +472,10 @@ func (f *Fabric) Close() error {
 	}
 	f.mu.Lock()
 	srv := f.srv
-	f.lastWake = uint64(C.dd_server_wakeups(srv))
+	f.lastWake = uint64(ddServerWakeups(srv))
 	f.srv = nil
 	f.mu.Unlock()
-	if rc := C.dd_server_close(srv, 0); rc != 0 && err == nil {
+	if rc := ddServerClose(srv, 0); rc != 0 && err == nil {
 		err = fiErr("fi_close(server endpoint)", rc)
 	}
 	f.closeBase()
@@ -500,7 +497,7 @@ func (f *Fabric) ProgressCPU() time.Duration {
 	if f.srv == nil {
 		return 0
 	}
-	return max(time.Duration(C.dd_server_cpu_ns(f.srv)), 0)
+	return max(time.Duration(ddServerCpuNs(f.srv)), 0)
 }
 
 // ProgressWakeups counts how often the progress goroutine woke up (for tests
@@ -511,5 +508,5 @@ func (f *Fabric) ProgressWakeups() uint64 {
 	if f.srv == nil {
 		return f.lastWake
 	}
-	return uint64(C.dd_server_wakeups(f.srv))
+	return uint64(ddServerWakeups(f.srv))
 }

@@ -1,10 +1,5 @@
 package fabric
 
-/*
-#include "dd.h"
-*/
-import "C"
-
 import (
 	"time"
 	"unsafe"
@@ -13,24 +8,24 @@ import (
 // Gather protocol constants, defined once in dd.h. protocolC reports the
 // values the compiled C uses, so a test checks that the two sides agree.
 const (
-	maxGatherBytes   = C.DD_GMAX_BYTES // largest reply a target builds
-	maxGatherEntries = C.DD_GMAX_ENT   // entries per request
-	maxGatherName    = C.DD_GMAX_NAME  // endpoint name bytes in a request
-	gatherReqHdr     = C.sizeof_dd_greq_hdr
-	gatherEntry      = C.sizeof_dd_gent
-	gatherRepHdr     = C.sizeof_dd_grep_hdr
-	gatherText       = C.DD_GTEXT // error text bytes in a reply
+	maxGatherBytes   = ddGmaxBytes // largest reply a target builds
+	maxGatherEntries = ddGmaxEnt   // entries per request
+	maxGatherName    = ddGmaxName  // endpoint name bytes in a request
+	gatherReqHdr     = sizeofDdGreqHdr
+	gatherEntry      = sizeofDdGent
+	gatherRepHdr     = sizeofDdGrepHdr
+	gatherText       = ddGtext // error text bytes in a reply
 )
 
 // protocolC is the gather protocol as the compiled C sees it.
 func protocolC() (maxBytes, maxEnt uint64) {
-	return uint64(C.dd_gather_max_bytes()), uint64(C.dd_gather_max_ent())
+	return uint64(ddGatherMaxBytes()), uint64(ddGatherMaxEnt())
 }
 
 // gatherRoundCap is the round cap dd_gather uses for a batch of total
 // bytes, with cap bytes (Options.GatherMaxBytes) and rounds in flight.
 func gatherRoundCap(total, cap uint64, rounds int) uint64 {
-	return uint64(C.dd_gather_round_cap(C.uint64_t(total), C.uint64_t(cap), C.int(rounds)))
+	return uint64(ddGatherRoundCap(cUint64T(total), cUint64T(cap), cInt(rounds)))
 }
 
 // ReadGather performs ops like ReadBatch, but on software-RMA providers
@@ -116,10 +111,10 @@ func (r *Reader) gatherChunk(ops []ReadOp, base int, timeout time.Duration, tm *
 			return badDst(base+i, r.peers[op.Peer.id-1].rank, 0, 0)
 		}
 		c := &r.ops[i]
-		c.len = C.uint64_t(len(op.Dst))
-		c.addr = C.uint64_t(op.Addr)
-		c.key = C.uint64_t(op.Key)
-		c.peer = C.uint32_t(op.Peer.id - 1)
+		c.len = cUint64T(len(op.Dst))
+		c.addr = cUint64T(op.Addr)
+		c.key = cUint64T(op.Key)
+		c.peer = cUint32T(op.Peer.id - 1)
 		c.desc = nil
 		c.done = 0
 		c.done_t = 0
@@ -135,10 +130,10 @@ func (r *Reader) gatherChunk(ops []ReadOp, base int, timeout time.Duration, tm *
 		r.pin.pin(p, cap(op.Dst))
 		c.dst = p
 	}
-	var rc C.int
+	var rc cInt
 	if len(r.big) < n {
 		t0 := time.Now()
-		rc = C.dd_guarded_gather(r.c, C.int(n), C.uint64_t(limit), C.int(r.f.opts.GatherRounds), C.int64_t(timeout))
+		rc = ddGuardedGather(r.c, cInt(n), cUint64T(limit), cInt(r.f.opts.GatherRounds), cInt64T(timeout))
 		res := &r.c.res
 		tm.Post += time.Duration(res.post_ns)
 		tm.CQWait += time.Duration(res.wait_ns)

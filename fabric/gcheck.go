@@ -1,10 +1,5 @@
 package fabric
 
-/*
-#include "dd.h"
-*/
-import "C"
-
 import (
 	"sync"
 	"unsafe"
@@ -57,25 +52,25 @@ func checkGatherRequest(req []byte, exports []gatherExport, wantName uint32, max
 		guard.mem, guard.data = m, need
 	}
 	copy(guard.mem[guard.data-len(req):guard.data], req)
-	p := (*C.char)(unsafe.Pointer(&guard.mem[guard.data-len(req)])) // ends at the guard page
-	var v C.dd_greq_view
+	p := (*cChar)(unsafe.Pointer(&guard.mem[guard.data-len(req)])) // ends at the guard page
+	var v cDdGreqView
 	var out gatherVerdict
-	if C.dd_greq_parse(p, C.size_t(len(req)), C.uint32_t(wantName), &v) != 0 {
+	if ddGreqParse(p, cSizeT(len(req)), cUint32T(wantName), &v) != 0 {
 		return out
 	}
 	out.Parsed = true
-	ex := (*C.dd_gexport)(C.calloc(C.size_t(len(exports)+1), C.sizeof_dd_gexport))
-	defer C.free(unsafe.Pointer(ex))
+	ex := (*cDdGexport)(cCalloc(cSizeT(len(exports)+1), sizeofDdGexport))
+	defer cFree(unsafe.Pointer(ex))
 	exs := unsafe.Slice(ex, len(exports)+1)
 	for i, e := range exports {
-		exs[i] = C.dd_gexport{key: C.uint64_t(e.Key), base: C.uint64_t(e.Base), size: C.uint64_t(e.Size)}
+		exs[i] = cDdGexport{key: cUint64T(e.Key), base: cUint64T(e.Base), size: cUint64T(e.Size)}
 	}
-	var total C.uint64_t
-	var bad C.uint32_t
-	var text [C.DD_GTEXT]C.char
-	out.Status = int(C.dd_greq_check(&v, ex, C.int(len(exports)), C.uint64_t(maxBytes), &total, &bad, &text[0], C.size_t(len(text))))
+	var total cUint64T
+	var bad cUint32T
+	var text [ddGtext]cChar
+	out.Status = int(ddGreqCheck(&v, ex, cInt(len(exports)), cUint64T(maxBytes), &total, &bad, &text[0], cSizeT(len(text))))
 	out.Bad, out.Total = uint32(bad), uint64(total)
-	ents := unsafe.Slice((*C.dd_gent)(unsafe.Pointer(v.ent)), int(v.nent))
+	ents := unsafe.Slice((*cDdGent)(unsafe.Pointer(v.ent)), int(v.nent))
 	for _, e := range ents {
 		out.Entries = append(out.Entries, gatherEnt{uint64(e.key), uint64(e.addr), uint64(e.len)})
 	}

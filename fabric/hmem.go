@@ -1,10 +1,5 @@
 package fabric
 
-/*
-#include "dd.h"
-*/
-import "C"
-
 // ProbeDevice is the GPUDirect probe: it reports whether this reader could
 // read straight into GPU memory. The provider must offer FI_HMEM when asked
 // for it explicitly (the capability is never reported otherwise), and a
@@ -20,12 +15,12 @@ func (r *Reader) ProbeDevice(addr uint64, n int, runtime string, device int) err
 	if r.closed {
 		return errClosedReader
 	}
-	var iface C.int
+	var iface cInt
 	switch runtime {
 	case "cuda":
-		iface = C.FI_HMEM_CUDA
+		iface = fiHmemCuda
 	case "hip":
-		iface = C.FI_HMEM_ROCR
+		iface = fiHmemRocr
 	default:
 		return invalid("probe device memory", nil, "runtime %q: want cuda or hip", runtime)
 	}
@@ -35,15 +30,15 @@ func (r *Reader) ProbeDevice(addr uint64, n int, runtime string, device int) err
 	if err := r.ensureEndpoint(); err != nil {
 		return err
 	}
-	bind := C.int(0)
+	bind := cInt(0)
 	if r.f.inf.MREndpoint {
 		bind = 1
 	}
-	var stage C.int
-	rc := C.dd_hmem_probe(r.f.info, r.dom, r.c.ep, bind, C.uint64_t(addr), C.size_t(n), iface, C.int(device), &stage)
+	var stage cInt
+	rc := ddHmemProbe(r.f.info, r.dom, r.c.ep, bind, cUint64T(addr), cSizeT(n), iface, cInt(device), &stage)
 	if rc == 0 {
 		return nil
 	}
-	step := map[C.int]string{1: "fi_getinfo with FI_HMEM", 2: "fi_mr_regattr of device memory", 3: "fi_mr_bind of device memory"}[stage]
+	step := map[cInt]string{1: "fi_getinfo with FI_HMEM", 2: "fi_mr_regattr of device memory", 3: "fi_mr_bind of device memory"}[stage]
 	return localErr(step, int(rc), "provider %s, domain %s, %s device %d", r.f.inf.Provider, r.f.inf.Domain, runtime, device)
 }

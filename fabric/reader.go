@@ -1,10 +1,5 @@
 package fabric
 
-/*
-#include "dd.h"
-*/
-import "C"
-
 import (
 	"errors"
 	"fmt"
@@ -25,10 +20,10 @@ import (
 type Reader struct {
 	mu          sync.Mutex
 	f           *Fabric
-	dom         *C.struct_fid_domain
+	dom         *cStructFidDomain
 	ownDom      bool
-	c           *C.dd_reader
-	ops         []C.dd_op // view of c.ops
+	c           *cDdReader
+	ops         []cDdOp // view of c.ops
 	peers       []peerEntry
 	window      int
 	timeout     time.Duration
@@ -64,26 +59,29 @@ func (f *Fabric) NewReader() (*Reader, error) {
 	}
 	r := &Reader{f: f, dom: f.dom, window: f.opts.Window, timeout: f.opts.Timeout, pin: &pinSet{}}
 	if f.inf.ReaderDomains {
-		if rc := C.dd_open_domain(f.fab, f.info, &r.dom); rc != 0 {
+		var dom *cStructFidDomain // a local: r holds Go pointers (see Open)
+		rc := ddOpenDomain(f.fab, f.info, &dom)
+		if rc != 0 {
 			return nil, fiErr("fi_domain(reader)", rc)
 		}
+		r.dom = dom
 		r.ownDom = true
 	}
-	r.c = C.dd_reader_new(f.fab, r.dom, f.info, C.int(r.window), chunkOps, C.int(f.avCount), C.size_t(f.avCount))
+	r.c = ddReaderNew(f.fab, r.dom, f.info, cInt(r.window), chunkOps, cInt(f.avCount), cSizeT(f.avCount))
 	if r.c == nil {
 		r.closeDomain()
-		return nil, localErr("new reader", int(C.FI_ENOMEM), "out of memory")
+		return nil, localErr("new reader", int(fiEnomem), "out of memory")
 	}
-	var stage *C.char
-	if rc := C.dd_reader_setup(r.c, &stage); rc != 0 {
-		C.dd_reader_free(r.c)
+	var stage *cChar
+	if rc := ddReaderSetup(r.c, &stage); rc != 0 {
+		ddReaderFree(r.c)
 		r.closeDomain()
-		return nil, fiErr("reader "+C.GoString(stage), rc)
+		return nil, fiErr("reader "+cGoString(stage), rc)
 	}
-	if f.guarded && C.dd_wd_register(r.c) != 0 {
-		C.dd_reader_free(r.c)
+	if f.guarded && ddWdRegister(r.c) != 0 {
+		ddReaderFree(r.c)
 		r.closeDomain()
-		return nil, localErr("new reader", int(C.FI_ENOSPC), "cannot start the provider-call watchdog (or 4096 readers watched)")
+		return nil, localErr("new reader", int(fiEnospc), "cannot start the provider-call watchdog (or 4096 readers watched)")
 	}
 	r.ops = unsafe.Slice(r.c.ops, chunkOps)
 	r.mrc.init(f.forceLocalMR || f.inf.MRLocal, f.inf.MREndpoint)
@@ -93,7 +91,7 @@ func (f *Fabric) NewReader() (*Reader, error) {
 
 func (r *Reader) closeDomain() {
 	if r.ownDom && r.dom != nil {
-		C.dd_close_domain(r.dom)
+		ddCloseDomain(r.dom)
 	}
 	r.dom = nil
 }
@@ -114,10 +112,10 @@ func (r *Reader) Close() error {
 	}
 	r.mrc.purge(r)
 	var err error
-	if rc := C.dd_reader_teardown(r.c); rc != 0 {
+	if rc := ddReaderTeardown(r.c); rc != 0 {
 		err = fiErr("fi_close(reader endpoint)", rc)
 	}
-	C.dd_reader_free(r.c)
+	ddReaderFree(r.c)
 	r.c = nil
 	r.closeDomain()
 	r.f.mu.Lock()
@@ -145,7 +143,7 @@ func (r *Reader) AddPeer(rank int, addr []byte) (Peer, error) {
 	}
 	a := append([]byte(nil), addr...)
 	idx := len(r.peers)
-	if rc := C.dd_av_insert(r.c, C.int(idx), unsafe.Pointer(&a[0])); rc != 0 {
+	if rc := ddAvInsert(r.c, cInt(idx), unsafe.Pointer(&a[0])); rc != 0 {
 		e := fiErr("fi_av_insert", rc)
 		e.Ranks = rankList(rank)
 		return Peer{}, e
@@ -160,15 +158,15 @@ func (r *Reader) ensureEndpoint() error {
 	if !r.broken {
 		return nil
 	}
-	var stage *C.char
-	if rc := C.dd_reader_setup(r.c, &stage); rc != 0 {
-		return fiErr("reader "+C.GoString(stage), rc)
+	var stage *cChar
+	if rc := ddReaderSetup(r.c, &stage); rc != 0 {
+		return fiErr("reader "+cGoString(stage), rc)
 	}
 	for i, p := range r.peers {
-		if rc := C.dd_av_insert(r.c, C.int(i), unsafe.Pointer(&p.addr[0])); rc != 0 {
+		if rc := ddAvInsert(r.c, cInt(i), unsafe.Pointer(&p.addr[0])); rc != 0 {
 			e := fiErr("fi_av_insert", rc)
 			e.Ranks = rankList(p.rank)
-			C.dd_reader_teardown(r.c)
+			ddReaderTeardown(r.c)
 			return e
 		}
 	}
@@ -306,10 +304,10 @@ func (r *Reader) readChunk(ops []ReadOp, base int, timeout time.Duration, tm *Ti
 		r.pin.pin(p, cap(op.Dst))
 		c := &r.ops[i]
 		c.dst = p
-		c.len = C.uint64_t(len(op.Dst))
-		c.addr = C.uint64_t(op.Addr)
-		c.key = C.uint64_t(op.Key)
-		c.peer = C.uint32_t(op.Peer.id - 1)
+		c.len = cUint64T(len(op.Dst))
+		c.addr = cUint64T(op.Addr)
+		c.key = cUint64T(op.Key)
+		c.peer = cUint32T(op.Peer.id - 1)
 		c.desc = nil
 		c.done = 0
 		c.done_t = 0
@@ -331,7 +329,7 @@ func (r *Reader) readChunk(ops []ReadOp, base int, timeout time.Duration, tm *Ti
 		}
 		tm.MR += time.Since(t0)
 	}
-	rc := C.dd_guarded_read_batch(r.c, C.int(n), C.int64_t(timeout))
+	rc := ddGuardedReadBatch(r.c, cInt(n), cInt64T(timeout))
 	res := &r.c.res
 	tm.Post += time.Duration(res.post_ns)
 	tm.CQWait += time.Duration(res.wait_ns)
@@ -356,8 +354,8 @@ func (r *Reader) readChunk(ops []ReadOp, base int, timeout time.Duration, tm *Ti
 // endpoint that was torn down (recreated by the next call) and whose close
 // failed: then the provider may still write the destinations, so they stay
 // pinned and registered for the life of the process (leaked, and counted).
-func (r *Reader) afterCall(res *C.dd_result) {
-	if res.stage == C.DD_STUCK {
+func (r *Reader) afterCall(res *cDdResult) {
+	if res.stage == ddStuck {
 		if i := int(res.failed_op); i >= 0 && i < chunkOps && int(r.ops[i].peer) < len(r.peers) {
 			markStuck(r.peers[r.ops[i].peer].addr)
 		}
@@ -410,11 +408,11 @@ func (r *Reader) quarantine() {
 // QuarantinedReaders counts the readers of this process abandoned inside a
 // provider call that overran its deadline (telemetry: each holds an
 // endpoint and buffers forever).
-func QuarantinedReaders() uint64 { return uint64(C.dd_quarantined_count()) }
+func QuarantinedReaders() uint64 { return uint64(ddQuarantinedCount()) }
 
 // LeakedEndpoints counts reader endpoints whose close failed after an error
 // or deadline; their destinations stay pinned and registered (telemetry).
-func LeakedEndpoints() uint64 { return uint64(C.dd_leaked_eps_count()) }
+func LeakedEndpoints() uint64 { return uint64(ddLeakedEpsCount()) }
 
 func (r *Reader) closedErr() error {
 	if r.quarantined {
@@ -438,7 +436,7 @@ func (r *Reader) opIndex(base, i int) int {
 // did not meet, a lost connection or an error completion is Remote; a
 // failure of this process's CQ, endpoint or memory is Local; an entry the
 // target rejected is neither (the peer is alive; the request was wrong).
-func (r *Reader) batchError(res *C.dd_result, base int, inflight string) error {
+func (r *Reader) batchError(res *cDdResult, base int, inflight string) error {
 	idx := int(res.failed_op)
 	rank := -1
 	if idx >= 0 && idx < chunkOps {
@@ -461,9 +459,9 @@ func (r *Reader) batchError(res *C.dd_result, base int, inflight string) error {
 		}
 	}
 	switch res.stage {
-	case C.DD_POST:
+	case ddPost:
 		e.Op = "fi_read"
-		if t := C.GoString(&res.text[0]); t != "" {
+		if t := cGoString(&res.text[0]); t != "" {
 			e.Op = t // gather: fi_tsend or fi_trecv
 		}
 		switch {
@@ -472,19 +470,19 @@ func (r *Reader) batchError(res *C.dd_result, base int, inflight string) error {
 		case localCode(code):
 			e.Side = fault.Local
 		}
-	case C.DD_REJECT:
+	case ddReject:
 		e.Op = "gather"
 		e.Side = fault.Unknown
 		e.Kind = ErrRejected
-		detail += "; target: " + C.GoString(&res.text[0])
-	case C.DD_BADREPLY:
+		detail += "; target: " + cGoString(&res.text[0])
+	case ddBadreply:
 		e.Op = "gather"
-		detail += "; " + C.GoString(&res.text[0]) + "; endpoint torn down"
-	case C.DD_NOMEM:
+		detail += "; " + cGoString(&res.text[0]) + "; endpoint torn down"
+	case ddNomem:
 		e.Op = "gather"
 		e.Side = fault.Local
 		detail += "; out of memory for the reader's gather buffers"
-	case C.DD_CQERR:
+	case ddCqerr:
 		// An error completion: the provider failed the op on the way to or
 		// at the peer. A lost path marks the peer dead; an access error
 		// (bad key or range) leaves it alive.
@@ -494,17 +492,17 @@ func (r *Reader) batchError(res *C.dd_result, base int, inflight string) error {
 		} else if syscall.Errno(code) == syscall.ENOMEM {
 			e.Side = fault.Local
 		}
-		if t := C.GoString(&res.text[0]); t != "" {
+		if t := cGoString(&res.text[0]); t != "" {
 			detail += "; provider: " + t
 		}
 		if res.guessed != 0 {
 			detail += " (no op context in the error entry: blamed the oldest read in flight)"
 		}
-	case C.DD_CQREAD:
+	case ddCqread:
 		e.Op = "fi_cq_read"
 		e.Side = fault.Local
 		detail += "; endpoint torn down"
-	case C.DD_TIMEOUT:
+	case ddTimeout:
 		e.Op = "read"
 		e.Kind = ErrTimeout
 		e.Err = nil
@@ -515,13 +513,13 @@ func (r *Reader) batchError(res *C.dd_result, base int, inflight string) error {
 		if res.torn_down != 0 {
 			detail += ", endpoint torn down"
 		}
-	case C.DD_STUCK:
+	case ddStuck:
 		e.Op = "read"
 		e.Kind = ErrTimeout
 		e.Err = nil
 		detail += fmt.Sprintf("; a provider call was still running %v past the deadline %v: abandoned, reader quarantined "+
-			"(its endpoint and buffers are kept, never reused)", time.Duration(C.DD_WD_GRACE_NS), r.timeout)
-	case C.DD_NOEP:
+			"(its endpoint and buffers are kept, never reused)", time.Duration(ddWdGraceNs), r.timeout)
+	case ddNoep:
 		e.Op = "read"
 		e.Side = fault.Local
 		detail = "reader has no endpoint"
@@ -536,13 +534,13 @@ func (r *Reader) batchError(res *C.dd_result, base int, inflight string) error {
 
 // activeReaders is how many readers of this process are inside a batch
 // (tests: every batch leaves the count on every exit).
-func activeReaders() int { return int(C.dd_active_readers()) }
+func activeReaders() int { return int(ddActiveReaders()) }
 
 // waitFD reports whether the reader's CQ has a wait fd to sleep on (tests).
 func (r *Reader) waitFD() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.c != nil && C.dd_reader_waitfd(r.c) >= 0
+	return r.c != nil && ddReaderWaitfd(r.c) >= 0
 }
 
 // localMR registers [p, p+n) with FI_READ access in the reader's domain.
@@ -551,17 +549,17 @@ func (r *Reader) localMR(p unsafe.Pointer, n int) (mrHandle, error) {
 	if !r.f.inf.MRProvKey {
 		req = r.f.nextKey.Add(1)
 	}
-	var mr *C.struct_fid_mr
-	var key C.uint64_t
+	var mr *cStructFidMr
+	var key cUint64T
 	var desc unsafe.Pointer
-	bind := C.int(0)
+	bind := cInt(0)
 	if r.f.inf.MREndpoint {
 		bind = 1
 	}
-	rc := C.dd_mr_reg(r.dom, r.c.ep, p, C.size_t(n), C.FI_READ, C.uint64_t(req), bind, &mr, &key, &desc)
+	rc := ddMrReg(r.dom, r.c.ep, p, cSizeT(n), fiRead, cUint64T(req), bind, &mr, &key, &desc)
 	if r.f.failLocalMR && rc == 0 {
-		C.dd_close_mr(mr)
-		rc = -C.FI_ENOMEM
+		ddCloseMr(mr)
+		rc = -fiEnomem
 	}
 	if rc != 0 {
 		return mrHandle{}, fiErr("fi_mr_reg(local)", rc)
@@ -573,7 +571,7 @@ func (r *Reader) localMR(p unsafe.Pointer, n int) (mrHandle, error) {
 
 func (r *Reader) closeMR(h mrHandle) {
 	if h.mr != nil {
-		C.dd_close_mr((*C.struct_fid_mr)(h.mr))
+		ddCloseMr((*cStructFidMr)(h.mr))
 		liveLocalMRs.Add(-1)
 	}
 }
@@ -597,28 +595,28 @@ func (r *Reader) baselineRead(p Peer, dst []byte, rowLen int, offs []uint64, bas
 	if slots == 0 || len(offs) == 0 {
 		return 0, errors.New("fabric: baselineRead: empty dst or offsets")
 	}
-	coffs := (*C.uint64_t)(C.malloc(C.size_t(8 * len(offs))))
-	defer C.free(unsafe.Pointer(coffs))
+	coffs := (*cUint64T)(cMalloc(cSizeT(8 * len(offs))))
+	defer cFree(unsafe.Pointer(coffs))
 	copy(unsafe.Slice((*uint64)(unsafe.Pointer(coffs)), len(offs)), offs)
 	var pin runtime.Pinner
 	pin.Pin(&dst[0])
 	defer pin.Unpin()
-	el := C.dd_baseline(r.c, C.uint32_t(p.id-1), (*C.char)(unsafe.Pointer(&dst[0])), C.uint64_t(rowLen), C.int(slots),
-		coffs, C.int(len(offs)), C.int(window), C.uint64_t(base), C.uint64_t(key), C.int64_t(r.timeout))
+	el := ddBaseline(r.c, cUint32T(p.id-1), (*cChar)(unsafe.Pointer(&dst[0])), cUint64T(rowLen), cInt(slots),
+		coffs, cInt(len(offs)), cInt(window), cUint64T(base), cUint64T(key), cInt64T(r.timeout))
 	if el < 0 {
 		r.broken = true // dd_baseline tore the endpoint down
-		return 0, fiErr("baseline fi_read", C.int(el))
+		return 0, fiErr("baseline fi_read", cInt(el))
 	}
 	return time.Duration(el), nil
 }
 
 // setTestStuck makes guarded calls spin as if stuck in the provider (tests).
 func setTestStuck(on bool) {
-	v := C.int(0)
+	v := cInt(0)
 	if on {
 		v = 1
 	}
-	C.dd_set_test_stuck(v)
+	ddSetTestStuck(v)
 }
 
 // setFailClose makes the reader's endpoint close fail (tests).
