@@ -68,6 +68,37 @@ func checkPatternRecord(rec *Record, rowBytes int64) string {
 	return ""
 }
 
+// recordAtOnce starts n goroutines that each record per calls on w, call
+// i of goroutine g filled by fill(c, g, i), yielding the processor every
+// yieldEvery calls; each then hands the counters its calls add up to,
+// under a lock, to done(g, sum). The channel closes when all have.
+func recordAtOnce(w *Writer, n, per, yieldEvery int, fill func(c *Call, g, i int), done func(g int, sum Counters)) <-chan struct{} {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for g := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var sum Counters
+			var c Call
+			for i := range per {
+				fill(&c, g, i)
+				w.Record(&c)
+				addCall(&sum, &c)
+				if i%yieldEvery == 0 {
+					runtime.Gosched()
+				}
+			}
+			mu.Lock()
+			done(g, sum)
+			mu.Unlock()
+		}()
+	}
+	all := make(chan struct{})
+	go func() { wg.Wait(); close(all) }()
+	return all
+}
+
 func addCall(c *Counters, call *Call) {
 	c.Calls++
 	c.Rows += call.Rows
@@ -459,29 +490,9 @@ func TestSharedLastStripe(t *testing.T) {
 	type job struct{ reader, stripe int32 }
 	jobs := []job{{0, 0}, {1, 1}, {2, 2}, {2, 2}, {3, 2}, {1000, 2}}
 	var want [readers]Counters
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for g, j := range jobs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var local Counters
-			var c Call
-			for i := range perWorker {
-				patternCall(&c, int32(id), j.reader, 1+int64(i*5+g)%17, 2)
-				w.Record(&c)
-				addCall(&local, &c)
-				if i%256 == 0 {
-					runtime.Gosched()
-				}
-			}
-			mu.Lock()
-			want[j.stripe] = want[j.stripe].Add(local)
-			mu.Unlock()
-		}()
-	}
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
+	done := recordAtOnce(w, len(jobs), perWorker, 256, func(c *Call, g, i int) {
+		patternCall(c, int32(id), jobs[g].reader, 1+int64(i*5+g)%17, 2)
+	}, func(g int, sum Counters) { want[jobs[g].stripe] = want[jobs[g].stripe].Add(sum) })
 	var prev [readers]Counters
 	check := func(snap *Snapshot) {
 		t.Helper()
@@ -587,29 +598,10 @@ func TestConcurrentCalls(t *testing.T) {
 	id, _ := w.AddVar("x", "uint8", 3, 100, 100)
 	s := openTest(t, w.Path())
 	var want Counters
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for g := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var local Counters
-			var c Call
-			for i := range perWorker {
-				patternCall(&c, int32(id), 0, 1+int64(i*7+g)%23, 3)
-				c.Concurrent = true
-				w.Record(&c)
-				addCall(&local, &c)
-				if i%128 == 0 {
-					runtime.Gosched()
-				}
-			}
-			mu.Lock()
-			want = want.Add(local)
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
+	<-recordAtOnce(w, workers, perWorker, 128, func(c *Call, g, i int) {
+		patternCall(c, int32(id), 0, 1+int64(i*7+g)%23, 3)
+		c.Concurrent = true
+	}, func(_ int, sum Counters) { want = want.Add(sum) })
 	snap, err := s.Snapshot()
 	if err != nil {
 		t.Fatal(err)
