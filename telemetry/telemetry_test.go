@@ -35,6 +35,16 @@ func openTest(t testing.TB, path string) *Segment {
 	return s
 }
 
+// snapshot is s.Snapshot(), failing the test on an error.
+func snapshot(t testing.TB, s *Segment) *Snapshot {
+	t.Helper()
+	snap, err := s.Snapshot()
+	if err != nil {
+		t.Fatalf("Snapshot %s: %v", s.Path(), err)
+	}
+	return snap
+}
+
 // patternCall fills c with a call whose every field derives from rows, so
 // a reader can check a record for tearing: see checkPatternRecord.
 func patternCall(c *Call, v, r int32, rows, rowBytes int64) {
@@ -167,10 +177,7 @@ func TestCreateRecordSnapshot(t *testing.T) {
 	w.RecordLoader(0, 3000)
 
 	s := openTest(t, wantPath)
-	snap, err := s.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	snap := snapshot(t, s)
 	h := snap.Header
 	if h.Job != "job/1 x" || h.Rank != 2 || h.World != 4 || h.Pid != os.Getpid() || h.Host != localHost() ||
 		h.Provider != "tcp;ofi_rxm" || h.ReaderMode != "thread" || h.Method != "tcp" || h.Version != Version ||
@@ -522,10 +529,7 @@ func TestSharedLastStripe(t *testing.T) {
 		default:
 			time.Sleep(50 * time.Microsecond)
 		}
-		snap, err := s.Snapshot()
-		if err != nil {
-			t.Fatal(err)
-		}
+		snap := snapshot(t, s)
 		check(snap)
 		snaps++
 		if !running {
@@ -602,10 +606,7 @@ func TestConcurrentCalls(t *testing.T) {
 		patternCall(c, int32(id), 0, 1+int64(i*7+g)%23, 3)
 		c.Concurrent = true
 	}, func(_ int, sum Counters) { want = want.Add(sum) })
-	snap, err := s.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	snap := snapshot(t, s)
 	if got := snap.Vars[0].Readers[0]; got != want {
 		t.Fatalf("stripe 0 lost counts:\n got %+v\nwant %+v", got, want)
 	}
