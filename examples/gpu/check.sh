@@ -71,6 +71,13 @@ fi
 cd gpu
 
 status=0
+run_tests() { # run_tests NAME SECONDS FILTER BINARY ARGS...: show the lines matching FILTER, judge by the exit status
+  local name=$1 secs=$2 filter=$3
+  shift 3
+  timeout "$secs" "$@" 2>&1 | grep -E "$filter"
+  local rc=${PIPESTATUS[0]}
+  if [ "$rc" -ne 0 ]; then echo "FAIL: $name (exit $rc)"; status=1; else echo "PASS: $name"; fi
+}
 echo "== gpu check on $(hostname), $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 command -v nvidia-smi >/dev/null && nvidia-smi -L
 
@@ -80,10 +87,8 @@ rc=$?
 grep '^GPU PROBE:' <<<"$out" || { echo "$out"; echo "FAIL: no probe (exit $rc)"; exit 1; }
 
 echo "== 2. correctness against the real driver"
-timeout 150 "$bin" -test.run '/^real$' -test.v -test.count=1 -test.timeout 140s 2>&1 |
-  grep -E '^(=== RUN|--- |\s+--- |\s+\S+_test\.go:|PASS|FAIL|ok|panic)' | grep -v '^=== RUN'
-rc=${PIPESTATUS[0]}
-if [ "$rc" -ne 0 ]; then echo "FAIL: correctness tests (exit $rc)"; status=1; else echo "PASS: correctness tests"; fi
+run_tests "correctness tests" 150 '^(--- |\s+--- |\s+\S+_test\.go:|PASS|FAIL|ok|panic)' \
+  "$bin" -test.run '/^real$' -test.v -test.count=1 -test.timeout 140s
 
 echo "== 3. BenchmarkSync: gpu_sync per call, default stream busy ÷ idle"
 out=$(timeout 120 "$bin" -test.run '^$' -test.bench '^BenchmarkSync$' -test.benchtime "${BENCHTIME:-500x}" -test.v 2>&1)
@@ -115,10 +120,8 @@ if [ $have_fabric -eq 0 ]; then
   echo "FAIL: engine steps: libfabric.so.1 not found (ldconfig -p, LD_LIBRARY_PATH); install libfabric1"; status=1
 else
   echo "== 4. engine device path against the real driver"
-  timeout 240 "$ebin" -test.run '^(TestDeviceRead|TestDeviceSyncBusy|TestDeviceLoader)$' -test.v -test.count=1 -test.timeout 230s 2>&1 |
-    grep -E '^(--- |\s+--- |\s+\S+_test\.go:|\s+rank [0-9]+: (FAIL|device)|\s+GPU BUSY|PASS|FAIL|ok|panic)'
-  rc=${PIPESTATUS[0]}
-  if [ "$rc" -ne 0 ]; then echo "FAIL: engine device tests (exit $rc)"; status=1; else echo "PASS: engine device tests"; fi
+  run_tests "engine device tests" 240 '^(--- |\s+--- |\s+\S+_test\.go:|\s+rank [0-9]+: (FAIL|device)|\s+GPU BUSY|PASS|FAIL|ok|panic)' \
+    "$ebin" -test.run '^(TestDeviceRead|TestDeviceSyncBusy|TestDeviceLoader)$' -test.v -test.count=1 -test.timeout 230s
 
   echo "== 5. engine benchmarks: GetBatch 128 rows device ÷ host; gpu_sync busy ÷ idle"
   out=$(timeout 180 "$ebin" -test.run '^$' -test.bench '^(BenchmarkGetDevice|BenchmarkGPUSync)$' -test.benchtime "${ENGINE_BENCHTIME:-50x}" -test.v 2>&1)
