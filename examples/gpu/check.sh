@@ -78,22 +78,13 @@ run_tests() { # run_tests NAME SECONDS FILTER BINARY ARGS...: show the lines mat
   local rc=${PIPESTATUS[0]}
   if [ "$rc" -ne 0 ]; then echo "FAIL: $name (exit $rc)"; status=1; else echo "PASS: $name"; fi
 }
-echo "== gpu check on $(hostname), $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-command -v nvidia-smi >/dev/null && nvidia-smi -L
-
-echo "== 1. probe"
-out=$(timeout 60 "$bin" -test.run '^TestProbe$/^real$' -test.v -test.count=1 2>&1)
-rc=$?
-grep '^GPU PROBE:' <<<"$out" || { echo "$out"; echo "FAIL: no probe (exit $rc)"; exit 1; }
-
-echo "== 2. correctness against the real driver"
-run_tests "correctness tests" 150 '^(--- |\s+--- |\s+\S+_test\.go:|PASS|FAIL|ok|panic)' \
-  "$bin" -test.run '/^real$' -test.v -test.count=1 -test.timeout 140s
-
-echo "== 3. BenchmarkSync: gpu_sync per call, default stream busy ÷ idle"
-out=$(timeout 120 "$bin" -test.run '^$' -test.bench '^BenchmarkSync$' -test.benchtime "${BENCHTIME:-500x}" -test.v 2>&1)
-rc=$?
-echo "$out" | grep -E '^(Benchmark|\s+bench_test\.go)'
+run_bench() { # run_bench SECONDS FILTER BINARY ARGS...: the output into $out and the exit status into $rc (for goal); show the lines matching FILTER
+  local secs=$1 filter=$2
+  shift 2
+  out=$(timeout "$secs" "$@" 2>&1)
+  rc=$?
+  echo "$out" | grep -E "$filter"
+}
 metric() { # metric $2 of the benchmark line matching $1
   awk -v b="$1" -v m="$2" '$1 ~ b { for (i = 2; i < NF; i++) if ($(i+1) == m) print $i }' <<<"$out"
 }
@@ -107,6 +98,22 @@ goal() { # goal NAME PATTERN METRIC OP LIMIT: metric of the last benchmark run (
     echo "FAIL: $1: $3 = $v (goal $4 $5)"; status=1
   fi
 }
+
+echo "== gpu check on $(hostname), $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+command -v nvidia-smi >/dev/null && nvidia-smi -L
+
+echo "== 1. probe"
+out=$(timeout 60 "$bin" -test.run '^TestProbe$/^real$' -test.v -test.count=1 2>&1)
+rc=$?
+grep '^GPU PROBE:' <<<"$out" || { echo "$out"; echo "FAIL: no probe (exit $rc)"; exit 1; }
+
+echo "== 2. correctness against the real driver"
+run_tests "correctness tests" 150 '^(--- |\s+--- |\s+\S+_test\.go:|PASS|FAIL|ok|panic)' \
+  "$bin" -test.run '/^real$' -test.v -test.count=1 -test.timeout 140s
+
+echo "== 3. BenchmarkSync: gpu_sync per call, default stream busy ÷ idle"
+run_bench 120 '^(Benchmark|\s+bench_test\.go)' \
+  "$bin" -test.run '^$' -test.bench '^BenchmarkSync$' -test.benchtime "${BENCHTIME:-500x}" -test.v
 goal "sync=stream (per-reader stream sync)" '^BenchmarkSync/sync=stream' busy/idle '<=' 1.5
 goal "sync=device (context-wide sync, the seed's)" '^BenchmarkSync/sync=device' busy/idle '>=' 10
 
@@ -124,9 +131,8 @@ else
     "$ebin" -test.run '^(TestDeviceRead|TestDeviceSyncBusy|TestDeviceLoader)$' -test.v -test.count=1 -test.timeout 230s
 
   echo "== 5. engine benchmarks: GetBatch 128 rows device ÷ host; gpu_sync busy ÷ idle"
-  out=$(timeout 180 "$ebin" -test.run '^$' -test.bench '^(BenchmarkGetDevice|BenchmarkGPUSync)$' -test.benchtime "${ENGINE_BENCHTIME:-50x}" -test.v 2>&1)
-  rc=$?
-  echo "$out" | grep -E '^(Benchmark|\s+device_bench_test\.go|--- SKIP)'
+  run_bench 180 '^(Benchmark|\s+device_bench_test\.go|--- SKIP)' \
+    "$ebin" -test.run '^$' -test.bench '^(BenchmarkGetDevice|BenchmarkGPUSync)$' -test.benchtime "${ENGINE_BENCHTIME:-50x}" -test.v
   goal "GetBatch 128 × 3 KB, tcp" '^BenchmarkGetDevice/path=tcp/row=3072' gpu/host '<=' 1.3
   goal "GetBatch 128 × 12.5 KB, tcp" '^BenchmarkGetDevice/path=tcp/row=12800' gpu/host '<=' 1.3
   goal "GetBatch 128 × 1 MiB, tcp" '^BenchmarkGetDevice/path=tcp/row=1048576' gpu/host '<=' 1.1
