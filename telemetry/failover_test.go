@@ -13,10 +13,7 @@ func TestFailoverPeerCounters(t *testing.T) {
 	w.Failover(-1, 2, 9)
 	w.Failover(9, 2, 1) // rank 9 >= MaxPeers 4: counted in the last slot
 	s := openTest(t, w.Path())
-	snap, err := s.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	snap := snapshot(t, s)
 	want := map[int][2]int64{0: {4, 0}, 1: {12, 0}, 2: {0, 5}, 3: {1, 12}}
 	if len(snap.Peers) != len(want) {
 		t.Fatalf("peers %+v", snap.Peers)

@@ -29,16 +29,22 @@ func BucketIndex(v int64) int {
 
 // BucketBounds returns the half-open range [lo, hi) of bucket i in ns. The
 // last bucket's hi is math.MaxInt64. Out-of-range i gives (0, 0).
-func BucketBounds(i int) (lo, hi int64) {
+func BucketBounds(i int) (lo, hi int64) { return logBounds(i, NumBuckets, 1) }
+
+// logBounds is the range [lo, hi) of bucket i of n log-spaced buckets,
+// each step powers of two wide: bucket 0 holds 0, bucket i holds
+// [2^(step·(i-1)), 2^(step·i)), the last one everything above up to
+// math.MaxInt64. Out-of-range i gives (0, 0).
+func logBounds(i, n, step int) (lo, hi int64) {
 	switch {
-	case i < 0 || i >= NumBuckets:
+	case i < 0 || i >= n:
 		return 0, 0
 	case i == 0:
 		return 0, 1
-	case i == NumBuckets-1:
-		return 1 << (i - 1), math.MaxInt64
+	case i == n-1:
+		return 1 << (step * (i - 1)), math.MaxInt64
 	default:
-		return 1 << (i - 1), 1 << i
+		return 1 << (step * (i - 1)), 1 << (step * i)
 	}
 }
 

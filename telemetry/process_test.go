@@ -8,8 +8,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"runtime"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -112,28 +110,13 @@ func TestConcurrentRecordWithWatcherProcess(t *testing.T) {
 	}
 
 	var want [2][watchReaders]Counters
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	for g, j := range jobs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var local Counters
-			var c Call
-			for i := range perWorker {
-				patternCall(&c, j.v, j.reader, 1+int64(i*7+g)%13, watchRowBytes[j.v])
-				w.Record(&c)
-				addCall(&local, &c)
-				if i%64 == 0 {
-					runtime.Gosched()
-				}
-			}
-			mu.Lock()
-			want[j.v][j.stripe] = want[j.v][j.stripe].Add(local)
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
+	<-recordAtOnce(w, len(jobs), perWorker, 64, func(c *Call, g, i int) {
+		j := jobs[g]
+		patternCall(c, j.v, j.reader, 1+int64(i*7+g)%13, watchRowBytes[j.v])
+	}, func(g int, sum Counters) {
+		j := jobs[g]
+		want[j.v][j.stripe] = want[j.v][j.stripe].Add(sum)
+	})
 	stdin.Close()
 	line := readLine(t, stdout, 60*time.Second)
 	if err := cmd.Wait(); err != nil {

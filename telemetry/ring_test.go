@@ -148,11 +148,7 @@ func TestRingSlotOwnership(t *testing.T) {
 		}
 	}
 	claimFails := func() int64 {
-		snap, err := s.Snapshot()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return snap.RingClaimFails
+		return snapshot(t, s).RingClaimFails
 	}
 	for i := range 4 {
 		record(int64(1 + i)) // positions 0..3

@@ -67,10 +67,7 @@ func TestScanMarks(t *testing.T) {
 			}
 		}
 	}
-	marked, err := s.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	marked := snapshot(t, s)
 	if len(marked.Vars) != 2 {
 		t.Fatalf("%d vars, want 2", len(marked.Vars))
 	}
@@ -92,16 +89,7 @@ func TestScanMarks(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		s2, err := Open(w.Path())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s2.Close()
-		snap, err := s2.Snapshot()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return snap
+		return snapshot(t, openTest(t, w.Path()))
 	}
 	full := rewrite(map[int64]uint64{hFeatures: 0})
 	if !reflect.DeepEqual(full.Vars, marked.Vars) {
@@ -129,10 +117,7 @@ func TestScanMarks(t *testing.T) {
 		t.Fatalf("reused slot's stripesUsed %d, want 0", got)
 	}
 	record(c, 5, 9)
-	after, err := s.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	after := snapshot(t, s)
 	if v := after.Var("c"); v == nil || len(v.Readers) != 6 {
 		t.Fatalf("after reuse: var c missing, or not 6 reader stripes")
 	}

@@ -129,10 +129,7 @@ func TestSnapshotTo(t *testing.T) {
 	_, b := mk(1, "b0")
 	same := func(what string, got *Snapshot, seg *Segment) {
 		t.Helper()
-		want, err := seg.Snapshot()
-		if err != nil {
-			t.Fatal(err)
-		}
+		want := snapshot(t, seg)
 		g := *got
 		g.Taken, g.HeartbeatAge = want.Taken, want.HeartbeatAge
 		if !reflect.DeepEqual(&g, want) {

@@ -35,6 +35,16 @@ func openTest(t testing.TB, path string) *Segment {
 	return s
 }
 
+// snapshot is s.Snapshot(), failing the test on an error.
+func snapshot(t testing.TB, s *Segment) *Snapshot {
+	t.Helper()
+	snap, err := s.Snapshot()
+	if err != nil {
+		t.Fatalf("Snapshot %s: %v", s.Path(), err)
+	}
+	return snap
+}
+
 // patternCall fills c with a call whose every field derives from rows, so
 // a reader can check a record for tearing: see checkPatternRecord.
 func patternCall(c *Call, v, r int32, rows, rowBytes int64) {
@@ -66,6 +76,37 @@ func checkPatternRecord(rec *Record, rowBytes int64) string {
 		}
 	}
 	return ""
+}
+
+// recordAtOnce starts n goroutines that each record per calls on w, call
+// i of goroutine g filled by fill(c, g, i), yielding the processor every
+// yieldEvery calls; each then hands the counters its calls add up to,
+// under a lock, to done(g, sum). The channel closes when all have.
+func recordAtOnce(w *Writer, n, per, yieldEvery int, fill func(c *Call, g, i int), done func(g int, sum Counters)) <-chan struct{} {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for g := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var sum Counters
+			var c Call
+			for i := range per {
+				fill(&c, g, i)
+				w.Record(&c)
+				addCall(&sum, &c)
+				if i%yieldEvery == 0 {
+					runtime.Gosched()
+				}
+			}
+			mu.Lock()
+			done(g, sum)
+			mu.Unlock()
+		}()
+	}
+	all := make(chan struct{})
+	go func() { wg.Wait(); close(all) }()
+	return all
 }
 
 func addCall(c *Counters, call *Call) {
@@ -136,10 +177,7 @@ func TestCreateRecordSnapshot(t *testing.T) {
 	w.RecordLoader(0, 3000)
 
 	s := openTest(t, wantPath)
-	snap, err := s.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	snap := snapshot(t, s)
 	h := snap.Header
 	if h.Job != "job/1 x" || h.Rank != 2 || h.World != 4 || h.Pid != os.Getpid() || h.Host != localHost() ||
 		h.Provider != "tcp;ofi_rxm" || h.ReaderMode != "thread" || h.Method != "tcp" || h.Version != Version ||
@@ -459,29 +497,9 @@ func TestSharedLastStripe(t *testing.T) {
 	type job struct{ reader, stripe int32 }
 	jobs := []job{{0, 0}, {1, 1}, {2, 2}, {2, 2}, {3, 2}, {1000, 2}}
 	var want [readers]Counters
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for g, j := range jobs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var local Counters
-			var c Call
-			for i := range perWorker {
-				patternCall(&c, int32(id), j.reader, 1+int64(i*5+g)%17, 2)
-				w.Record(&c)
-				addCall(&local, &c)
-				if i%256 == 0 {
-					runtime.Gosched()
-				}
-			}
-			mu.Lock()
-			want[j.stripe] = want[j.stripe].Add(local)
-			mu.Unlock()
-		}()
-	}
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
+	done := recordAtOnce(w, len(jobs), perWorker, 256, func(c *Call, g, i int) {
+		patternCall(c, int32(id), jobs[g].reader, 1+int64(i*5+g)%17, 2)
+	}, func(g int, sum Counters) { want[jobs[g].stripe] = want[jobs[g].stripe].Add(sum) })
 	var prev [readers]Counters
 	check := func(snap *Snapshot) {
 		t.Helper()
@@ -511,10 +529,7 @@ func TestSharedLastStripe(t *testing.T) {
 		default:
 			time.Sleep(50 * time.Microsecond)
 		}
-		snap, err := s.Snapshot()
-		if err != nil {
-			t.Fatal(err)
-		}
+		snap := snapshot(t, s)
 		check(snap)
 		snaps++
 		if !running {
@@ -587,33 +602,11 @@ func TestConcurrentCalls(t *testing.T) {
 	id, _ := w.AddVar("x", "uint8", 3, 100, 100)
 	s := openTest(t, w.Path())
 	var want Counters
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for g := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var local Counters
-			var c Call
-			for i := range perWorker {
-				patternCall(&c, int32(id), 0, 1+int64(i*7+g)%23, 3)
-				c.Concurrent = true
-				w.Record(&c)
-				addCall(&local, &c)
-				if i%128 == 0 {
-					runtime.Gosched()
-				}
-			}
-			mu.Lock()
-			want = want.Add(local)
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	snap, err := s.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	<-recordAtOnce(w, workers, perWorker, 128, func(c *Call, g, i int) {
+		patternCall(c, int32(id), 0, 1+int64(i*7+g)%23, 3)
+		c.Concurrent = true
+	}, func(_ int, sum Counters) { want = want.Add(sum) })
+	snap := snapshot(t, s)
 	if got := snap.Vars[0].Readers[0]; got != want {
 		t.Fatalf("stripe 0 lost counts:\n got %+v\nwant %+v", got, want)
 	}

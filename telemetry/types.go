@@ -1,7 +1,6 @@
 package telemetry
 
 import (
-	"math"
 	"math/bits"
 	"time"
 )
@@ -319,18 +318,7 @@ func PeerBucketIndex(v int64) int {
 }
 
 // PeerBucketBounds is the range [lo, hi) of bucket i in ns.
-func PeerBucketBounds(i int) (lo, hi int64) {
-	switch {
-	case i < 0 || i >= NumPeerBuckets:
-		return 0, 0
-	case i == 0:
-		return 0, 1
-	case i == NumPeerBuckets-1:
-		return 1 << (2 * (i - 1)), math.MaxInt64
-	default:
-		return 1 << (2 * (i - 1)), 1 << (2 * i)
-	}
-}
+func PeerBucketBounds(i int) (lo, hi int64) { return logBounds(i, NumPeerBuckets, 2) }
 
 // Quantile estimates the q-quantile in ns (see Histogram.Quantile).
 func (h PeerHistogram) Quantile(q float64) float64 { return quantile(h[:], PeerBucketBounds, q) }

@@ -10,15 +10,8 @@ import (
 // rows, six pattern calls of 1..6 rows on readers i%2, ring of 4, one
 // loader batch) and checks every counter against the calls that made it.
 func TestV1SegmentStillReads(t *testing.T) {
-	s, err := Open(filepath.Join("testdata", "v1-segment.tel"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	snap, err := s.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openTest(t, filepath.Join("testdata", "v1-segment.tel"))
+	snap := snapshot(t, s)
 	if snap.Version != 1 || snap.Job != "v1job" || snap.Rank != 1 || snap.World != 3 || snap.MaxPeers != 0 || snap.Peers != nil {
 		t.Fatalf("header %+v peers %v", snap.Header, snap.Peers)
 	}
@@ -122,10 +115,7 @@ func TestPeerTable(t *testing.T) {
 	w.AddProc(NumProc, 1) // ignored
 
 	s := openTest(t, w.Path())
-	snap, err := s.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	snap := snapshot(t, s)
 	if snap.Version != Version || snap.MaxPeers != 4 {
 		t.Fatalf("version %d maxPeers %d", snap.Version, snap.MaxPeers)
 	}
@@ -207,10 +197,7 @@ func TestPeerServedTimes(t *testing.T) {
 	c.Targets.Served(3, 5000) // not a target: ignored
 	c.Phases[PhaseCQWait], c.Phases[PhaseCopy] = 10000, 2000
 	w.Record(&c)
-	snap, err := openTest(t, w.Path()).Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	snap := snapshot(t, openTest(t, w.Path()))
 	want := map[int]int64{0: 2000, 1: 9000, 2: 1000}
 	if len(snap.Peers) != 3 {
 		t.Fatalf("peers %+v", snap.Peers)

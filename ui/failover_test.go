@@ -3,7 +3,6 @@ package ui
 import (
 	"strings"
 	"testing"
-	"time"
 
 	tea "github.com/charmbracelet/bubbletea"
 
@@ -14,18 +13,12 @@ import (
 // (telemetry.Writer.Failover) show in the drill-down as MOVED/SERVED and a
 // line naming the failed owner, and in --json as failed_owners.
 func TestDetailNamesFailedOwner(t *testing.T) {
-	fx := newFixture(t)
-	i := fx.rank(0, 4, "alpha", 0, "x")
-	m := fx.model()
-	refresh(t, m)
-	w := fx.ws[i]
-	c := telemetry.Call{Var: int32(fx.ids[i]["x"]), Reader: 1, Rows: 7, Bytes: 112, RemoteRows: 7, Failovers: 7}
-	c.Targets.Add(3, 7)
-	w.Record(&c)
-	w.Failover(1, 3, 7)
-	fx.clk.advance(time.Second)
-	refresh(t, m)
-	press(m, "enter")
+	m := oneRankDetail(t, func(w *telemetry.Writer, x int32) {
+		c := telemetry.Call{Var: x, Reader: 1, Rows: 7, Bytes: 112, RemoteRows: 7, Failovers: 7}
+		c.Targets.Add(3, 7)
+		w.Record(&c)
+		w.Failover(1, 3, 7)
+	})
 	m.Update(tea.WindowSizeMsg{Width: 140, Height: 200})
 	v := m.View()
 	if !strings.Contains(v, "failed owner: rank 1 (7 row reads moved to a replica)") {

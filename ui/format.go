@@ -38,30 +38,29 @@ func trim(s string) string {
 // mbps formats bytes/s as MB/s (10^6).
 func mbps(bytesPerSec float64) string {
 	mb := bytesPerSec / 1e6
-	switch {
-	case mb == 0:
+	if mb == 0 {
 		return "0"
-	case mb < 10:
-		return fmt.Sprintf("%.2f", mb)
-	case mb < 1000:
-		return fmt.Sprintf("%.1f", mb)
-	default:
-		return si(mb)
 	}
+	return decimals(mb)
 }
 
 // us formats ns as microseconds without a unit (for µs columns).
 func us(ns float64) string {
-	u := ns / 1e3
-	switch {
-	case ns <= 0:
+	if ns <= 0 {
 		return "-"
-	case u < 10:
-		return fmt.Sprintf("%.2f", u)
-	case u < 1000:
-		return fmt.Sprintf("%.1f", u)
+	}
+	return decimals(ns / 1e3)
+}
+
+// decimals formats v with 2 decimals below 10, 1 below 1000, else as si.
+func decimals(v float64) string {
+	switch {
+	case v < 10:
+		return fmt.Sprintf("%.2f", v)
+	case v < 1000:
+		return fmt.Sprintf("%.1f", v)
 	default:
-		return si(u)
+		return si(v)
 	}
 }
 

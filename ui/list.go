@@ -49,6 +49,12 @@ func num(f func(r *row) float64) func(r *row) sortKey {
 	return func(r *row) sortKey { return sortKey{f: f(r)} }
 }
 
+// numCol is a column of numbers: it shows value(r) through format and
+// sorts by it, largest first.
+func numCol(c columns.Column, format func(float64) string, value func(r *row) float64) colDef {
+	return colDef{Column: c, cell: func(r *row, _ int) string { return format(value(r)) }, key: num(value), descByDf: true}
+}
+
 var (
 	colRank = colDef{Column: columns.Column{Title: "RANK", Width: 4, Right: true},
 		cell: func(r *row, _ int) string { return fmt.Sprint(r.rank) },
@@ -68,33 +74,25 @@ var (
 	colDType = colDef{Column: columns.Column{Title: "DTYPE", Width: 7, Drop: 3},
 		cell: func(r *row, _ int) string { return r.dtype },
 		key:  func(r *row) sortKey { return sortKey{s: r.dtype} }}
-	colGlobal = colDef{Column: columns.Column{Title: "ROWS", Width: 7, Right: true, Drop: 4},
-		cell: func(r *row, _ int) string { return si(float64(r.globalRows)) },
-		key:  num(func(r *row) float64 { return float64(r.globalRows) }), descByDf: true}
+	colGlobal = numCol(columns.Column{Title: "ROWS", Width: 7, Right: true, Drop: 4}, si,
+		func(r *row) float64 { return float64(r.globalRows) })
 	colNRanks = colDef{Column: columns.Column{Title: "RANKS", Width: 5, Right: true, Drop: 5},
 		cell: func(r *row, _ int) string { return fmt.Sprint(r.nranks) },
 		key:  num(func(r *row) float64 { return float64(r.nranks) }), descByDf: true}
-	colCalls = colDef{Column: columns.Column{Title: "CALL/S", Width: 7, Right: true},
-		cell: func(r *row, _ int) string { return si(r.stat.CallsPerSec()) },
-		key:  num(func(r *row) float64 { return r.stat.CallsPerSec() }), descByDf: true}
-	colRows = colDef{Column: columns.Column{Title: "ROW/S", Width: 7, Right: true},
-		cell: func(r *row, _ int) string { return si(r.stat.RowsPerSec()) },
-		key:  num(func(r *row) float64 { return r.stat.RowsPerSec() }), descByDf: true}
-	colMB = colDef{Column: columns.Column{Title: "MB/S", Width: 7, Right: true},
-		cell: func(r *row, _ int) string { return mbps(r.stat.BytesPerSec()) },
-		key:  num(func(r *row) float64 { return r.stat.BytesPerSec() }), descByDf: true}
-	colUsRow = colDef{Column: columns.Column{Title: "µS/ROW", Width: 7, Right: true},
-		cell: func(r *row, _ int) string { return us(r.stat.NsPerRow()) },
-		key:  num(func(r *row) float64 { return r.stat.NsPerRow() }), descByDf: true}
-	colP50 = colDef{Column: columns.Column{Title: "P50", Width: 6, Right: true, Drop: 4},
-		cell: func(r *row, _ int) string { return us(r.stat.RowQuantile(0.5)) },
-		key:  num(func(r *row) float64 { return r.stat.RowQuantile(0.5) }), descByDf: true}
-	colP99 = colDef{Column: columns.Column{Title: "P99", Width: 6, Right: true, Drop: 3},
-		cell: func(r *row, _ int) string { return us(r.stat.RowQuantile(0.99)) },
-		key:  num(func(r *row) float64 { return r.stat.RowQuantile(0.99) }), descByDf: true}
-	colErr = colDef{Column: columns.Column{Title: "ERR", Width: 4, Right: true, Paint: paintErr},
-		cell: func(r *row, _ int) string { return si(float64(r.stat.Total.Errors)) },
-		key:  num(func(r *row) float64 { return float64(r.stat.Total.Errors) }), descByDf: true}
+	colCalls = numCol(columns.Column{Title: "CALL/S", Width: 7, Right: true}, si,
+		func(r *row) float64 { return r.stat.CallsPerSec() })
+	colRows = numCol(columns.Column{Title: "ROW/S", Width: 7, Right: true}, si,
+		func(r *row) float64 { return r.stat.RowsPerSec() })
+	colMB = numCol(columns.Column{Title: "MB/S", Width: 7, Right: true}, mbps,
+		func(r *row) float64 { return r.stat.BytesPerSec() })
+	colUsRow = numCol(columns.Column{Title: "µS/ROW", Width: 7, Right: true}, us,
+		func(r *row) float64 { return r.stat.NsPerRow() })
+	colP50 = numCol(columns.Column{Title: "P50", Width: 6, Right: true, Drop: 4}, us,
+		func(r *row) float64 { return r.stat.RowQuantile(0.5) })
+	colP99 = numCol(columns.Column{Title: "P99", Width: 6, Right: true, Drop: 3}, us,
+		func(r *row) float64 { return r.stat.RowQuantile(0.99) })
+	colErr = numCol(columns.Column{Title: "ERR", Width: 4, Right: true, Paint: paintErr}, si,
+		func(r *row) float64 { return float64(r.stat.Total.Errors) })
 	colWait = colDef{Column: columns.Column{Title: "WAIT%", Width: 5, Right: true, Drop: 6},
 		cell: func(r *row, _ int) string {
 			if r.loader == nil || !r.loader.Present() {

@@ -85,6 +85,21 @@ func (fx *fixture) model() *Model {
 	return m
 }
 
+// oneRankDetail is a model over rank 0 of 4 (host alpha, variable x)
+// showing the rank's drill-down after a second in which write recorded on
+// its writer (x: the variable's id).
+func oneRankDetail(t *testing.T, write func(w *telemetry.Writer, x int32)) *Model {
+	fx := newFixture(t)
+	i := fx.rank(0, 4, "alpha", 0, "x")
+	m := fx.model()
+	refresh(t, m)
+	write(fx.ws[i], int32(fx.ids[i]["x"]))
+	fx.clk.advance(time.Second)
+	refresh(t, m)
+	press(m, "enter")
+	return m
+}
+
 func refresh(t *testing.T, m *Model) {
 	t.Helper()
 	if err := m.Refresh(); err != nil {
@@ -466,21 +481,14 @@ func TestFitsTerminal(t *testing.T) {
 		}
 	}
 	for _, sz := range [][2]int{{80, 24}, {100, 30}, {60, 15}, {200, 60}, {40, 10}} {
-		w, h := sz[0], sz[1]
-		press(m, "1")
-		check("ranks", w, h)
-		press(m, "?")
-		check("ranks+help", w, h)
-		press(m, "?", "/", "a")
-		check("ranks+filter", w, h)
-		press(m, "esc", "esc", "2")
-		check("variables", w, h)
-		press(m, "enter")
-		check("variable by rank", w, h)
-		press(m, "enter")
-		check("detail", w, h)
-		press(m, "j", "j", "j")
-		check("detail scrolled", w, h)
+		// Each view is reached by pressing keys after the view before.
+		for _, step := range []struct{ keys, view string }{
+			{"1", "ranks"}, {"?", "ranks+help"}, {"? / a", "ranks+filter"}, {"esc esc 2", "variables"},
+			{"enter", "variable by rank"}, {"enter", "detail"}, {"j j j", "detail scrolled"},
+		} {
+			press(m, strings.Fields(step.keys)...)
+			check(step.view, sz[0], sz[1])
+		}
 		press(m, "esc", "esc")
 	}
 	// At 80x24 the ranks view keeps rank, host, state, rates and the bar.
@@ -575,29 +583,23 @@ func TestDetailScrollRecent(t *testing.T) {
 // TestDetailPeers: the drill-down's peer table, loader config and process
 // counters come from the segment's v2 blocks.
 func TestDetailPeers(t *testing.T) {
-	fx := newFixture(t)
-	i := fx.rank(0, 4, "alpha", 0, "x")
-	m := fx.model()
-	refresh(t, m)
-	w := fx.ws[i]
-	// 10 calls of 2 rows from rank 1 (1000 ns a row), 5 of 1 row from rank 3 (4000 ns).
-	for k := 0; k < 10; k++ {
-		c := telemetry.Call{Var: int32(fx.ids[i]["x"]), Reader: 1, Rows: 2, Bytes: 32, RemoteRows: 2}
-		c.Targets.Add(1, 2)
-		c.Phases[telemetry.PhaseCQWait] = 2000
-		w.Record(&c)
-	}
-	for k := 0; k < 5; k++ {
-		c := telemetry.Call{Var: int32(fx.ids[i]["x"]), Reader: 1, Rows: 1, Bytes: 16, RemoteRows: 1, Err: k == 0, ErrPeer: 4}
-		c.Targets.Add(3, 1)
-		c.Phases[telemetry.PhaseCQWait] = 4000
-		w.Record(&c)
-	}
-	w.SetLoaderConfig(telemetry.LoaderConfig{Workers: 4, Prefetch: 2, Readers: telemetry.LoaderReadersShared, BatchRows: 32})
-	w.AddProc(telemetry.ProcLeakedBuffers, 3)
-	fx.clk.advance(time.Second)
-	refresh(t, m)
-	press(m, "enter")
+	m := oneRankDetail(t, func(w *telemetry.Writer, x int32) {
+		// 10 calls of 2 rows from rank 1 (1000 ns a row), 5 of 1 row from rank 3 (4000 ns).
+		for k := 0; k < 10; k++ {
+			c := telemetry.Call{Var: x, Reader: 1, Rows: 2, Bytes: 32, RemoteRows: 2}
+			c.Targets.Add(1, 2)
+			c.Phases[telemetry.PhaseCQWait] = 2000
+			w.Record(&c)
+		}
+		for k := 0; k < 5; k++ {
+			c := telemetry.Call{Var: x, Reader: 1, Rows: 1, Bytes: 16, RemoteRows: 1, Err: k == 0, ErrPeer: 4}
+			c.Targets.Add(3, 1)
+			c.Phases[telemetry.PhaseCQWait] = 4000
+			w.Record(&c)
+		}
+		w.SetLoaderConfig(telemetry.LoaderConfig{Workers: 4, Prefetch: 2, Readers: telemetry.LoaderReadersShared, BatchRows: 32})
+		w.AddProc(telemetry.ProcLeakedBuffers, 3)
+	})
 	m.Update(tea.WindowSizeMsg{Width: 120, Height: 200})
 	v := m.View()
 	for _, s := range []string{"PEERS (reads by target rank; 2 ranks)", "loader config: workers 4  prefetch 2  readers shared  batch 32 rows",

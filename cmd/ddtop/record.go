@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -28,28 +27,44 @@ func recordCommand(out io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			path, _ := cmd.Flags().GetString("output")
 			until, _ := cmd.Flags().GetDuration("until")
-			if path == "" {
-				return errors.New("record: -o FILE is required")
-			}
-			f, err := os.Create(path)
+			f, err := createOutput(cmd, "record")
 			if err != nil {
-				return fmt.Errorf("record: %w", err)
+				return err
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			n, err := record.Record(ctx, f, record.Options{Dir: o.Dir, Job: o.Job, Interval: o.Interval, Until: until})
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
-			fmt.Fprintf(out, "ddtop record: %d snapshots in %s\n", n, path)
+			err = closeOutput(f, err)
+			fmt.Fprintf(out, "ddtop record: %d snapshots in %s\n", n, f.Name())
 			return err
 		},
 	}
 	cmd.Flags().StringP("output", "o", "", "recording file to write")
 	cmd.Flags().Duration("until", 5*time.Second, "stop once no segment has been seen for this long (the job ended); 0 = only Ctrl-C")
 	return cmd
+}
+
+// createOutput creates the file that --output names (required); what
+// names the command in errors.
+func createOutput(cmd *cobra.Command, what string) (*os.File, error) {
+	path, _ := cmd.Flags().GetString("output")
+	if path == "" {
+		return nil, fmt.Errorf("%s: -o FILE is required", what)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return f, nil
+}
+
+// closeOutput closes f and returns err, else the error of the close.
+func closeOutput(f *os.File, err error) error {
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // replayCommand: ddtop replay run.ddrec.
@@ -87,20 +102,13 @@ func reportCommand(out io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			path, _ := cmd.Flags().GetString("output")
-			if path == "" {
-				return errors.New("report: -o FILE is required")
-			}
-			f, err := os.Create(path)
+			f, err := createOutput(cmd, "report")
 			if err != nil {
-				return fmt.Errorf("report: %w", err)
+				return err
 			}
-			err = htmlreport.Write(f, rec, rec.Frames())
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
+			err = closeOutput(f, htmlreport.Write(f, rec, rec.Frames()))
 			if err == nil {
-				fmt.Fprintf(out, "ddtop report: %s (%d snapshots)\n", path, len(rec.Ticks))
+				fmt.Fprintf(out, "ddtop report: %s (%d snapshots)\n", f.Name(), len(rec.Ticks))
 			}
 			return err
 		},

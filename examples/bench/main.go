@@ -359,15 +359,27 @@ func remoteIndices(n, rows int, seed uint64) []int64 {
 	return idx
 }
 
+// withBenchVar adds a variable of rows rows of rb bytes on every rank,
+// runs bench on rank 0 alone and frees the variable; the first error wins.
+func withBenchVar(st *engine.Store, name string, rb, rows int, bench func() error) error {
+	if err := addVar(st, name, rb, rows); err != nil {
+		return err
+	}
+	var runErr error
+	if st.Rank() == 0 {
+		runErr = bench()
+	}
+	if err := st.Free(name); err != nil && runErr == nil {
+		runErr = err
+	}
+	return runErr
+}
+
 func benchGet(st *engine.Store, path string, rb int, quick, gpuToo bool) ([]GetResult, error) {
 	rows := rowsFor(rb, quick)
 	name := fmt.Sprintf("bench_get_%d", rb)
-	if err := addVar(st, name, rb, rows); err != nil {
-		return nil, err
-	}
 	var out []GetResult
-	var runErr error
-	if st.Rank() == 0 {
+	err := withBenchVar(st, name, rb, rows, func() (runErr error) {
 		reads := max(64, min(4096, (32<<20)/rb))
 		if quick {
 			reads = max(32, reads/8)
@@ -449,22 +461,16 @@ func benchGet(st *engine.Store, path string, rb int, quick, gpuToo bool) ([]GetR
 				out = append(out, GetResult{Path: path, Row: rb, Batch: 128, Dest: "gpu", USPerRow: float64(device.Microseconds()) / float64(reads)})
 			}
 		}
-	}
-	if err := st.Free(name); err != nil && runErr == nil {
-		runErr = err
-	}
-	return out, runErr
+		return runErr
+	})
+	return out, err
 }
 
 func benchThreads(st *engine.Store, rb int, quick bool) ([]ThreadResult, error) {
 	rows := rowsFor(rb, quick)
 	name := fmt.Sprintf("bench_threads_%d", rb)
-	if err := addVar(st, name, rb, rows); err != nil {
-		return nil, err
-	}
 	var out []ThreadResult
-	var runErr error
-	if st.Rank() == 0 {
+	err := withBenchVar(st, name, rb, rows, func() (runErr error) {
 		dur := 400 * time.Millisecond
 		if quick {
 			dur = 100 * time.Millisecond
@@ -479,11 +485,9 @@ func benchThreads(st *engine.Store, rb int, quick bool) ([]ThreadResult, error) 
 				out = append(out, ThreadResult{n, mode, rb, rps})
 			}
 		}
-	}
-	if err := st.Free(name); err != nil && runErr == nil {
-		runErr = err
-	}
-	return out, runErr
+		return runErr
+	})
+	return out, err
 }
 
 type batchGetter interface {

@@ -71,6 +71,34 @@ fi
 cd gpu
 
 status=0
+run_tests() { # run_tests NAME SECONDS FILTER BINARY ARGS...: show the lines matching FILTER, judge by the exit status
+  local name=$1 secs=$2 filter=$3
+  shift 3
+  timeout "$secs" "$@" 2>&1 | grep -E "$filter"
+  local rc=${PIPESTATUS[0]}
+  if [ "$rc" -ne 0 ]; then echo "FAIL: $name (exit $rc)"; status=1; else echo "PASS: $name"; fi
+}
+run_bench() { # run_bench SECONDS FILTER BINARY ARGS...: the output into $out and the exit status into $rc (for goal); show the lines matching FILTER
+  local secs=$1 filter=$2
+  shift 2
+  out=$(timeout "$secs" "$@" 2>&1)
+  rc=$?
+  echo "$out" | grep -E "$filter"
+}
+metric() { # metric $2 of the benchmark line matching $1
+  awk -v b="$1" -v m="$2" '$1 ~ b { for (i = 2; i < NF; i++) if ($(i+1) == m) print $i }' <<<"$out"
+}
+goal() { # goal NAME PATTERN METRIC OP LIMIT: metric of the last benchmark run ($out, $rc)
+  local v
+  v=$(metric "$2" "$3")
+  if [ -z "$v" ]; then echo "FAIL: $1: no figure (benchmark exit $rc)"; status=1; return; fi
+  if awk -v v="$v" -v l="$5" -v op="$4" 'BEGIN { exit !(op == "<=" ? v <= l : v >= l) }'; then
+    echo "PASS: $1: $3 = $v (goal $4 $5)"
+  else
+    echo "FAIL: $1: $3 = $v (goal $4 $5)"; status=1
+  fi
+}
+
 echo "== gpu check on $(hostname), $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 command -v nvidia-smi >/dev/null && nvidia-smi -L
 
@@ -80,30 +108,14 @@ rc=$?
 grep '^GPU PROBE:' <<<"$out" || { echo "$out"; echo "FAIL: no probe (exit $rc)"; exit 1; }
 
 echo "== 2. correctness against the real driver"
-timeout 150 "$bin" -test.run '/^real$' -test.v -test.count=1 -test.timeout 140s 2>&1 |
-  grep -E '^(=== RUN|--- |\s+--- |\s+\S+_test\.go:|PASS|FAIL|ok|panic)' | grep -v '^=== RUN'
-rc=${PIPESTATUS[0]}
-if [ "$rc" -ne 0 ]; then echo "FAIL: correctness tests (exit $rc)"; status=1; else echo "PASS: correctness tests"; fi
+run_tests "correctness tests" 150 '^(--- |\s+--- |\s+\S+_test\.go:|PASS|FAIL|ok|panic)' \
+  "$bin" -test.run '/^real$' -test.v -test.count=1 -test.timeout 140s
 
 echo "== 3. BenchmarkSync: gpu_sync per call, default stream busy ÷ idle"
-out=$(timeout 120 "$bin" -test.run '^$' -test.bench '^BenchmarkSync$' -test.benchtime "${BENCHTIME:-500x}" -test.v 2>&1)
-rc=$?
-echo "$out" | grep -E '^(Benchmark|\s+bench_test\.go)'
-metric() { # metric $2 of the benchmark line matching $1
-  awk -v b="$1" -v m="$2" '$1 ~ b { for (i = 2; i < NF; i++) if ($(i+1) == m) print $i }' <<<"$out"
-}
-goal() { # goal NAME PATTERN OP LIMIT
-  local v
-  v=$(metric "$2" busy/idle)
-  if [ -z "$v" ]; then echo "FAIL: $1: no figure (benchmark exit $rc)"; status=1; return; fi
-  if awk -v v="$v" -v l="$4" -v op="$3" 'BEGIN { exit !(op == "<=" ? v <= l : v >= l) }'; then
-    echo "PASS: $1: busy/idle = $v (goal $3 $4)"
-  else
-    echo "FAIL: $1: busy/idle = $v (goal $3 $4)"; status=1
-  fi
-}
-goal "sync=stream (per-reader stream sync)" '^BenchmarkSync/sync=stream' '<=' 1.5
-goal "sync=device (context-wide sync, the seed's)" '^BenchmarkSync/sync=device' '>=' 10
+run_bench 120 '^(Benchmark|\s+bench_test\.go)' \
+  "$bin" -test.run '^$' -test.bench '^BenchmarkSync$' -test.benchtime "${BENCHTIME:-500x}" -test.v
+goal "sync=stream (per-reader stream sync)" '^BenchmarkSync/sync=stream' busy/idle '<=' 1.5
+goal "sync=device (context-wide sync, the seed's)" '^BenchmarkSync/sync=device' busy/idle '>=' 10
 
 # Engine steps: real ranks are this binary re-executed; the fabric loads
 # libfabric.so.1 at run time (dlopen), which the tcp cases need.
@@ -115,30 +127,17 @@ if [ $have_fabric -eq 0 ]; then
   echo "FAIL: engine steps: libfabric.so.1 not found (ldconfig -p, LD_LIBRARY_PATH); install libfabric1"; status=1
 else
   echo "== 4. engine device path against the real driver"
-  timeout 240 "$ebin" -test.run '^(TestDeviceRead|TestDeviceSyncBusy|TestDeviceLoader)$' -test.v -test.count=1 -test.timeout 230s 2>&1 |
-    grep -E '^(--- |\s+--- |\s+\S+_test\.go:|\s+rank [0-9]+: (FAIL|device)|\s+GPU BUSY|PASS|FAIL|ok|panic)'
-  rc=${PIPESTATUS[0]}
-  if [ "$rc" -ne 0 ]; then echo "FAIL: engine device tests (exit $rc)"; status=1; else echo "PASS: engine device tests"; fi
+  run_tests "engine device tests" 240 '^(--- |\s+--- |\s+\S+_test\.go:|\s+rank [0-9]+: (FAIL|device)|\s+GPU BUSY|PASS|FAIL|ok|panic)' \
+    "$ebin" -test.run '^(TestDeviceRead|TestDeviceSyncBusy|TestDeviceLoader)$' -test.v -test.count=1 -test.timeout 230s
 
   echo "== 5. engine benchmarks: GetBatch 128 rows device ÷ host; gpu_sync busy ÷ idle"
-  out=$(timeout 180 "$ebin" -test.run '^$' -test.bench '^(BenchmarkGetDevice|BenchmarkGPUSync)$' -test.benchtime "${ENGINE_BENCHTIME:-50x}" -test.v 2>&1)
-  rc=$?
-  echo "$out" | grep -E '^(Benchmark|\s+device_bench_test\.go|--- SKIP)'
-  egoal() { # egoal NAME PATTERN METRIC OP LIMIT
-    local v
-    v=$(metric "$2" "$3")
-    if [ -z "$v" ]; then echo "FAIL: $1: no figure (benchmark exit $rc)"; status=1; return; fi
-    if awk -v v="$v" -v l="$5" -v op="$4" 'BEGIN { exit !(op == "<=" ? v <= l : v >= l) }'; then
-      echo "PASS: $1: $3 = $v (goal $4 $5)"
-    else
-      echo "FAIL: $1: $3 = $v (goal $4 $5)"; status=1
-    fi
-  }
-  egoal "GetBatch 128 × 3 KB, tcp" '^BenchmarkGetDevice/path=tcp/row=3072' gpu/host '<=' 1.3
-  egoal "GetBatch 128 × 12.5 KB, tcp" '^BenchmarkGetDevice/path=tcp/row=12800' gpu/host '<=' 1.3
-  egoal "GetBatch 128 × 1 MiB, tcp" '^BenchmarkGetDevice/path=tcp/row=1048576' gpu/host '<=' 1.1
-  egoal "engine gpu_sync, sync=stream" '^BenchmarkGPUSync/sync=stream' busy/idle '<=' 1.5
-  egoal "engine gpu_sync, sync=device" '^BenchmarkGPUSync/sync=device' busy/idle '>=' 10
+  run_bench 180 '^(Benchmark|\s+device_bench_test\.go|--- SKIP)' \
+    "$ebin" -test.run '^$' -test.bench '^(BenchmarkGetDevice|BenchmarkGPUSync)$' -test.benchtime "${ENGINE_BENCHTIME:-50x}" -test.v
+  goal "GetBatch 128 × 3 KB, tcp" '^BenchmarkGetDevice/path=tcp/row=3072' gpu/host '<=' 1.3
+  goal "GetBatch 128 × 12.5 KB, tcp" '^BenchmarkGetDevice/path=tcp/row=12800' gpu/host '<=' 1.3
+  goal "GetBatch 128 × 1 MiB, tcp" '^BenchmarkGetDevice/path=tcp/row=1048576' gpu/host '<=' 1.1
+  goal "engine gpu_sync, sync=stream" '^BenchmarkGPUSync/sync=stream' busy/idle '<=' 1.5
+  goal "engine gpu_sync, sync=device" '^BenchmarkGPUSync/sync=device' busy/idle '>=' 10
 fi
 
 echo "== result: $([ $status -eq 0 ] && echo PASS || echo FAIL)"

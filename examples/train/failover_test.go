@@ -43,8 +43,8 @@ type job struct {
 	cancel     context.CancelFunc
 }
 
-// startJob starts the trainer as world ranks (bootstrap directory, as
-// runRanks) with extra environment variables.
+// startJob starts the trainer as world ranks (bootstrap directory) with
+// extra environment variables.
 func startJob(t testing.TB, world int, args string, env ...string) *job {
 	t.Helper()
 	dir := t.TempDir()
@@ -107,6 +107,10 @@ func (j *job) results(what string) ([]epochResult, error) {
 			var e epochResult
 			if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
 				bad = append(bad, fmt.Sprintf("rank %d: bad JSON line %q: %v", r, sc.Text(), err))
+				break
+			}
+			if e.Rank != r {
+				bad = append(bad, fmt.Sprintf("rank %d printed rank %d", r, e.Rank))
 				break
 			}
 			res = append(res, e)

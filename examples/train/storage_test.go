@@ -57,6 +57,37 @@ func storageLaunch(t testing.TB, n int, env ...string) *job {
 	return startJob(t, n, "", append([]string{envStorage + "=1"}, env...)...)
 }
 
+// shardDir is a new directory holding the data set of 2 shards of
+// rowsPerShard rows as files, for storage ranks to load.
+func shardDir(tb testing.TB, rowsPerShard int) string {
+	tb.Helper()
+	dir := tb.TempDir()
+	if err := writeShards(dir, 2, rowsPerShard, 1); err != nil {
+		tb.Fatal(err)
+	}
+	return dir
+}
+
+// aloneAndShards is what 2 trainers running storageArgs (epochs epochs)
+// with storage ranks are compared with: their loss holding the data set
+// themselves; and a directory with that data set as shard files.
+func aloneAndShards(t *testing.T, epochs int) ([]float64, string) {
+	t.Helper()
+	ref := lossesOf(t, "trainers alone", startJob(t, 2, storageArgs).wait(t, "trainers alone"), epochs)
+	return ref, shardDir(t, 256)
+}
+
+// checkedAll fails unless every trainer checked every row it read: by
+// the end of epoch e, (e+1)·perEpoch rows.
+func checkedAll(t testing.TB, res []epochResult, perEpoch int64) {
+	t.Helper()
+	for _, e := range res {
+		if e.Checked != int64(e.Epoch+1)*perEpoch {
+			t.Fatalf("trainer %d checked %d rows by epoch %d", e.Rank, e.Checked, e.Epoch)
+		}
+	}
+}
+
 const storageArgs = "--epochs 2 --rows-per-rank 256 --batch-size 16 --hidden 8 --lr 0.01 --seed 7 --workers 1 --prefetch 2 --check"
 
 // Storage ranks from a separate launch: 2 trainers read the data set from
@@ -68,11 +99,7 @@ func TestStorageRanksLoss(t *testing.T) {
 		t.Skip("multi-process test")
 	}
 	const epochs = 2
-	ref := lossesOf(t, "trainers alone", startJob(t, 2, storageArgs).wait(t, "trainers alone"), epochs)
-	dir := t.TempDir()
-	if err := writeShards(dir, 2, 256, 1); err != nil {
-		t.Fatal(err)
-	}
+	ref, dir := aloneAndShards(t, epochs)
 	for _, mode := range []string{"auto", "fabric"} {
 		env := append(storageEnv(t, dir, 2, 2, 0), "DDSTORE_NODE_MODE="+mode)
 		tr := startJob(t, 2, storageArgs+" --storage", env...)
@@ -83,11 +110,7 @@ func TestStorageRanksLoss(t *testing.T) {
 		if !slices.Equal(got, ref) {
 			t.Fatalf("node mode %s: loss with storage ranks %v, trainers alone %v", mode, got, ref)
 		}
-		for _, e := range res {
-			if e.Checked != int64(e.Epoch+1)*256 {
-				t.Fatalf("trainer %d checked %d rows by epoch %d", e.Rank, e.Checked, e.Epoch)
-			}
-		}
+		checkedAll(t, res, 256)
 	}
 	t.Logf("loss %v with and without storage ranks", ref)
 }
@@ -102,10 +125,7 @@ func TestStorageRankKilledLoss(t *testing.T) {
 	}
 	const epochs = 3
 	args := "--epochs 3 --rows-per-rank 2048 --batch-size 16 --hidden 8 --lr 0.01 --seed 7 --workers 1 --prefetch 2 --check --sync-every 0 --storage"
-	dir := t.TempDir()
-	if err := writeShards(dir, 2, 2048, 1); err != nil {
-		t.Fatal(err)
-	}
+	dir := shardDir(t, 2048)
 	run := func(kill bool) ([]float64, []epochResult) {
 		res := killJob(t, dir, args, kill, "DDSTORE_NODE_MODE=fabric", "DDSTORE_FAILOVER_AFTER=1s")
 		return lossesOf(t, "trainers", res, epochs), res
@@ -115,11 +135,9 @@ func TestStorageRankKilledLoss(t *testing.T) {
 	if !slices.Equal(got, ref) {
 		t.Fatalf("loss with storage rank 1 killed %v, without %v", got, ref)
 	}
+	checkedAll(t, res, 2048)
 	var moved int64
 	for _, e := range res {
-		if e.Checked != int64(e.Epoch+1)*2048 {
-			t.Fatalf("trainer %d checked %d rows by epoch %d", e.Rank, e.Checked, e.Epoch)
-		}
 		if e.Epoch == epochs-1 {
 			moved += e.FailedFrom[3] // storage rank 1 is global id 2+1
 		}
@@ -227,10 +245,7 @@ func epochTimes(res []epochResult, epochs int) ([]float64, float64) {
 func BenchmarkStorageDeadRank(b *testing.B) {
 	const epochs = 3
 	args := "--epochs 3 --rows-per-rank 8192 --hidden 8 --lr 0.01 --seed 7 --workers 1 --prefetch 2 --storage"
-	dir := b.TempDir()
-	if err := writeShards(dir, 2, 8192, 1); err != nil {
-		b.Fatal(err)
-	}
+	dir := shardDir(b, 8192)
 	for _, path := range []struct{ name, mode string }{{"fabric", "fabric"}, {"colocate", "auto"}} {
 		b.Run(path.name, func(b *testing.B) {
 			run := func(kill bool) []epochResult {
@@ -258,11 +273,7 @@ func TestStorageRanksTwoDdrunLaunches(t *testing.T) {
 		t.Skip("multi-process test")
 	}
 	const epochs = 2
-	ref := lossesOf(t, "trainers alone", startJob(t, 2, storageArgs).wait(t, "trainers alone"), epochs)
-	dir := t.TempDir()
-	if err := writeShards(dir, 2, 256, 1); err != nil {
-		t.Fatal(err)
-	}
+	ref, dir := aloneAndShards(t, epochs)
 	env := append(storageEnv(t, dir, 2, 2, 0), "DDSTORE_NODE_MODE=fabric", "DDSTORE_TELEMETRY_DIR="+t.TempDir())
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -286,11 +297,9 @@ func TestStorageRanksTwoDdrunLaunches(t *testing.T) {
 		if err := json.Unmarshal([]byte(l), &e); err != nil {
 			t.Fatalf("bad line %q: %v", l, err)
 		}
-		if e.Checked != int64(e.Epoch+1)*256 {
-			t.Fatalf("trainer %d checked %d rows by epoch %d", e.Rank, e.Checked, e.Epoch)
-		}
 		res = append(res, e)
 	}
+	checkedAll(t, res, 256)
 	if got := lossesOf(t, "two launches", res, epochs); !slices.Equal(got, ref) {
 		t.Fatalf("loss with storage ranks of a second launch %v, trainers alone %v", got, ref)
 	}

@@ -1,17 +1,11 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
-	"context"
-	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 )
 
 // The test binary re-executes itself as the ranks of a job: with
@@ -45,45 +39,7 @@ const world = 4
 // lines.
 func runRanks(t *testing.T, args string) []epochResult {
 	t.Helper()
-	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second) // hang guard, with room for a loaded machine
-	defer cancel()
-	job := fmt.Sprintf("trtest%d-%d", os.Getpid(), time.Now().UnixNano())
-	cmds := make([]*exec.Cmd, world)
-	outs := make([]*bytes.Buffer, world)
-	errs := make([]*bytes.Buffer, world)
-	for r := range world {
-		cmd := exec.CommandContext(ctx, os.Args[0])
-		outs[r], errs[r] = &bytes.Buffer{}, &bytes.Buffer{}
-		cmd.Stdout, cmd.Stderr = outs[r], errs[r]
-		cmd.Env = append(os.Environ(), envArgs+"="+args+" --json",
-			"RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(world),
-			"LOCAL_RANK="+strconv.Itoa(r), "LOCAL_WORLD_SIZE="+strconv.Itoa(world),
-			"DDSTORE_BOOTSTRAP=dir", "DDSTORE_BOOTSTRAP_DIR="+dir,
-			"DDSTORE_JOB="+job, "DDSTORE_JOB_TOKEN="+job, "DDSTORE_TELEMETRY_DIR="+dir)
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		cmds[r] = cmd
-	}
-	var res []epochResult
-	for r, cmd := range cmds {
-		if err := cmd.Wait(); err != nil {
-			t.Fatalf("%s: rank %d: %v\nstderr:\n%s", args, r, err, errs[r])
-		}
-		sc := bufio.NewScanner(outs[r])
-		for sc.Scan() {
-			var e epochResult
-			if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-				t.Fatalf("%s: rank %d: bad JSON line %q: %v", args, r, sc.Text(), err)
-			}
-			if e.Rank != r {
-				t.Fatalf("%s: rank %d printed rank %d", args, r, e.Rank)
-			}
-			res = append(res, e)
-		}
-	}
-	return res
+	return startJob(t, world, args).wait(t, args)
 }
 
 func TestLossIdenticalAcrossLoaderVariants(t *testing.T) {

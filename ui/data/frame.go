@@ -95,18 +95,12 @@ func (p PeerStat) Window() telemetry.PeerCounters {
 // NsPerRow is the mean time per row read from the peer over Window.
 func (p PeerStat) NsPerRow() float64 {
 	w := p.Window()
-	if w.Rows <= 0 {
-		return 0
-	}
-	return float64(w.Ns) / float64(w.Rows)
+	return ratio(w.Ns, w.Rows)
 }
 
 // RowsPerSec is the rows read from the peer per second over the interval.
 func (p PeerStat) RowsPerSec() float64 {
-	if p.Interval <= 0 {
-		return 0
-	}
-	return float64(p.Delta.Rows) / p.Interval.Seconds()
+	return perSecond(p.Delta.Rows, p.Interval)
 }
 
 // Var is one variable summed over every rank.
@@ -138,26 +132,17 @@ func (l LoaderStat) Present() bool { return l.Total.Batches > 0 }
 // wait / (wait + step), over Window.
 func (l LoaderStat) WaitShare() float64 {
 	w := l.Window()
-	if w.WaitNs+w.StepNs <= 0 {
-		return 0
-	}
-	return float64(w.WaitNs) / float64(w.WaitNs+w.StepNs)
+	return ratio(w.WaitNs, w.WaitNs+w.StepNs)
 }
 
 // MeanWaitNs is the mean fetch wait per batch over Window.
 func (l LoaderStat) MeanWaitNs() float64 {
 	w := l.Window()
-	if w.Batches <= 0 {
-		return 0
-	}
-	return float64(w.WaitNs) / float64(w.Batches)
+	return ratio(w.WaitNs, w.Batches)
 }
 
 // MeanStepNs is the mean step time per batch over Window.
 func (l LoaderStat) MeanStepNs() float64 {
 	w := l.Window()
-	if w.Batches <= 0 {
-		return 0
-	}
-	return float64(w.StepNs) / float64(w.Batches)
+	return ratio(w.StepNs, w.Batches)
 }

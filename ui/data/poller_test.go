@@ -2,6 +2,7 @@ package data
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
 	"os"
 	"os/exec"
@@ -36,6 +37,43 @@ func testCall(v int32, i int) telemetry.Call {
 	c.Phases[telemetry.PhaseCQWait] = 300 * rows
 	c.Phases[telemetry.PhaseCopy] = 100 * rows
 	return c
+}
+
+// tailPoller is a writer with one variable of 1-byte rows in a new
+// directory (a ring of ringSize records; 0: the default) and a Poller
+// there keeping keep recent calls.
+func tailPoller(t *testing.T, ringSize, keep int) (*telemetry.Writer, int32, *Poller) {
+	dir := t.TempDir()
+	w := writer(t, telemetry.WriterOptions{Dir: dir, RingSize: ringSize})
+	id, _ := w.AddVar("x", "u8", 1, 1, 1)
+	p, _ := NewPoller(Options{Dir: dir, Recent: keep})
+	t.Cleanup(func() { p.Close() })
+	return w, int32(id), p
+}
+
+// recordCalls records test calls from to to-1 and returns to.
+func recordCalls(w *telemetry.Writer, id int32, from, to int) int {
+	for i := from; i < to; i++ {
+		c := testCall(id, i)
+		w.Record(&c)
+	}
+	return to
+}
+
+// checkRecent fails unless r's recent calls are the last min(n, keep) of
+// the n test calls recorded, oldest first.
+func checkRecent(t *testing.T, what string, r *Rank, n, keep int) {
+	t.Helper()
+	rec := r.Recent.Copy()
+	if want := min(n, keep); len(rec) != want {
+		t.Fatalf("%s: %d recent calls, want %d", what, len(rec), want)
+	}
+	for j := range rec {
+		call := n - len(rec) + j
+		if want := int64(call + 1); rec[j].Rows != want || rec[j].Seq != uint64(call) {
+			t.Fatalf("%s: recent[%d] is call %d (rows %d), want call %d (rows %d)", what, j, rec[j].Seq, rec[j].Rows, call, want)
+		}
+	}
 }
 
 func TestPollRates(t *testing.T) {
@@ -125,10 +163,7 @@ func TestLoaderAndRemovedVar(t *testing.T) {
 	clk := newClock()
 	p, _ := NewPoller(Options{Dir: dir, Now: clk.now})
 	defer p.Close()
-	for i := range 4 {
-		c := testCall(int32(id), i)
-		w.Record(&c)
-	}
+	recordCalls(w, int32(id), 0, 4)
 	p.Poll()
 	// Replace the variable: same slot, new generation; counters restart.
 	w.RemoveVar(id)
@@ -230,27 +265,16 @@ func setHeartbeat(t *testing.T, path string, at time.Time) {
 }
 
 func TestRingDrops(t *testing.T) {
-	dir := t.TempDir()
-	w := writer(t, telemetry.WriterOptions{Dir: dir, RingSize: 16})
-	id, _ := w.AddVar("x", "u8", 1, 1, 1)
-	p, _ := NewPoller(Options{Dir: dir, Recent: 8})
-	defer p.Close()
+	w, id, p := tailPoller(t, 16, 8)
 	p.Poll()
-	for i := range 40 {
-		c := testCall(int32(id), i)
-		w.Record(&c)
-	}
+	recordCalls(w, id, 0, 40)
 	f, _ := p.Poll()
 	r := f.Ranks[0]
 	// 40 records into a ring of 16 between two polls: 24 lost, the last 8 kept.
 	if r.Dropped != 24 || r.Recent.Len() != 8 {
 		t.Fatalf("dropped %d recent %d, want 24 8", r.Dropped, r.Recent.Len())
 	}
-	for i, rec := range r.Recent.Copy() {
-		if want := int64(32 + i + 1); rec.Rows != want {
-			t.Fatalf("recent[%d].Rows = %d, want %d", i, rec.Rows, want)
-		}
-	}
+	checkRecent(t, "after drops", r, 40, 8)
 }
 
 // The history ring keeps the last n values, oldest first, and a slice it
@@ -282,21 +306,13 @@ func TestRingShared(t *testing.T) {
 // oldest first, and stay so while later polls read more (blocks of the
 // tail fill and leave it many times here).
 func TestRecentShared(t *testing.T) {
-	dir := t.TempDir()
-	w := writer(t, telemetry.WriterOptions{Dir: dir})
-	id, _ := w.AddVar("x", "u8", 1, 1, 1)
 	const keep = 8
-	p, _ := NewPoller(Options{Dir: dir, Recent: keep})
-	defer p.Close()
+	w, id, p := tailPoller(t, 0, keep)
 	var frames []*Frame
 	var recorded []int
 	n := 0
 	for poll := range 120 {
-		for range poll % 7 { // 0 to 6 calls between polls
-			c := testCall(int32(id), n)
-			w.Record(&c)
-			n++
-		}
+		n = recordCalls(w, id, n, n+poll%7) // 0 to 6 calls between polls
 		f, err := p.Poll()
 		if err != nil || len(f.Ranks) != 1 {
 			t.Fatalf("poll %d: %v %v", poll, f, err)
@@ -305,16 +321,7 @@ func TestRecentShared(t *testing.T) {
 		recorded = append(recorded, n)
 	}
 	for i, f := range frames {
-		rec := f.Ranks[0].Recent.Copy()
-		if want := min(recorded[i], keep); len(rec) != want {
-			t.Fatalf("poll %d: %d recent calls, want %d", i, len(rec), want)
-		}
-		for j := range rec {
-			call := recorded[i] - len(rec) + j
-			if want := int64(call + 1); rec[j].Rows != want || rec[j].Seq != uint64(call) {
-				t.Fatalf("poll %d: recent[%d] is call %d (rows %d), want call %d (rows %d)", i, j, rec[j].Seq, rec[j].Rows, call, want)
-			}
-		}
+		checkRecent(t, fmt.Sprintf("poll %d", i), f.Ranks[0], recorded[i], keep)
 	}
 }
 
@@ -324,22 +331,14 @@ func TestRecentShared(t *testing.T) {
 // blocks are reused instead of allocated (the 20905 calls would fill 327
 // blocks).
 func TestRecycleReusesMemory(t *testing.T) {
-	dir := t.TempDir()
-	w := writer(t, telemetry.WriterOptions{Dir: dir})
-	id, _ := w.AddVar("x", "u8", 1, 1, 1)
 	const keep = 16
-	p, _ := NewPoller(Options{Dir: dir, Recent: keep})
-	defer p.Close()
+	w, id, p := tailPoller(t, 0, keep)
 	blocks := map[*[callBlock]telemetry.Record]bool{}
 	ranks := map[*Rank]bool{}
 	var prev *Frame
 	n, prevN := 0, 0
 	for poll := range 200 {
-		for range 10 + poll%3*95 { // up to 200 calls: some polls fill whole blocks
-			c := testCall(int32(id), n)
-			w.Record(&c)
-			n++
-		}
+		n = recordCalls(w, id, n, n+10+poll%3*95) // up to 200 calls: some polls fill whole blocks
 		f, err := p.Poll()
 		if err != nil || len(f.Ranks) != 1 {
 			t.Fatalf("poll %d: %v %v", poll, f, err)
@@ -348,22 +347,9 @@ func TestRecycleReusesMemory(t *testing.T) {
 		if r.Stat.Total.Calls != int64(n) {
 			t.Fatalf("poll %d: %d calls, want %d", poll, r.Stat.Total.Calls, n)
 		}
-		checkRecent := func(what string, r *Rank, n int) {
-			t.Helper()
-			rec := r.Recent.Copy()
-			if len(rec) != min(n, keep) {
-				t.Fatalf("poll %d, %s frame: %d recent calls, want %d", poll, what, len(rec), min(n, keep))
-			}
-			for j := range rec {
-				call := n - len(rec) + j
-				if rec[j].Rows != int64(call+1) || rec[j].Seq != uint64(call) {
-					t.Fatalf("poll %d, %s frame: recent[%d] is call %d (rows %d), want call %d", poll, what, j, rec[j].Seq, rec[j].Rows, call)
-				}
-			}
-		}
-		checkRecent("new", r, n)
+		checkRecent(t, fmt.Sprintf("poll %d, new frame", poll), r, n, keep)
 		if prev != nil { // not given back yet: unchanged by this poll
-			checkRecent("previous", prev.Ranks[0], prevN)
+			checkRecent(t, fmt.Sprintf("poll %d, previous frame", poll), prev.Ranks[0], prevN, keep)
 		}
 		for _, b := range r.Recent.blocks {
 			blocks[b] = true

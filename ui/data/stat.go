@@ -19,21 +19,30 @@ type Stat struct {
 	Interval time.Duration      // length of the last interval; 0 before the second snapshot
 }
 
-func (s *Stat) per(v int64) float64 {
-	if s.Interval <= 0 {
+// ratio is num/den, 0 when den is not positive.
+func ratio(num, den int64) float64 {
+	if den <= 0 {
 		return 0
 	}
-	return float64(v) / s.Interval.Seconds()
+	return float64(num) / float64(den)
+}
+
+// perSecond is the rate of v over an interval, 0 when it is not positive.
+func perSecond(v int64, interval time.Duration) float64 {
+	if interval <= 0 {
+		return 0
+	}
+	return float64(v) / interval.Seconds()
 }
 
 // CallsPerSec is the call rate over the last interval.
-func (s *Stat) CallsPerSec() float64 { return s.per(s.Delta.Calls) }
+func (s *Stat) CallsPerSec() float64 { return perSecond(s.Delta.Calls, s.Interval) }
 
 // RowsPerSec is the row rate over the last interval.
-func (s *Stat) RowsPerSec() float64 { return s.per(s.Delta.Rows) }
+func (s *Stat) RowsPerSec() float64 { return perSecond(s.Delta.Rows, s.Interval) }
 
 // BytesPerSec is the byte rate over the last interval.
-func (s *Stat) BytesPerSec() float64 { return s.per(s.Delta.Bytes) }
+func (s *Stat) BytesPerSec() float64 { return perSecond(s.Delta.Bytes, s.Interval) }
 
 // Window is the counter block that latency and phase figures come from: the
 // last interval when it saw calls, else the cumulative totals. It points
@@ -48,10 +57,7 @@ func (s *Stat) Window() *telemetry.Counters {
 // NsPerRow is the mean time per row (sum of phases / rows) over Window.
 func (s *Stat) NsPerRow() float64 {
 	w := s.Window()
-	if w.Rows <= 0 {
-		return 0
-	}
-	return float64(w.TotalNs()) / float64(w.Rows)
+	return ratio(w.TotalNs(), w.Rows)
 }
 
 // RowQuantile is the q-quantile of per-call ns/row over Window.

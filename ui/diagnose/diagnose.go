@@ -98,29 +98,26 @@ var Defaults = Thresholds{
 
 func (t Thresholds) withDefaults() Thresholds {
 	d := Defaults
-	pick := func(v *float64, def float64) {
-		if *v == 0 {
-			*v = def
-		}
-	}
-	pickI := func(v *int64, def int64) {
-		if *v == 0 {
-			*v = def
-		}
-	}
-	pickI(&t.MinCalls, d.MinCalls)
-	pick(&t.GPUSyncShare, d.GPUSyncShare)
-	pick(&t.LockWaitShare, d.LockWaitShare)
-	pick(&t.RowsPerCall, d.RowsPerCall)
-	pickI(&t.SmallRowBytes, d.SmallRowBytes)
-	pick(&t.MRShare, d.MRShare)
-	pick(&t.RegsPerCall, d.RegsPerCall)
-	pick(&t.StragglerRatio, d.StragglerRatio)
-	pick(&t.StragglerMinNs, d.StragglerMinNs)
-	pickI(&t.MinPeerCalls, d.MinPeerCalls)
-	pick(&t.LoaderWait, d.LoaderWait)
-	pickI(&t.MinBatches, d.MinBatches)
+	orDefault(&t.MinCalls, d.MinCalls)
+	orDefault(&t.GPUSyncShare, d.GPUSyncShare)
+	orDefault(&t.LockWaitShare, d.LockWaitShare)
+	orDefault(&t.RowsPerCall, d.RowsPerCall)
+	orDefault(&t.SmallRowBytes, d.SmallRowBytes)
+	orDefault(&t.MRShare, d.MRShare)
+	orDefault(&t.RegsPerCall, d.RegsPerCall)
+	orDefault(&t.StragglerRatio, d.StragglerRatio)
+	orDefault(&t.StragglerMinNs, d.StragglerMinNs)
+	orDefault(&t.MinPeerCalls, d.MinPeerCalls)
+	orDefault(&t.LoaderWait, d.LoaderWait)
+	orDefault(&t.MinBatches, d.MinBatches)
 	return t
+}
+
+// orDefault sets *v to def when it is zero.
+func orDefault[T int64 | float64](v *T, def T) {
+	if *v == 0 {
+		*v = def
+	}
 }
 
 // rankRule judges one rank; jobRule judges the ranks of one job together.

@@ -110,6 +110,29 @@ func (j *job) run(r int, wl workload) {
 	}
 }
 
+// diagnose polls after the recorded calls and runs every rule with the
+// default thresholds.
+func (j *job) diagnose() []Finding {
+	j.t.Helper()
+	return Diagnose(j.frame(), Thresholds{})
+}
+
+// runOne is a new job of world ranks, rows of rowBytes, in which rank r
+// alone records wl.
+func runOne(t *testing.T, world int, rowBytes int64, r int, wl workload) *job {
+	j := newJob(t, world, world, rowBytes)
+	j.run(r, wl)
+	return j
+}
+
+// none fails unless fs is empty.
+func none(t *testing.T, what string, fs []Finding) {
+	t.Helper()
+	if len(fs) != 0 {
+		t.Fatalf("%s: %v", what, fs)
+	}
+}
+
 func rules(fs []Finding) []string {
 	var out []string
 	for _, f := range fs {
@@ -146,9 +169,7 @@ func TestHealthyHasNoFinding(t *testing.T) {
 	for r := range 4 {
 		j.run(r, healthy())
 	}
-	if fs := Diagnose(j.frame(), Thresholds{}); len(fs) != 0 {
-		t.Fatalf("healthy job: %v", fs)
-	}
+	none(t, "healthy job", j.diagnose())
 	// Before any second snapshot, and on an empty frame: nothing either.
 	if fs := Diagnose(nil, Thresholds{}); fs != nil {
 		t.Fatal(fs)
@@ -161,70 +182,50 @@ func TestGPUSync(t *testing.T) {
 	wl.phase = map[int]int64{telemetry.PhaseGPUSync: 200_000} // 200 µs a call vs 33.6 µs of reading
 	j.run(0, healthy())
 	j.run(1, wl)
-	f := one(t, Diagnose(j.frame(), Thresholds{}), RuleGPUSync)
+	f := one(t, j.diagnose(), RuleGPUSync)
 	if f.Rank != 1 || f.Key != "gpu.sync: stream" || f.Env != "DDSTORE_GPU_SYNC=stream" {
 		t.Fatalf("%+v", f)
 	}
 	contains(t, "evidence", f.Evidence, "gpu_sync is 86% of call time (threshold 25%)", "2 loader workers")
 	// Without loader workers the same share is not this pathology.
-	j2 := newJob(t, 2, 2, 64)
 	wl.config.Workers = 0
-	j2.run(1, wl)
-	if fs := Diagnose(j2.frame(), Thresholds{}); len(fs) != 0 {
-		t.Fatalf("no workers: %v", fs)
-	}
+	none(t, "no workers", runOne(t, 2, 64, 1, wl).diagnose())
 }
 
 func TestLockWait(t *testing.T) {
-	j := newJob(t, 3, 3, 64)
 	wl := healthy()
 	wl.reader = 0
 	wl.phase = map[int]int64{telemetry.PhaseLockWait: 40_000}
-	j.run(2, wl)
-	f := one(t, Diagnose(j.frame(), Thresholds{}), RuleLockWait)
+	f := one(t, runOne(t, 3, 64, 2, wl).diagnose(), RuleLockWait)
 	if f.Rank != 2 || f.Var != "x" || f.Reader != 0 || f.Env != "DDSTORE_THREAD_READERS=1" || f.Key != "reads.thread_readers: true" {
 		t.Fatalf("%+v", f)
 	}
 	contains(t, "evidence", f.Evidence, "lock_wait is 54%", "threshold 20%", "over 100 calls")
 	// Lock wait on a Reader's own stripe is not judged (readers never lock).
-	j2 := newJob(t, 3, 3, 64)
 	wl.reader = 3
-	j2.run(2, wl)
-	if fs := Diagnose(j2.frame(), Thresholds{}); len(fs) != 0 {
-		t.Fatalf("reader stripe: %v", fs)
-	}
+	none(t, "reader stripe", runOne(t, 3, 64, 2, wl).diagnose())
 }
 
 func TestUnbatched(t *testing.T) {
-	j := newJob(t, 2, 2, 64)
 	wl := healthy()
 	wl.rows = 1
-	j.run(0, wl)
-	f := one(t, Diagnose(j.frame(), Thresholds{}), RuleUnbatched)
+	f := one(t, runOne(t, 2, 64, 0, wl).diagnose(), RuleUnbatched)
 	if f.Rank != 0 || f.Var != "x" || f.Env != "DDSTORE_BATCH_GET=1" {
 		t.Fatalf("%+v", f)
 	}
 	contains(t, "evidence", f.Evidence, "1.00 rows per call (threshold 1.5) of 64-byte rows over 100 calls")
 	// Big rows read one per call are not this pathology.
-	j2 := newJob(t, 2, 2, 1<<20)
-	j2.run(0, wl)
-	if fs := Diagnose(j2.frame(), Thresholds{}); len(fs) != 0 {
-		t.Fatalf("big rows: %v", fs)
-	}
+	none(t, "big rows", runOne(t, 2, 1<<20, 0, wl).diagnose())
 }
 
 func TestMRChurn(t *testing.T) {
-	j := newJob(t, 2, 2, 64)
 	wl := healthy()
 	wl.regs = 1
-	j.run(1, wl)
-	f := one(t, Diagnose(j.frame(), Thresholds{}), RuleMR)
+	f := one(t, runOne(t, 2, 64, 1, wl).diagnose(), RuleMR)
 	contains(t, "evidence", f.Evidence, "1.00 registrations per call (threshold 0.10)")
-	j2 := newJob(t, 2, 2, 64)
 	wl.regs = 0
 	wl.phase = map[int]int64{telemetry.PhaseMR: 20_000}
-	j2.run(1, wl)
-	f = one(t, Diagnose(j2.frame(), Thresholds{}), RuleMR)
+	f = one(t, runOne(t, 2, 64, 1, wl).diagnose(), RuleMR)
 	contains(t, "evidence", f.Evidence, "mr is 37% of call time (threshold 10%)")
 	if f.Rank != 1 || f.Env != "DDSTORE_FAST_COLLATE=1" {
 		t.Fatalf("%+v", f)
@@ -238,7 +239,7 @@ func TestStraggler(t *testing.T) {
 		wl.slowTarget, wl.slowFactor = 2, 10
 		j.run(r, wl)
 	}
-	f := one(t, Diagnose(j.frame(), Thresholds{}), RuleStraggler)
+	f := one(t, j.diagnose(), RuleStraggler)
 	if f.Rank != 2 || f.Host != host() || f.Job != "train" {
 		t.Fatalf("%+v", f)
 	}
@@ -256,18 +257,14 @@ func TestSlowReaderIsNoStraggler(t *testing.T) {
 		}
 		j.run(r, wl)
 	}
-	if fs := Diagnose(j.frame(), Thresholds{}); len(fs) != 0 {
-		t.Fatalf("slow reader: %v", fs)
-	}
+	none(t, "slow reader", j.diagnose())
 }
 
 func TestLoaderWait(t *testing.T) {
-	j := newJob(t, 2, 2, 64)
 	wl := healthy()
 	wl.config = telemetry.LoaderConfig{Workers: 0, Readers: telemetry.LoaderReadersShared, BatchRows: 32}
 	wl.waitNs, wl.stepNs = 600_000, 2_000_000 // 30% of the step waiting
-	j.run(0, wl)
-	f := one(t, Diagnose(j.frame(), Thresholds{}), RuleLoaderWait)
+	f := one(t, runOne(t, 2, 64, 0, wl).diagnose(), RuleLoaderWait)
 	contains(t, "evidence", f.Evidence, "consumer waits 30% of step time (threshold 5%)", "600.0 µs/batch wait vs 2.0 ms/batch step over 50 batches", "workers 0, prefetch 0")
 	// fetch 0.6 ms, compute 1.4 ms: one worker keeps up, want 2 (at least 2).
 	if f.Env != "DDSTORE_LOADER_WORKERS=2 DDSTORE_LOADER_PREFETCH=4" || f.Key != "loader.workers: 2, loader.prefetch: 4" {
@@ -275,11 +272,9 @@ func TestLoaderWait(t *testing.T) {
 	}
 	// With 2 workers still waiting 50%: each fetch took ~2 steps (4 ms) vs
 	// 1 ms compute: 5 workers would keep up; at most double at once: 4.
-	j2 := newJob(t, 2, 2, 64)
 	wl.config.Workers, wl.config.Prefetch = 2, 2
 	wl.waitNs = 1_000_000
-	j2.run(0, wl)
-	f = one(t, Diagnose(j2.frame(), Thresholds{}), RuleLoaderWait)
+	f = one(t, runOne(t, 2, 64, 0, wl).diagnose(), RuleLoaderWait)
 	if f.Env != "DDSTORE_LOADER_WORKERS=4 DDSTORE_LOADER_PREFETCH=8" || !strings.HasSuffix(f.Fix, "each with its own reader (DDSTORE_THREAD_READERS=1)") {
 		t.Fatalf("%+v", f)
 	}
@@ -317,16 +312,14 @@ func TestRankStateAndMissing(t *testing.T) {
 }
 
 func TestErrorsDropsProcess(t *testing.T) {
-	j := newJob(t, 2, 2, 64)
 	wl := healthy()
 	wl.errEvery = 10
-	j.run(0, wl)
-	f := one(t, Diagnose(j.frame(), Thresholds{}), RuleErrors)
+	f := one(t, runOne(t, 2, 64, 0, wl).diagnose(), RuleErrors)
 	contains(t, "evidence", f.Evidence, "10 of 100 calls failed", "by target rank 1: 10")
 
 	j2 := newJob(t, 2, 2, 64)
 	j2.ws[1].AddProc(telemetry.ProcLeakedBuffers, 2)
-	f = one(t, Diagnose(j2.frame(), Thresholds{}), RuleProcess)
+	f = one(t, j2.diagnose(), RuleProcess)
 	contains(t, "evidence", f.Evidence, "leaked_buffers = 2")
 
 	// A small ring overrun between two polls drops records.
@@ -360,7 +353,7 @@ func TestOrder(t *testing.T) {
 	b.phase = map[int]int64{telemetry.PhaseLockWait: 400_000} // lock wait ~92%
 	j.run(0, a)
 	j.run(1, b)
-	fs := Diagnose(j.frame(), Thresholds{})
+	fs := j.diagnose()
 	if got := strings.Join(rules(fs), ","); got != "lock_wait,unbatched" {
 		t.Fatalf("order %v", fs)
 	}

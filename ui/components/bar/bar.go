@@ -58,28 +58,28 @@ func Phases(shares []float64, width int) string {
 	if styles.Plain() {
 		return Glyphs(shares, width)
 	}
-	if width <= 0 {
-		return ""
-	}
-	var b strings.Builder
-	total := 0
-	for i, n := range Split(shares, width) {
-		if n == 0 || i >= styles.NumPhases {
-			continue
+	return stack(shares, width, func(phase, n int) string {
+		return styles.PhasePaint(phase, strings.Repeat("█", n))
+	}, func(n int) string {
+		if n == 0 {
+			return ""
 		}
-		total += n
-		b.WriteString(styles.PhasePaint(i, strings.Repeat("█", n)))
-	}
-	if total < width {
-		b.WriteString(styles.Faint.Render(strings.Repeat("·", width-total)))
-	}
-	return b.String()
+		return styles.Faint.Render(strings.Repeat("·", n))
+	})
 }
 
 // Glyphs draws the stacked bar as plain text, each phase in its own glyph
 // (styles.PhaseGlyphs, as the legend shows without colour) and "·" for an
 // empty part. Tables use it: their cells hold no ANSI sequences.
 func Glyphs(shares []float64, width int) string {
+	return stack(shares, width, func(phase, n int) string {
+		return strings.Repeat(string(styles.PhaseGlyphs[phase]), n)
+	}, func(n int) string { return strings.Repeat("·", n) })
+}
+
+// stack draws a stacked bar of width cells: part(phase, n) for each
+// phase's n cells, in phase order, then empty(n) for the n cells left.
+func stack(shares []float64, width int, part func(phase, n int) string, empty func(n int) string) string {
 	if width <= 0 {
 		return ""
 	}
@@ -90,9 +90,9 @@ func Glyphs(shares []float64, width int) string {
 			continue
 		}
 		total += n
-		b.WriteString(strings.Repeat(string(styles.PhaseGlyphs[i]), n))
+		b.WriteString(part(i, n))
 	}
-	b.WriteString(strings.Repeat("·", width-total))
+	b.WriteString(empty(width - total))
 	return b.String()
 }
 
