@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/ddstore/ddstore/fault"
@@ -39,5 +40,28 @@ func TestErrorsHaveFaultClasses(t *testing.T) {
 	w.Close()
 	if _, err := w.AddVar("x", "int32", 4, 1, 1); !errors.Is(err, fault.ErrClosed) || !errors.Is(err, telemetry.ErrClosed) {
 		t.Fatalf("AddVar after Close: %v, want fault.ErrClosed", err)
+	}
+}
+
+// A telemetry directory that does not exist yet is made (0700), and an
+// unusable one is an error that says what it could not do, once.
+func TestCreateMakesTheDirectory(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "not", "yet")
+	w, err := telemetry.Create(telemetry.WriterOptions{Dir: dir, Job: "mkdir", Rank: 0, World: 1})
+	if err != nil {
+		t.Fatalf("Create in a missing directory: %v", err)
+	}
+	defer w.Close()
+	st, err := os.Stat(dir)
+	if err != nil || st.Mode().Perm() != 0o700 {
+		t.Fatalf("directory %s: %v, mode %v, want 0700", dir, err, st.Mode().Perm())
+	}
+	file := filepath.Join(t.TempDir(), "a-file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = telemetry.Create(telemetry.WriterOptions{Dir: filepath.Join(file, "sub"), Job: "mkdir", Rank: 0, World: 1})
+	if err == nil || strings.Contains(err.Error(), "telemetry: telemetry") || !strings.Contains(err.Error(), "create segment directory") {
+		t.Fatalf("Create under a file: %v, want one error naming the directory", err)
 	}
 }

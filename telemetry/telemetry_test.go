@@ -421,8 +421,14 @@ func TestOptionsValidate(t *testing.T) {
 	if err := (WriterOptions{}).Validate(); err != nil {
 		t.Errorf("zero options: %v", err)
 	}
-	if _, err := Create(WriterOptions{Dir: filepath.Join(t.TempDir(), "missing")}); err == nil || !strings.Contains(err.Error(), "missing") {
-		t.Errorf("Create in a missing dir: %v", err)
+	// A missing directory is made (TestCreateMakesTheDirectory); one that
+	// cannot be made is an error naming it.
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Create(WriterOptions{Dir: filepath.Join(file, "missing")}); err == nil || !strings.Contains(err.Error(), "missing") {
+		t.Errorf("Create in a directory that cannot be made: %v", err)
 	}
 }
 

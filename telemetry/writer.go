@@ -173,9 +173,14 @@ func Create(o WriterOptions) (*Writer, error) {
 	g := newGeometry(int64(o.MaxVars), int64(o.MaxReaders), int64(o.RingSize), int64(o.MaxPeers))
 	tmp := filepath.Join(o.Dir, fmt.Sprintf(".%s.%d.tmp", filepath.Base(path), os.Getpid()))
 	_ = os.Remove(tmp)
+	// A directory that does not exist yet is made, private to the user
+	// (an existing one keeps its mode).
+	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create segment directory %s: %w", o.Dir, err)
+	}
 	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("telemetry: create segment in %s: %w", o.Dir, err)
+		return nil, fmt.Errorf("create segment in %s: %w", o.Dir, err)
 	}
 	fail := func(err error) (*Writer, error) {
 		f.Close()
