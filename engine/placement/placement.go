@@ -339,9 +339,6 @@ func (h *Health) mayAvoid(r int, withSuspect bool) bool {
 	return h.Dead(r) || withSuspect && h.suspect[r].Load() != 0
 }
 
-// Len is the number of ranks.
-func (h *Health) Len() int { return len(h.suspect) }
-
 // GatherBatch decides whether a batch of nops queued reads, the largest
 // maxOp bytes, goes as gather requests (one per peer, served by the
 // target's CPU) instead of one-sided reads: minOps > 0 is the smallest
