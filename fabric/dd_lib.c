@@ -34,12 +34,31 @@ void dd_set_rxm_eager(void) {
 	setenv("FI_OFI_RXM_EAGER_LIMIT", v, 0);
 }
 
+// dd_dlopen_keeping_signals dlopens path and puts back every signal
+// handler that the libraries' constructors replaced. libinfinipath (PSM,
+// a dependency of Debian's libfabric) installs its own handlers for SIGINT,
+// SIGTERM, SIGSEGV, SIGBUS, SIGILL and SIGABRT, which print a backtrace and
+// exit(1), over the program's: Go's runtime then no longer saw its own
+// faults, and a Ctrl-C or a launcher's SIGTERM ended a rank with exit
+// code 1 instead of by the signal, which the launcher misreports.
+static void *dd_dlopen_keeping_signals(const char *path) {
+	struct sigaction before[NSIG];
+	for (int s = 1; s < NSIG; s++) sigaction(s, NULL, &before[s]);
+	void *h = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
+	for (int s = 1; s < NSIG; s++) {
+		struct sigaction now;
+		if (sigaction(s, NULL, &now) == 0 && now.sa_handler != before[s].sa_handler)
+			sigaction(s, &before[s], NULL);
+	}
+	return h;
+}
+
 // dd_load dlopens libfabric.so.1 and resolves its real symbols. Returns 0,
 // or -1 with the reason in err. Called once (under a Go sync.Once).
 int dd_load(char *err, size_t n) {
 	if (dd_lib) return 0;
 	dd_set_rxm_eager();
-	void *h = dlopen(DD_LIBFABRIC, RTLD_NOW | RTLD_GLOBAL);
+	void *h = dd_dlopen_keeping_signals(DD_LIBFABRIC);
 	if (!h) {
 		const char *e = dlerror();
 		snprintf(err, n, "%s", e ? e : "dlopen failed");
