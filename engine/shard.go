@@ -19,6 +19,7 @@ type shardFile struct {
 	data  []byte // mem[:size]: the rows
 	owner bool
 	rank  int // owner's rank
+	lock  int // the owner's open descriptor, holding a shared flock (see sweepShards); -1 if none
 }
 
 // shardName is the file name of a rank's shard of a variable. seq (the
@@ -68,7 +69,16 @@ func createShard(dir, file, varName string, size int64) (*shardFile, error) {
 	if err != nil {
 		return nil, shardErr(varName, -1, err, "create shard file %s", path)
 	}
-	defer unix.Close(fd)
+	// The owner holds a shared lock while the file lives (its descriptor
+	// and its mapping keep it): a sweep that can lock the file exclusively
+	// knows the owner is gone (sweepShards).
+	locked := unix.Flock(fd, unix.LOCK_SH|unix.LOCK_NB) == nil
+	keep := false
+	defer func() {
+		if !keep {
+			unix.Close(fd)
+		}
+	}()
 	n := mapLen(size)
 	if err := allocate(fd, int64(n)); err != nil {
 		_ = unix.Unlink(path)
@@ -84,7 +94,11 @@ func createShard(dir, file, varName string, size int64) (*shardFile, error) {
 		_ = unix.Unlink(path)
 		return nil, shardErr(varName, -1, err, "map shard file %s (%d bytes)", path, n)
 	}
-	return &shardFile{path: path, mem: mem, data: mem[:size:size], owner: true}, nil
+	f := &shardFile{path: path, mem: mem, data: mem[:size:size], owner: true, lock: -1}
+	if locked {
+		f.lock, keep = fd, true
+	}
+	return f, nil
 }
 
 // shardErr is an error of this rank's shard of varName (rank < 0) or of
@@ -134,7 +148,7 @@ func openShard(path string, rank int, size int64) (*shardFile, error) {
 	if err != nil {
 		return nil, shardErr("", rank, err, "map peer shard file %s", path)
 	}
-	return &shardFile{path: path, mem: mem, data: mem[:size:size], rank: rank}, nil
+	return &shardFile{path: path, mem: mem, data: mem[:size:size], rank: rank, lock: -1}, nil
 }
 
 // unlink removes the owner's shard file. Mappings of it, ours and the
@@ -155,6 +169,10 @@ func (f *shardFile) close() error {
 	if f.owner {
 		if e := unix.Unlink(f.path); e != nil && e != unix.ENOENT && err == nil {
 			err = e
+		}
+		if f.lock >= 0 {
+			unix.Close(f.lock)
+			f.lock = -1
 		}
 	}
 	if err != nil {

@@ -44,6 +44,8 @@ type Store struct {
 	mesh *mesh.Mesh          // the store's own connections; nil in a one-rank world
 	env  bootstrap.Env
 	job  string
+	// bootMethod is how the job bootstrapped: "pmi", "pmi2", "tcp", "dir", "single".
+	bootMethod string
 
 	rank, world, localRank int
 	// nranks: the world plus the storage-only ranks joined to it (global
@@ -113,7 +115,7 @@ func Open(o Options) (*Store, error) {
 	}
 	s := &Store{opts: o, ex: ex, boot: ex, env: env, rank: ex.Rank(), world: ex.Size(), localRank: env.LocalRank,
 		readers: map[*Reader]struct{}{}}
-	s.job = bootstrap.JobOf(ex, env.Job)
+	s.job, s.bootMethod = bootstrap.JobOf(ex, env.Job), bootstrap.MethodOf(ex)
 	if s.job == "" {
 		s.job = fmt.Sprintf("p%d", os.Getpid())
 	}
@@ -219,6 +221,9 @@ func (s *Store) open() error {
 		}
 		s.ex = s.mesh
 	}
+	if err := s.finishLaunchExchange(); err != nil {
+		return err
+	}
 	// The fabric is needed for a peer of the group on another node, and,
 	// with replica groups, for a replica there (failover reads).
 	needFabric := false
@@ -271,6 +276,9 @@ func (s *Store) open() error {
 		if localErr != nil {
 			localErr = wrapf(nil, "", "", localErr, "telemetry")
 		}
+	}
+	if s.localRank == 0 {
+		s.sweepLeftovers()
 	}
 	type round2 struct {
 		Addr  []byte      `json:"addr"`
@@ -387,6 +395,10 @@ func (s *Store) homeRanks() []int {
 // Job is the job id used to name shard and telemetry files.
 func (s *Store) Job() string { return s.job }
 
+// Bootstrap is how the ranks found each other at Open: "pmi" (MPICH's
+// mpiexec), "pmi2" (srun --mpi=pmi2), "tcp", "dir" or "single".
+func (s *Store) Bootstrap() string { return s.bootMethod }
+
 // Telemetry is the telemetry writer, nil when telemetry is off.
 func (s *Store) Telemetry() *telemetry.Writer { return s.tel }
 
@@ -421,4 +433,24 @@ func (s *Store) heartbeat() {
 			}
 		}
 	}
+}
+
+// finishLaunchExchange closes the launcher's exchange once the store's own
+// connections carry every later collective (a one-rank store needs none).
+// Under a PMI launcher that is the finalize: a rank that then exits without
+// Close ends cleanly, where Hydra kills the whole job when a rank drops its
+// PMI socket unfinalized.
+func (s *Store) finishLaunchExchange() error {
+	if s.boot == nil {
+		return nil
+	}
+	if s.ex == s.boot {
+		s.ex = bootstrap.Single()
+	}
+	err := s.boot.Close()
+	s.boot = nil
+	if err != nil {
+		return wrapf(nil, "Open", "", err, "finalizing the launcher's exchange")
+	}
+	return nil
 }

@@ -30,12 +30,25 @@ type Exchanger interface {
 // launcher (the PMI exchanger reports its KVS name).
 type JobNamer interface{ Job() string }
 
-// JobOf returns x's launcher job id when it knows one, else fallback.
-func JobOf(x Exchanger, fallback string) string {
-	if j, ok := x.(JobNamer); ok && j.Job() != "" {
+// MethodOf is the bootstrap method x uses ("pmi", "pmi2", "tcp", "dir",
+// "single"), "" for an exchanger of another package.
+func MethodOf(x Exchanger) string {
+	if m, ok := x.(interface{ Method() string }); ok {
+		return m.Method()
+	}
+	return ""
+}
+
+// JobOf returns the job id every rank shares: envJob (Env.Job) when the
+// environment names one, else the one x learned from the launcher, else "".
+func JobOf(x Exchanger, envJob string) string {
+	if envJob != "" {
+		return envJob
+	}
+	if j, ok := x.(JobNamer); ok {
 		return j.Job()
 	}
-	return fallback
+	return ""
 }
 
 // Options configures Connect. The zero value is valid: auto method, the
@@ -58,7 +71,8 @@ type Options struct {
 	// Dir is the shared directory of the dir method. Default DDSTORE_BOOTSTRAP_DIR.
 	Dir string
 	// Token must be equal on all ranks; peers with another token are refused.
-	// Default DDSTORE_JOB_TOKEN, else the job id.
+	// Default DDSTORE_JOB_TOKEN, else the job id (under MPICH's mpiexec,
+	// which exports none, the PMI KVS name).
 	Token string
 	// Timeout bounds Connect and is the default of every collective. Default 60s.
 	Timeout time.Duration
@@ -247,6 +261,9 @@ func Connect(o Options) (Exchanger, error) {
 // single is the exchanger of a one-rank job.
 type single struct{ closed bool }
 
+// Single is the exchanger of a one-rank job: every collective returns at once.
+func Single() Exchanger { return &single{} }
+
 func (s *single) Rank() int { return 0 }
 func (s *single) Size() int { return 1 }
 func (s *single) AllGather(tag string, mine []byte, _ time.Duration) ([][]byte, error) {
@@ -263,4 +280,5 @@ func (s *single) Barrier(tag string, t time.Duration) error {
 	_, err := s.AllGather(tag, nil, t)
 	return err
 }
-func (s *single) Close() error { s.closed = true; return nil }
+func (s *single) Close() error   { s.closed = true; return nil }
+func (s *single) Method() string { return "single" }

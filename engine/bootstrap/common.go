@@ -23,6 +23,9 @@ type collective struct {
 func (c *collective) Rank() int { return c.rank }
 func (c *collective) Size() int { return c.world }
 
+// Method is the bootstrap method: "pmi", "pmi2", "tcp" or "dir".
+func (c *collective) Method() string { return c.method }
+
 // begin starts collective number c.seq+1 and returns its op name and deadline.
 func (c *collective) begin(kind, tag string, mine []byte, timeout time.Duration) (string, time.Time, error) {
 	op := fmt.Sprintf("%s %q", kind, tag)

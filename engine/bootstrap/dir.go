@@ -31,7 +31,11 @@ const dirMagic = "ddstore-bootstrap-dir 1\n"
 
 func connectDir(r resolved) (*dirEx, error) {
 	// The job's subdirectory is removed on Close: it must be a plain name.
-	if j := r.Env.Job; j == "" || j == "." || j == ".." || strings.ContainsAny(j, `/\`) {
+	if j := r.Env.Job; j == "" {
+		return nil, &fault.Error{Op: "dir connect", Kind: ErrEnv, Side: fault.Local,
+			Detail: fmt.Sprintf("the launcher (%s) exports no job id that every rank shares: set DDSTORE_JOB to name the job's subdirectory of %s",
+				r.Env.Launcher, r.Dir)}
+	} else if j == "." || j == ".." || strings.ContainsAny(j, `/\`) {
 		return nil, &fault.Error{Op: "dir connect", Kind: ErrEnv, Side: fault.Local,
 			Detail: fmt.Sprintf("job id %q cannot name a subdirectory of %s (set DDSTORE_JOB)", j, r.Dir)}
 	}

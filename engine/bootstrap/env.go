@@ -17,7 +17,12 @@ type Env struct {
 	LocalRank  int    // rank among the ranks on this node
 	LocalWorld int    // ranks on this node; 0 when the launcher does not say
 	Launcher   string // "slurm", "hydra", "openmpi", "torchrun", "none"
-	Job        string // job id shared by all ranks (DDSTORE_JOB overrides)
+	// Job is the job id every rank shares: DDSTORE_JOB, else the
+	// launcher's (Slurm's job and step, torchrun's run id or rendezvous,
+	// Open MPI's namespace); "" when the launcher exports none (MPICH's
+	// mpiexec: the exchanger names the job then, see JobOf). Never the
+	// parent's pid, which a wrapper (sh -c, numactl, nsys) changes per rank.
+	Job string
 }
 
 // String is a one-line summary for logs.
@@ -175,8 +180,6 @@ func detectTorch(look lookupFunc) (Env, error) {
 		// A wrapper under srun that exports RANK/WORLD_SIZE from the
 		// step's SLURM_PROCID/SLURM_NTASKS: the step is the job.
 		e.Job = "slurm-" + slurmJob(look)
-	default:
-		e.Job = fmt.Sprintf("torch-%d", os.Getppid())
 	}
 	return e, nil
 }
@@ -195,17 +198,14 @@ func detectOMPI(look lookupFunc) (Env, error) {
 		e.Job = "ompi-" + nonEmpty(look, "PMIX_NAMESPACE")
 	case nonEmpty(look, "OMPI_MCA_ess_base_jobid") != "":
 		e.Job = "ompi-" + nonEmpty(look, "OMPI_MCA_ess_base_jobid")
-	default:
-		e.Job = fmt.Sprintf("ompi-%d", os.Getppid())
 	}
 	return e, nil
 }
 
-// detectHydra: MPICH's Hydra mpiexec. It exports no job id; the PMI
-// exchanger learns the KVS name later (see JobOf). Until then the job is
-// named after the parent (the node's hydra_pmi_proxy), which is shared by the
-// ranks of one node only: set DDSTORE_JOB for multi-node jobs that use the
-// dir or tcp method under mpiexec.
+// detectHydra: MPICH's Hydra mpiexec. It exports no job id that every
+// rank shares: the job stays unnamed (""), and the PMI exchanger names it
+// from the KVS name (see JobOf). Set DDSTORE_JOB to use the dir method
+// under mpiexec.
 func detectHydra(look lookupFunc) (Env, error) {
 	r, w, err := rankWorld(look, "PMI_RANK", "PMI_SIZE")
 	if err != nil {
@@ -220,7 +220,6 @@ func detectHydra(look lookupFunc) (Env, error) {
 			return Env{}, envErr("PMI_FD=%q is not a file descriptor number", fd)
 		}
 	}
-	e.Job = fmt.Sprintf("hydra-%d", os.Getppid())
 	if j := nonEmpty(look, "PMI_JOBID"); j != "" {
 		// Slurm's PMI-2 (srun --mpi=pmi2) sets PMI_RANK/PMI_SIZE too.
 		e.Launcher, e.Job = "slurm", "slurm-"+slurmJob(look)
@@ -285,11 +284,9 @@ func detectSlurm(look lookupFunc) (Env, error) {
 	if e.LocalWorld > 0 && e.LocalRank >= e.LocalWorld {
 		return Env{}, envErr("SLURM_LOCALID=%d is not below the %d tasks on this node", e.LocalRank, e.LocalWorld)
 	}
-	job := slurmJob(look)
-	if job == "" {
-		job = fmt.Sprint(os.Getppid())
+	if job := slurmJob(look); job != "" {
+		e.Job = "slurm-" + job
 	}
-	e.Job = "slurm-" + job
 	return e, nil
 }
 

@@ -47,6 +47,8 @@ func TestDetectEnv(t *testing.T) {
 			want: Env{Rank: 3, World: 8, LocalRank: 1, LocalWorld: 2, Launcher: "torchrun", Job: "torch-n1-29500"}},
 		{name: "torchrun run id", env: map[string]string{"RANK": "0", "WORLD_SIZE": "1", "TORCHELASTIC_RUN_ID": "abc"},
 			want: Env{Rank: 0, World: 1, Launcher: "torchrun", Job: "torch-abc"}},
+		{name: "torchrun with no shared id: unnamed, never the parent's pid", env: map[string]string{"RANK": "1", "WORLD_SIZE": "2"},
+			want: Env{Rank: 1, World: 2, Launcher: "torchrun"}},
 		{name: "torchrun missing world", env: map[string]string{"RANK": "0"}, err: "WORLD_SIZE is not set"},
 		{name: "torchrun negative", env: map[string]string{"RANK": "-1", "WORLD_SIZE": "2"}, err: "RANK=-1"},
 		{name: "torchrun local world too big", env: map[string]string{"RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "3"},
@@ -73,8 +75,8 @@ func TestDetectEnv(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if c.want.Job == "" { // pid-derived job ids: check the prefix only
-				if !strings.HasPrefix(got.Job, map[string]string{"none": "local-", "hydra": "hydra-"}[got.Launcher]) || got.Job == "" {
+			if got.Launcher == "none" { // one process: its own pid names the job
+				if !strings.HasPrefix(got.Job, "local-") {
 					t.Errorf("job %q", got.Job)
 				}
 				got.Job = ""
@@ -105,6 +107,19 @@ func TestOptionsValidate(t *testing.T) {
 	for _, o := range []Options{{Method: "mpi"}, {Timeout: -1}, {Env: Env{Rank: 2, World: 2}}} {
 		if err := o.Validate(); err == nil {
 			t.Errorf("%+v: no error", o)
+		}
+	}
+}
+
+func TestPMIJobName(t *testing.T) {
+	for kvs, want := range map[string]string{
+		"kvs_26094_0_487958802_vm": "mpiexec-26094",
+		"kvs_x_0_1_vm":             "pmi-kvs_x_0_1_vm",
+		"kvs_0_0_1_vm":             "pmi-kvs_0_0_1_vm",
+		"77.3":                     "pmi-77.3",
+	} {
+		if got := pmiJobName(kvs); got != want {
+			t.Errorf("pmiJobName(%q) = %q, want %q", kvs, got, want)
 		}
 	}
 }

@@ -66,6 +66,9 @@ func connectPMI(r resolved) (*pmiEx, error) {
 		x.abandon()
 		return nil, err
 	}
+	if x.token == "" { // no job id in the environment: the KVS is the job's own
+		x.token = x.kvs
+	}
 	// Connect ends with a collective that checks the world size and tokens.
 	sum := sha256.Sum256([]byte(x.token))
 	blob := fmt.Appendf(nil, "%d %x", x.world, sum[:8])
@@ -118,8 +121,21 @@ func (x *pmiEx) handshake(deadline time.Time) error {
 	return nil
 }
 
-// Job returns the PMI KVS name, which all ranks of the job share.
-func (x *pmiEx) Job() string { return "pmi-" + x.kvs }
+// Job names the job after its PMI KVS name, which all ranks share.
+func (x *pmiEx) Job() string { return pmiJobName(x.kvs) }
+
+// pmiJobName turns Hydra's KVS name "kvs_<mpiexec pid>_<pgid>_<random>_<host>"
+// into "mpiexec-<pid>", the pid a person sees in ps; any other name n
+// into "pmi-<n>".
+func pmiJobName(kvs string) string {
+	f := strings.Split(kvs, "_")
+	if len(f) >= 3 && f[0] == "kvs" {
+		if pid, err := strconv.Atoi(f[1]); err == nil && pid > 0 {
+			return "mpiexec-" + f[1]
+		}
+	}
+	return "pmi-" + kvs
+}
 
 // call sends one command line and reads the reply with command want.
 func (x *pmiEx) call(op, line, want string, deadline time.Time) (map[string]string, error) {

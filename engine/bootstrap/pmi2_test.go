@@ -206,8 +206,8 @@ func TestPMI2AllGather(t *testing.T) {
 			res := runPMI2(t, srv, "gather", "BSTEST_PMI_DIRECT="+c.direct)
 			wantAllOK(t, res)
 			for r, rr := range res {
-				if rr.Job != "pmi-77.3" {
-					t.Errorf("rank %d: job %q, want pmi-77.3", r, rr.Job)
+				if rr.Job != "pmi2-77.3" { // from PMI_JOBID
+					t.Errorf("rank %d: job %q, want pmi2-77.3", r, rr.Job)
 				}
 			}
 			for _, cmd := range []string{"fullinit", "kvs-put", "kvs-fence", "kvs-get", "finalize"} {

@@ -59,8 +59,8 @@ func TestPMIAllGather(t *testing.T) {
 	res := runMPIExec(t, 4, "gather", 10*time.Second, 4)
 	wantAllOK(t, res)
 	job := res[0].Job
-	if !strings.HasPrefix(job, "pmi-kvs_") {
-		t.Errorf("job %q is not from the PMI kvsname", job)
+	if !strings.HasPrefix(job, "mpiexec-") {
+		t.Errorf("job %q is not named after mpiexec's pid in the PMI kvsname", job)
 	}
 	for r, rr := range res {
 		if rr.Job != job {

@@ -507,3 +507,7 @@ func writeFrame(c net.Conn, frame []byte, deadline time.Time) error {
 	_, err := c.Write(frame)
 	return err
 }
+
+// Job names a job whose environment names none (Env.Job "") after its
+// rendezvous address, which every rank shares.
+func (x *tcpEx) Job() string { return "tcp-" + x.addr }

@@ -4,8 +4,8 @@
 // closes; rank 0 prints one JSON line with the world size, the launcher,
 // the slowest rank's Open, the slowest rank's Add and, when the launching
 // script exported DDSTORE_LAUNCH_NS (date +%s%N just before the launcher),
-// the time from the launch to the last rank's Open returning, and the
-// store's job id (which tells the bootstrap: "pmi-…" for PMI-1 or PMI-2).
+// the time from the launch to the last rank's Open returning, the store's
+// job id, and how the ranks found each other (bootstrap: pmi, pmi2, tcp).
 //
 //	DDSTORE_LAUNCH_NS=$(date +%s%N) ddrun -n 16 bin/opentime
 package main
@@ -24,7 +24,8 @@ import (
 type result struct {
 	World    int     `json:"world"`
 	Launcher string  `json:"launcher"`
-	Job      string  `json:"job"`              // the store's job id: "pmi-…" when the launcher's PMI store bootstrapped it
+	Job      string  `json:"job"`              // the store's job id
+	Boot     string  `json:"bootstrap"`        // how the ranks found each other: pmi, pmi2, tcp, dir
 	OpenS    float64 `json:"open_s"`           // slowest rank's Open
 	AddS     float64 `json:"add_s"`            // slowest rank's Add
 	LaunchS  float64 `json:"launch_to_open_s"` // launch → last Open returned (0 without DDSTORE_LAUNCH_NS)
@@ -79,7 +80,7 @@ func run() error {
 		maxAdd = max(maxAdd, time.Duration(binary.LittleEndian.Uint64(b[8:])))
 		lastOpen = max(lastOpen, int64(binary.LittleEndian.Uint64(b[16:])))
 	}
-	r := result{World: st.World(), Job: st.Job(), OpenS: maxOpen.Seconds(), AddS: maxAdd.Seconds(), Launcher: launcher()}
+	r := result{World: st.World(), Job: st.Job(), Boot: st.Bootstrap(), OpenS: maxOpen.Seconds(), AddS: maxAdd.Seconds(), Launcher: launcher()}
 	if v := configs.LaunchNanos(); v > 0 {
 		r.LaunchS = float64(lastOpen-v) / 1e9
 	}

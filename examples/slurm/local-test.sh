@@ -33,12 +33,14 @@ print(" ".join(repr(next(iter(by[e]))) for e in sorted(by)))
 EOF
 }
 
-# Which bootstrap each srun variant used: the derived tcp rendezvous
-# (job "slurm-<job>.<step>") or Slurm's PMI-2 store (job "pmi-<job>.<step>").
-tcpjob=$(timeout 120 srun -n 4 bin/opentime | python3 -c 'import json,sys; print(json.load(sys.stdin)["job"])')
-pmijob=$(timeout 120 srun --mpi=pmi2 -n 4 bin/opentime | python3 -c 'import json,sys; print(json.load(sys.stdin)["job"])')
-echo "srun -n 4 bootstrapped as job $tcpjob; srun --mpi=pmi2 -n 4 as job $pmijob"
-[[ $tcpjob == slurm-* && $pmijob == pmi-* ]] || { echo "local-test: unexpected bootstrap" >&2; exit 1; }
+# Which bootstrap each srun variant used (the derived tcp rendezvous, or
+# Slurm's PMI-2 store) and the job id (the step's, "slurm-<job>.<step>").
+boot() { timeout 120 "$@" bin/opentime | python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["bootstrap"], r["job"])'; }
+read -r tcpboot tcpjob < <(boot srun -n 4)
+read -r pmiboot pmijob < <(boot srun --mpi=pmi2 -n 4)
+echo "srun -n 4 bootstrapped by $tcpboot as job $tcpjob; srun --mpi=pmi2 -n 4 by $pmiboot as job $pmijob"
+[[ $tcpboot == tcp && $pmiboot == pmi2 && $tcpjob == slurm-* && $pmijob == slurm-* ]] ||
+  { echo "local-test: unexpected bootstrap" >&2; exit 1; }
 
 ddrun=$(run ddrun bin/ddrun -n 4)
 srun=$(run srun srun -n 4)
