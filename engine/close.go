@@ -15,7 +15,9 @@ import (
 // Close is collective: it waits for this rank's reads in flight, meets the
 // other ranks at a barrier (so nobody reads this rank's memory any more),
 // then stops telemetry, unmaps and removes the shard files and closes the
-// fabric. Resources are released even if the barrier fails (the error is
+// fabric. After a failed collective (a timeout, a mismatch, a dead rank)
+// no later collective works, and Close skips the barrier: it releases
+// everything and returns nil; open a new store to go on. Resources are released even if the barrier fails (the error is
 // returned). Later calls return ErrClosed. With Options.Profile, Close
 // first writes this rank's profile table to Options.ProfileOutput.
 //
@@ -67,6 +69,10 @@ func (s *Store) Close() error {
 	if s.opts.Role == RoleStorage {
 		// Nothing reads a storage rank once the trainers closed the job
 		// (Serve): no barrier among the storage ranks, some may be dead.
+	} else if s.mesh != nil && s.mesh.Broken() != nil {
+		// A collective failed earlier and every rank still connected was
+		// told: no barrier can succeed now. Close releases all the same
+		// (the failure was returned when it happened).
 	} else if err := s.ex.Barrier("close", s.opts.Timeout); err != nil {
 		errs = append(errs, wrapBootstrap("close barrier", err))
 	}

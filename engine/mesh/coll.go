@@ -39,6 +39,14 @@ func (m *Mesh) begin(op string, timeout time.Duration) (uint64, time.Time, error
 	return m.seq, time.Now().Add(timeout), nil
 }
 
+// Broken is the failure that broke the mesh's collectives (every peer
+// still connected was told of it), nil while they work.
+func (m *Mesh) Broken() error {
+	m.collMu.Lock()
+	defer m.collMu.Unlock()
+	return m.broken
+}
+
 // fail breaks the mesh with its first failure and tells every peer still
 // there (an abort frame of the current collective), so that none of them
 // waits out its deadline for this rank.
@@ -51,8 +59,11 @@ func (m *Mesh) fail(err error) error {
 	kind, ranks, detail := error(nil), []int(nil), err.Error()
 	if errors.As(err, &fe) {
 		kind, ranks = fe.Kind, fe.Ranks
+		if fe.Detail != "" {
+			detail = fe.Detail
+		}
 	}
-	body := abortBody(kind, ranks, detail)
+	body := abortBody(kind, ranks, time.Now(), detail)
 	for _, p := range m.peers {
 		if p == nil || p.dead.Load() || p.left.Load() {
 			continue
@@ -74,7 +85,9 @@ func (m *Mesh) fail(err error) error {
 
 var abortKinds = []error{nil, fault.ErrTimeout, fault.ErrPeerDead, fault.ErrMismatch, fault.ErrClosed, fault.ErrToken}
 
-func abortBody(kind error, ranks []int, detail string) []byte {
+// abortBody is an abort frame's body: the kind's code, the ranks, when the
+// sender gave up (Unix ns), and the detail.
+func abortBody(kind error, ranks []int, at time.Time, detail string) []byte {
 	code := byte(0)
 	for i, k := range abortKinds {
 		if k != nil && errors.Is(kind, k) {
@@ -87,15 +100,23 @@ func abortBody(kind error, ranks []int, detail string) []byte {
 	for _, r := range ranks {
 		b = binary.LittleEndian.AppendUint32(b, uint32(r))
 	}
+	b = binary.LittleEndian.AppendUint64(b, uint64(at.UnixNano()))
 	return append(b, detail...)
 }
 
 // abortErr is the error that rank from reported in an abort frame.
 func abortErr(op string, from int, body []byte) error {
+	e, _, detail := parseAbort(op, from, body)
+	e.Detail = fmt.Sprintf("rank %d reports: %s", from, detail)
+	return e
+}
+
+// parseAbort reads an abort frame's body into an error (its Detail left
+// to the caller), the time the sender gave up and the sender's detail.
+func parseAbort(op string, from int, body []byte) (*fault.Error, time.Time, string) {
 	e := &fault.Error{Op: op, Side: fault.Remote, Kind: fault.ErrPeerDead, Ranks: []int{from}}
 	if len(body) < 5 {
-		e.Detail = fmt.Sprintf("rank %d aborted the collective", from)
-		return e
+		return e, time.Time{}, fmt.Sprintf("rank %d aborted the collective", from)
 	}
 	if int(body[0]) < len(abortKinds) && body[0] > 0 {
 		e.Kind = abortKinds[body[0]]
@@ -111,8 +132,40 @@ func abortErr(op string, from int, body []byte) error {
 			e.Ranks[i] = int(binary.LittleEndian.Uint32(rest[4*i:]))
 		}
 	}
-	e.Detail = fmt.Sprintf("rank %d reports: %s", from, rest[4*n:])
+	rest = rest[4*n:]
+	var at time.Time
+	if len(rest) >= 8 {
+		at, rest = time.Unix(0, int64(binary.LittleEndian.Uint64(rest))), rest[8:]
+	}
+	return e, at, string(rest)
+}
+
+// gaveUp is the error of a rank that reached collective seq after rank
+// from had given up on it, or on the earlier collective aseq that this
+// rank then completed late: from's abort frame is queued behind the
+// frames this rank used.
+func gaveUp(op string, from int, seq, aseq uint64, body []byte) error {
+	e, at, detail := parseAbort(op, from, body)
+	what := "this collective"
+	if aseq != seq {
+		what = fmt.Sprintf("the collective before it (#%d), which this rank completed late", aseq)
+	}
+	when := ""
+	if !at.IsZero() {
+		when = fmt.Sprintf(" at %s, %v before this rank got there", at.Format("15:04:05.000"), time.Since(at).Round(time.Millisecond))
+	}
+	e.Detail = fmt.Sprintf("rank %d gave up on %s%s: %s", from, what, when, detail)
 	return e
+}
+
+// abandoned is gaveUp's error when rank r has queued an abort frame of
+// collective seq or an earlier one, else nil.
+func (m *Mesh) abandoned(op string, r int, seq uint64) error {
+	aseq, body, ok := m.peers[r].in.findAbort(seq)
+	if !ok {
+		return nil
+	}
+	return m.fail(gaveUp(op, r, seq, aseq, body))
 }
 
 // recv waits for the next data frame of collective seq from rank r. It
@@ -151,13 +204,19 @@ func (m *Mesh) recv(op string, r int, seq uint64, timer <-chan time.Time, timeou
 		}
 		if f.abort {
 			if f.seq < seq {
-				continue // a failure of an earlier collective, already reported
+				// r gave up on a collective that this rank completed
+				// late (collectives stop after this rank's own failure).
+				return frame{}, m.fail(gaveUp(op, r, seq, f.seq, f.body))
 			}
 			return frame{}, m.fail(abortErr(op, r, f.body))
 		}
 		if f.seq != seq {
 			return frame{}, m.fail(&fault.Error{Op: op, Ranks: []int{r}, Side: fault.Remote, Kind: fault.ErrMismatch,
 				Detail: fmt.Sprintf("rank %d sent data of collective #%d during #%d (collectives called in another order)", r, f.seq, seq)})
+		}
+		// r sent its part, then gave up waiting for the others (this rank).
+		if err := m.abandoned(op, r, seq); err != nil {
+			return frame{}, err
 		}
 		return f, nil
 	}
@@ -206,6 +265,9 @@ func (m *Mesh) goneMembers(op string, need []int) error {
 }
 
 func (m *Mesh) sendErr(op string, r int, err error) error {
+	if gone := m.abandoned(op, r, m.seq); gone != nil {
+		return gone // r left after giving up on this rank: that is the cause
+	}
 	return m.fail(&fault.Error{Op: op, Ranks: []int{r}, Side: fault.Remote, Kind: fault.ErrPeerDead,
 		Detail: fmt.Sprintf("sending to rank %d failed", r), Err: err})
 }

@@ -101,6 +101,19 @@ func (q *inbox) pop(timer <-chan time.Time, death <-chan struct{}) (frame, error
 	}
 }
 
+// findAbort returns the first queued abort frame of collective seq or an
+// earlier one: its collective and body.
+func (q *inbox) findAbort(seq uint64) (uint64, []byte, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, f := range q.frames[q.head:] {
+		if f.abort && f.seq <= seq {
+			return f.seq, f.body, true
+		}
+	}
+	return 0, nil, false
+}
+
 func (q *inbox) hasFrames() bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()

@@ -211,6 +211,36 @@ func TestTimeoutNamesMissing(t *testing.T) {
 	}
 }
 
+// TestLateRankHearsWhoGaveUp: ranks 0-2 give up on a barrier that rank 3
+// reaches late. Rank 3 does not complete it (every other rank's part is
+// queued for it) nor fails on a broken connection: it hears that the
+// others gave up on it, and when. So it does when the others have closed
+// their connections meanwhile, as a program that exits on the error does.
+func TestLateRankHearsWhoGaveUp(t *testing.T) {
+	for _, gone := range []bool{false, true} {
+		t.Run(fmt.Sprintf("others-gone=%v", gone), func(t *testing.T) {
+			ms := world(t, 4, Options{Timeout: 5 * time.Second})
+			errs := each(ms[:3], func(r int, m *Mesh) error { return m.Barrier("b", 300*time.Millisecond) })
+			for r, err := range errs {
+				if !errors.Is(err, fault.ErrTimeout) {
+					t.Fatalf("rank %d: %v", r, err)
+				}
+			}
+			if gone {
+				for _, m := range ms[:3] {
+					m.kill()
+				}
+			}
+			time.Sleep(200 * time.Millisecond) // rank 3 is late
+			err := ms[3].Barrier("b", 2*time.Second)
+			if !errors.Is(err, fault.ErrTimeout) || !strings.Contains(err.Error(), "gave up on this collective at ") ||
+				!strings.Contains(err.Error(), "before this rank got there") || !strings.Contains(err.Error(), "rank 3 did not arrive within 300ms") {
+				t.Fatalf("late rank: %v", err)
+			}
+		})
+	}
+}
+
 // kill drops a rank's connections without saying goodbye, as a crash does.
 func (m *Mesh) kill() {
 	m.closing.Store(true)
