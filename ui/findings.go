@@ -37,7 +37,11 @@ func findingLine(f diagnose.Finding, w int) string {
 	} else if f.Key != "" {
 		fix += " (" + f.Key + ")"
 	}
-	s := fmt.Sprintf("%s %s %s: %s → %s", mark, styles.Header.Render(f.Rule), f.Where(), f.Evidence, fix)
+	place := f.Where()
+	if place != "" {
+		place = " " + place
+	}
+	s := fmt.Sprintf("%s %s%s: %s → %s", mark, styles.Header.Render(f.Rule), place, f.Evidence, fix)
 	return ansi.Truncate(s, w, "…")
 }
 

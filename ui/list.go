@@ -285,16 +285,19 @@ func paintErr(c string) string {
 
 // Row builders.
 
-// rankRows are the ranks page's rows; sc, when not nil, keeps each rank's
-// filter text between refreshes.
-func rankRows(f *data.Frame, sc *searchCache) []*row {
+// rankRows are the ranks page's rows, the jobs with a live rank first,
+// without the ranks hide names; sc, when not nil, keeps each rank's filter
+// text between refreshes.
+func rankRows(f *data.Frame, sc *searchCache, hide func(*data.Rank) bool) []*row {
 	if f == nil {
 		return nil
 	}
-	out := make([]*row, len(f.Ranks))
-	for i, r := range f.Ranks {
-		out[i] = &row{key: r.Path, rank: r.Rank, host: r.Host, pid: r.Pid, state: r.State,
-			stat: &r.Stat, loader: &f.Ranks[i].Loader, search: sc.rank(r)}
+	out := make([]*row, 0, len(f.Ranks))
+	for _, r := range liveJobsFirst(f.Ranks) {
+		if !hide(r) {
+			out = append(out, &row{key: r.Path, rank: r.Rank, host: r.Host, pid: r.Pid, state: r.State,
+				stat: &r.Stat, loader: &r.Loader, search: sc.rank(r)})
+		}
 	}
 	sc.prune()
 	return out
@@ -388,13 +391,15 @@ func varRows(f *data.Frame) []*row {
 	return out
 }
 
-func varRankRows(f *data.Frame, name string) []*row {
+// varRankRows are the rows of variable name by rank, without the ranks
+// hide names.
+func varRankRows(f *data.Frame, name string, hide func(*data.Rank) bool) []*row {
 	if f == nil || name == "" {
 		return nil
 	}
-	state := map[string]string{}
+	ranks := map[string]*data.Rank{}
 	for _, r := range f.Ranks {
-		state[r.Path] = r.State
+		ranks[r.Path] = r
 	}
 	var out []*row
 	for _, v := range f.Vars {
@@ -402,8 +407,12 @@ func varRankRows(f *data.Frame, name string) []*row {
 			continue
 		}
 		for _, vr := range v.ByRank {
+			r := ranks[vr.Path]
+			if hide(r) {
+				continue
+			}
 			out = append(out, &row{key: vr.Path, rank: vr.Rank, host: vr.Host, name: vr.Name,
-				state: state[vr.Path], stat: &vr.Stat,
+				state: r.State, stat: &vr.Stat,
 				search: strings.ToLower(fmt.Sprintf("rank%d r%d %d %s %s", vr.Rank, vr.Rank, vr.Rank, vr.Host, vr.Name))})
 		}
 	}

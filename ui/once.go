@@ -35,12 +35,12 @@ func Once(w io.Writer, o OnceOptions) error {
 		return err
 	}
 	defer m.Close()
-	if err := m.Refresh(); err != nil {
+	if err := m.refreshOnce(); err != nil {
 		return err
 	}
 	if o.Window > 0 {
 		time.Sleep(o.Window)
-		if err := m.Refresh(); err != nil {
+		if err := m.refreshOnce(); err != nil {
 			return err
 		}
 	}
@@ -57,11 +57,23 @@ func Once(w io.Writer, o OnceOptions) error {
 	return err
 }
 
+// refreshOnce is Refresh, failing when the job selection names no job or
+// several (the error lists the jobs).
+func (m *Model) refreshOnce() error {
+	if err := m.Refresh(); err != nil {
+		return err
+	}
+	if e := m.frame.JobErr; e != nil {
+		return e
+	}
+	return nil
+}
+
 // Tables renders the ranks and variables tables of a frame, all rows.
 func Tables(f *data.Frame, width int) string {
 	var b strings.Builder
 	ranks, vars := newList(rankCols), newList(varCols)
-	rr, vr := rankRows(f, nil), varRows(f)
+	rr, vr := rankRows(f, nil, showAll), varRows(f)
 	ranks.setSize(width, len(rr)+1)
 	vars.setSize(width, len(vr)+1)
 	ranks.tbl.SetFocused(false)

@@ -38,14 +38,21 @@ import (
 
 // Options configure ddtop. Zero fields take the documented defaults.
 type Options struct {
-	Dir      string        // segment directory; default "/dev/shm"
-	Job      string        // show only this job; "" = every job
+	Dir string // segment directory; default "/dev/shm"
+	// Job shows only this job: its id or a unique prefix of one (see
+	// data.Options.Job); "" = every job.
+	Job      string
 	Interval time.Duration // refresh interval; default 1s, at least 50ms
 	History  int           // throughput points kept per rank; default 300
 	Recent   int           // recent calls kept per rank; default 256
 	// Now is the clock that measures refresh intervals (rates divide by
-	// them); default time.Now. Tests inject a fake one.
+	// them) and how long ranks have been exited; default time.Now. Tests
+	// inject a fake one.
 	Now func() time.Time
+	// ExitedGrace is how long after ddtop first saw a rank exited the
+	// pages still show it; then it is hidden until key X shows it (the
+	// title still counts it). Default DefaultExitedGrace; < 0: never hide.
+	ExitedGrace time.Duration
 }
 
 // ErrOptions reports invalid Options.
@@ -65,6 +72,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Dir == "" {
 		o.Dir = data.DefaultDir
+	}
+	if o.ExitedGrace == 0 {
+		o.ExitedGrace = DefaultExitedGrace
 	}
 	return o
 }
@@ -187,14 +197,15 @@ func (r *replay) shown(f *data.Frame) int {
 
 // Model is ddtop's root model.
 type Model struct {
-	o        Options
-	src      frameSource
-	rep      *replay // non-nil in ddtop replay
-	frame    *data.Frame
-	findings []diagnose.Finding // of frame, worst first
-	err      error
-	gen      int // refresh chain generation: pause/resume starts a new chain
-	paused   bool
+	o           Options
+	src         frameSource
+	rep         *replay // non-nil in ddtop replay
+	frame       *data.Frame
+	allFindings []diagnose.Finding // of frame, worst first
+	findings    []diagnose.Finding // the ranks page's: allFindings less those about hidden ranks
+	err         error
+	gen         int // refresh chain generation: pause/resume starts a new chain
+	paused      bool
 
 	view      int
 	ranks     list
@@ -203,6 +214,8 @@ type Model struct {
 	varSel    string // variable whose per-rank rows the variables view shows; "" = all variables
 	detail    detail
 	detailRet int // view esc returns to from the detail
+	exited    exitedFilter
+	picked    string // key of the rank not live that the user moved the ranks page's cursor to
 
 	keys      keys.KeyMap
 	help      help.Model
@@ -233,7 +246,7 @@ func New(o Options) (*Model, error) {
 		return nil, err
 	}
 	m := &Model{
-		o: o, src: &source{p: p},
+		o: o, src: &source{p: p}, exited: exitedFilter{grace: o.ExitedGrace},
 		ranks: newList(rankCols), vars: newList(varCols), varRanks: newList(varRankCols),
 		detail: newDetail(), keys: keys.Default(), help: help.New(), filter: newFilter(),
 		width: 100, height: 30,
@@ -339,21 +352,31 @@ func (m *Model) apply(f *data.Frame, err error) {
 	}
 	prev := m.frame
 	m.frame = f
-	old := panelLines(len(m.findings), m.bodyLines)
-	m.findings = diagnose.Diagnose(f, diagnose.Thresholds{})
-	m.detail.findings = m.findings
-	if panelLines(len(m.findings), m.bodyLines) != old {
-		m.layout()
-	}
+	m.allFindings = diagnose.Diagnose(f, diagnose.Thresholds{})
+	m.detail.findings = m.allFindings
+	m.showRows()
 	// Every list's rows and the detail page now point into f alone, so
 	// the previous frame's memory can serve a later poll.
-	m.ranks.setRows(rankRows(f, &m.searches))
-	m.vars.setRows(varRows(f))
-	m.varRanks.setRows(varRankRows(f, m.varSel))
 	m.detail.setFrame(f, m.view == viewDetail)
 	if prev != nil && prev != f {
 		m.src.recycle(prev)
 	}
+}
+
+// showRows fills the lists and the findings panel from the frame, less
+// the exited ranks the pages hide, and keeps the cursor on a live rank.
+func (m *Model) showRows() {
+	f := m.frame
+	hide := m.exited.hider(f)
+	old := panelLines(len(m.findings), m.bodyLines)
+	m.findings = panelFindings(m.allFindings, f, hide, m.keys.Exited.Help().Key)
+	if panelLines(len(m.findings), m.bodyLines) != old {
+		m.layout()
+	}
+	m.ranks.setRows(rankRows(f, &m.searches, hide))
+	m.vars.setRows(varRows(f))
+	m.varRanks.setRows(varRankRows(f, m.varSel, hide))
+	m.cursorToLive()
 }
 
 // Update handles refreshes, resizes and keys.
@@ -459,6 +482,8 @@ func (m *Model) key(msg tea.KeyMsg) (tea.Model, tea.Cmd) {
 			cur = n - 1
 		}
 		m.seekTo(cur)
+	case key.Matches(msg, k.Exited):
+		m.toggleExited()
 	case key.Matches(msg, k.Pause):
 		m.paused = !m.paused
 		m.gen++
@@ -535,6 +560,9 @@ func (m *Model) move(msg tea.KeyMsg) {
 		case key.Matches(msg, k.PageDown):
 			l.tbl.MoveDown(l.tbl.PageSize())
 		}
+		if r := l.selected(); r != nil && l == &m.ranks {
+			m.pick(r)
+		}
 		return
 	}
 	vp := &m.detail.vp
@@ -561,7 +589,7 @@ func (m *Model) enter() {
 		if r := m.vars.selected(); r != nil {
 			m.varSel = r.key
 			m.varRanks.setHidden(false) // on screen from here: the cursor goes to the top
-			m.varRanks.setRows(varRankRows(m.frame, m.varSel))
+			m.varRanks.setRows(varRankRows(m.frame, m.varSel, m.exited.hider(m.frame)))
 			m.varRanks.tbl.SetCursor(0)
 			m.layout()
 		}
@@ -622,6 +650,7 @@ func (m *Model) layout() {
 	m.vars.setSize(w, body)
 	m.varRanks.setSize(w, body)
 	m.detail.setSize(w, body)
+	m.cursorToLive() // the ranks page may have come on screen
 }
 
 func lineCount(s string) int {
@@ -708,8 +737,12 @@ func (m *Model) emptyText() string {
 		return styles.Bad.Render(m.err.Error())
 	case m.frame == nil:
 		return styles.Faint.Render("reading " + m.o.Dir + " …")
+	case m.frame.JobErr != nil:
+		return jobErrorText(m.frame.JobErr)
 	case m.filter.Value() != "":
 		return styles.Faint.Render("no rows match the filter " + fmt.Sprintf("%q", m.filter.Value()))
+	case m.view == viewRanks && len(m.frame.Ranks) > 0:
+		return styles.Faint.Render(fmt.Sprintf("every rank exited a while ago and is hidden; press %s to show them", m.keys.Exited.Help().Key))
 	case len(m.frame.Problems) > 0:
 		return styles.Warn.Render(m.frame.Problems[0])
 	default:
@@ -740,25 +773,12 @@ func (m *Model) titleLine() string {
 		s += styles.Paused.Render(" PAUSED ") + " "
 	}
 	s += strings.Join(tabs, "")
-	if m.frame != nil {
-		var live, stale, exited int
-		for _, r := range m.frame.Ranks {
-			switch r.State {
-			case telemetry.StateLive:
-				live++
-			case telemetry.StateStale:
-				stale++
-			default:
-				exited++
-			}
-		}
-		s += fmt.Sprintf("  %d ranks: %d live", len(m.frame.Ranks), live)
-		if stale > 0 {
-			s += ", " + styles.Warn.Render(fmt.Sprintf("%d stale", stale))
-		}
-		if exited > 0 {
-			s += ", " + styles.Bad.Render(fmt.Sprintf("%d exited", exited))
-		}
+	switch {
+	case m.frame == nil:
+	case m.frame.JobErr != nil:
+		s += "  " + jobErrorTitle(m.frame.JobErr)
+	default:
+		s += "  " + rankSummary(countRanks(m.frame, m.exited), m.exited.show, m.keys.Exited.Help().Key)
 	}
 	if l := m.activeList(); l != nil && l.sortCol >= 0 {
 		dir := "▲"

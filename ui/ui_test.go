@@ -3,7 +3,6 @@ package ui
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/ddstore/ddstore/telemetry"
 	"github.com/ddstore/ddstore/ui/data"
+	"github.com/ddstore/ddstore/ui/internal/segtest"
 )
 
 func TestMain(m *testing.M) {
@@ -40,10 +40,17 @@ func newFixture(t *testing.T) *fixture {
 	return &fixture{t: t, dir: t.TempDir(), clk: &clock{t: time.Unix(1_700_000_000, 0)}}
 }
 
-// rank creates rank r on host with the given variables.
+// rank creates rank r of job1 on host with the given variables.
 func (fx *fixture) rank(r, world int, host string, pid int, vars ...string) int {
 	fx.t.Helper()
-	w, err := telemetry.Create(telemetry.WriterOptions{Dir: fx.dir, Job: "job1", Rank: r, World: world, Host: host, Pid: pid,
+	return fx.jobRank("job1", r, world, host, pid, vars...)
+}
+
+// jobRank creates rank r of job on host with the given variables; pid 0
+// is this process (live).
+func (fx *fixture) jobRank(job string, r, world int, host string, pid int, vars ...string) int {
+	fx.t.Helper()
+	w, err := telemetry.Create(telemetry.WriterOptions{Dir: fx.dir, Job: job, Rank: r, World: world, Host: host, Pid: pid,
 		Provider: "tcp;ofi_rxm", ReaderMode: "thread", Method: "tcp"})
 	if err != nil {
 		fx.t.Fatalf("create rank %d: %v", r, err)
@@ -76,7 +83,14 @@ func (fx *fixture) record(i int, v string, rd int32, n int) {
 
 func (fx *fixture) model() *Model {
 	fx.t.Helper()
-	m, err := New(Options{Dir: fx.dir, Now: fx.clk.now, Interval: 100 * time.Millisecond})
+	return fx.jobModel("")
+}
+
+// jobModel is a model of the fixture's directory showing job (an id or a
+// prefix; "" = every job).
+func (fx *fixture) jobModel(job string) *Model {
+	fx.t.Helper()
+	m, err := New(Options{Dir: fx.dir, Job: job, Now: fx.clk.now, Interval: 100 * time.Millisecond})
 	if err != nil {
 		fx.t.Fatal(err)
 	}
@@ -387,27 +401,17 @@ func TestDetail(t *testing.T) {
 	}
 }
 
+// hang makes writer i look hung (stale): its heartbeat a minute old.
+func (fx *fixture) hang(i int) {
+	fx.t.Helper()
+	segtest.SetHeartbeat(fx.t, fx.ws[i].Path(), time.Now().Add(-time.Minute))
+}
+
 func TestStates(t *testing.T) {
 	fx := newFixture(t)
-	child := exec.Command("true")
-	if err := child.Run(); err != nil {
-		t.Fatal(err)
-	}
 	fx.rank(0, 3, "", 0, "x")
-	fx.rank(1, 3, "", child.Process.Pid, "x")
-	i := fx.rank(2, 3, "", 0, "x")
-	// A hung writer: heartbeat a minute old (header offset 192, see
-	// telemetry/layout.go).
-	f, err := os.OpenFile(fx.ws[i].Path(), os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	old := uint64(time.Now().Add(-time.Minute).UnixNano())
-	b := []byte{byte(old), byte(old >> 8), byte(old >> 16), byte(old >> 24), byte(old >> 32), byte(old >> 40), byte(old >> 48), byte(old >> 56)}
-	if _, err := f.WriteAt(b, 192); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
+	fx.rank(1, 3, "", segtest.ExitedPid(t), "x")
+	fx.hang(fx.rank(2, 3, "", 0, "x"))
 	m := fx.model()
 	refresh(t, m)
 	v := m.View()

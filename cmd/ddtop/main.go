@@ -76,7 +76,9 @@ func newCommand(out, errOut io.Writer) *cobra.Command {
 and shows per rank and per variable: calls/s, rows/s, MB/s, µs per row (mean,
 p50, p99 over the last interval, from histogram deltas), the phase breakdown (gpu_sync, lock_wait, mr, post, cq_wait, copy, other),
 errors and the loader's fetch wait. Keys: tab/1/2/3 views, j/k select,
-enter drill in, esc back, s sort, / filter, p pause, ? help, q quit.`,
+enter drill in, esc back, s sort, / filter, p pause, X show or hide the ranks
+that exited over 30 s ago, ? help, q quit. --job takes a job id or a unique
+prefix of one.`,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -102,7 +104,7 @@ enter drill in, esc back, s sort, / filter, p pause, ? help, q quit.`,
 	cmd.SetErr(errOut)
 	pf := cmd.PersistentFlags()
 	pf.String("dir", data.DefaultDir, "telemetry segment directory (env DDSTORE_TELEMETRY_DIR, config telemetry.dir)")
-	pf.String("job", "", "show only this job id (config ddtop.job)")
+	pf.String("job", "", "show only this job: its id or a prefix that no other job's id starts with (config ddtop.job)")
 	pf.Duration("interval", time.Second, "refresh interval; record: time between snapshots (config ddtop.interval)")
 	pf.Int("history", 300, "throughput points kept per rank for the sparkline (config ddtop.history)")
 	pf.String("config", "", "config: a YAML path or an embedded machine name ("+strings.Join(configs.Machines(), ", ")+") (env DDSTORE_CONFIG)")
@@ -151,6 +153,19 @@ func settings(cmd *cobra.Command) (ui.Options, error) {
 		}
 	}
 	return o, nil
+}
+
+// jobSettings are the settings with ddtop.job (--job), an id or a unique
+// prefix of one, replaced by the full id of the job it names in the
+// directory: record and serve follow that one job. When it names no job
+// or several, the error lists the jobs there.
+func jobSettings(cmd *cobra.Command) (ui.Options, error) {
+	o, err := settings(cmd)
+	if err != nil {
+		return o, err
+	}
+	o.Job, err = data.ResolveJob(o.Dir, o.Job)
+	return o, err
 }
 
 // lowerPriority sets the niceness of every thread of ddtop to nice. Linux

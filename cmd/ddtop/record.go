@@ -23,7 +23,7 @@ func recordCommand(out io.Writer) *cobra.Command {
 		Short: "record the job's snapshots and recent calls every --interval (gzip'd JSON lines, ui/record/FORMAT.md) until it ends or Ctrl-C",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o, err := settings(cmd)
+			o, err := jobSettings(cmd)
 			if err != nil {
 				return err
 			}

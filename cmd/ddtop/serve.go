@@ -24,7 +24,7 @@ func serveCommand(out io.Writer) *cobra.Command {
 		Short: "expose every segment at /metrics for Prometheus (read-only; segments are read only when scraped)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o, err := settings(cmd)
+			o, err := jobSettings(cmd)
 			if err != nil {
 				return err
 			}

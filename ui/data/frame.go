@@ -14,6 +14,11 @@ type Frame struct {
 	Ranks    []*Rank  // by job, then rank
 	Vars     []*Var   // by name, summed over ranks
 	Problems []string // segments that could not be read, with the reason
+	// Job is the job Options.Job resolved to ("" without a selection);
+	// JobErr says why the frame has no rank when it named no job or
+	// several.
+	Job    string
+	JobErr *JobError
 	// Raw is what the frame was made from, when Options.KeepRaw is set.
 	Raw []Recorded
 
@@ -27,6 +32,7 @@ type Rank struct {
 	Rank, World, Pid             int
 	State                        string // live, stale or exited
 	HeartbeatAge                 time.Duration
+	ExitedAt                     time.Time // when ddtop first saw it exited (the poller's clock); zero unless exited
 	Start                        time.Time
 	Provider, ReaderMode, Method string
 

@@ -13,8 +13,12 @@ import (
 
 // Options configure a Poller. Zero fields take the documented defaults.
 type Options struct {
-	Dir     string           // segment directory; default "/dev/shm"
-	Job     string           // only segments of this job; "" = all jobs
+	Dir string // segment directory; default "/dev/shm"
+	// Job selects one job: its id, or a prefix of one that no other job
+	// of Dir starts with (an exact id always wins); "" = all jobs. A
+	// selection that matches no job or several shows no rank, and the
+	// frame says why (Frame.JobErr).
+	Job     string
 	History int              // throughput points kept per rank; default 300
 	Recent  int              // recent calls kept per rank; default 256
 	Now     func() time.Time // clock for interval lengths; default time.Now
@@ -67,6 +71,7 @@ type Poller struct {
 	check  telemetry.WriterCheck
 	polls  uint64    // Polls so far
 	blocks blockPool // recent-call blocks for reuse (Recycle)
+	job    string    // the job Options.Job last resolved to
 }
 
 // tracked is one open segment and what ddtop remembers about it.
@@ -85,6 +90,7 @@ type tracked struct {
 	raw                 *Recorded // this poll's raw data (Options.KeepRaw)
 	made                *Rank     // the Rank of the last poll
 	spareRank           *Rank     // a recycled Rank of this segment (Recycle)
+	exitedAt            time.Time // when a poll first saw the writer exited; zero while it is not
 }
 
 // NewPoller returns a Poller; it opens nothing until Poll.
@@ -126,10 +132,14 @@ func (p *Poller) Poll() (*Frame, error) {
 		return nil, fmt.Errorf("ddtop: discover segments in %s: %w", p.o.Dir, err)
 	}
 	p.polls++
-	f := &Frame{At: now, Dir: p.o.Dir, poll: p.polls}
+	job, jobErr := p.matchJob(infos)
+	if jobErr != nil {
+		infos = nil // no rank to show: the frame says why
+	}
+	f := &Frame{At: now, Dir: p.o.Dir, Job: job, JobErr: jobErr, poll: p.polls}
 	seen := map[string]bool{}
 	for _, in := range infos {
-		if p.o.Job != "" && in.Job != p.o.Job {
+		if job != "" && in.Job != job {
 			continue
 		}
 		if in.State == telemetry.StateInvalid {
@@ -320,7 +330,7 @@ func (p *Poller) diff(t *tracked, path string, s *telemetry.Snapshot, now time.T
 		Provider: s.Provider, ReaderMode: s.ReaderMode, Method: s.Method,
 		Loader:   LoaderStat{Total: s.Loader, Interval: iv},
 		BadCalls: s.BadVarCalls + s.BadReaderCalls,
-		Version:  s.Version, Proc: s.Proc,
+		Version:  s.Version, Proc: s.Proc, ExitedAt: t.sawState(s.State, now),
 	}
 	t.made = r
 	// Slices of their final size: a refresh of many ranks allocates each
@@ -402,6 +412,18 @@ func (p *Poller) diff(t *tracked, path string, s *telemetry.Snapshot, now time.T
 	r.BytesHistory = t.bytesHist.values()
 	t.prev, t.prevAt = s, now
 	return r
+}
+
+// sawState notes the writer's state at time now and returns when it was
+// first seen exited (zero when it is not exited).
+func (t *tracked) sawState(state string, now time.Time) time.Time {
+	switch {
+	case state != telemetry.StateExited:
+		t.exitedAt = time.Time{}
+	case t.exitedAt.IsZero():
+		t.exitedAt = now
+	}
+	return t.exitedAt
 }
 
 // emptyWithRoom is s emptied when it has room for n elements, else a new

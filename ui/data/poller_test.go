@@ -1,15 +1,14 @@
 package data
 
 import (
-	"encoding/binary"
 	"fmt"
 	"math"
 	"os"
-	"os/exec"
 	"testing"
 	"time"
 
 	"github.com/ddstore/ddstore/telemetry"
+	"github.com/ddstore/ddstore/ui/internal/segtest"
 )
 
 // clock is a fake clock for interval lengths.
@@ -193,16 +192,12 @@ func TestStatesAndFollow(t *testing.T) {
 		t.Fatalf("empty dir: %v %v", f, err)
 	}
 
-	child := exec.Command("true")
-	if err := child.Run(); err != nil {
-		t.Fatal(err)
-	}
 	live := writer(t, telemetry.WriterOptions{Dir: dir, Job: "j", Rank: 0, World: 3})
-	exited := writer(t, telemetry.WriterOptions{Dir: dir, Job: "j", Rank: 1, World: 3, Pid: child.Process.Pid})
+	exited := writer(t, telemetry.WriterOptions{Dir: dir, Job: "j", Rank: 1, World: 3, Pid: segtest.ExitedPid(t)})
 	stale := writer(t, telemetry.WriterOptions{Dir: dir, Job: "j", Rank: 2, World: 3})
 	other := writer(t, telemetry.WriterOptions{Dir: dir, Job: "k", Rank: 0, World: 1})
 	_, _ = live, exited
-	setHeartbeat(t, stale.Path(), time.Now().Add(-time.Minute))
+	segtest.SetHeartbeat(t, stale.Path(), time.Now().Add(-time.Minute))
 
 	f, _ = p.Poll()
 	got := map[int]string{}
@@ -245,22 +240,6 @@ func TestStatesAndFollow(t *testing.T) {
 	pm, _ := NewPoller(Options{Dir: dir + "/nope"})
 	if _, err := pm.Poll(); err == nil {
 		t.Fatal("missing dir: no error")
-	}
-}
-
-// setHeartbeat stores a heartbeat into a segment at the documented header
-// offset 192 (see telemetry/layout.go), simulating a hung writer.
-func setHeartbeat(t *testing.T, path string, at time.Time) {
-	t.Helper()
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var b [8]byte
-	binary.LittleEndian.PutUint64(b[:], uint64(at.UnixNano()))
-	if _, err := f.WriteAt(b[:], 192); err != nil {
-		t.Fatal(err)
 	}
 }
 

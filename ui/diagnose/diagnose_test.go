@@ -2,13 +2,13 @@ package diagnose
 
 import (
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ddstore/ddstore/telemetry"
 	"github.com/ddstore/ddstore/ui/data"
+	"github.com/ddstore/ddstore/ui/internal/segtest"
 )
 
 // job is a directory of synthetic segments: real telemetry writers, one
@@ -283,11 +283,7 @@ func TestLoaderWait(t *testing.T) {
 func TestRankStateAndMissing(t *testing.T) {
 	// World 4, ranks 0 and 1 present; rank 1's process has exited.
 	dir := t.TempDir()
-	cmd := exec.Command("true")
-	if err := cmd.Run(); err != nil {
-		t.Fatal(err)
-	}
-	for r, pid := range []int{os.Getpid(), cmd.Process.Pid} {
+	for r, pid := range []int{os.Getpid(), segtest.ExitedPid(t)} {
 		w, err := telemetry.Create(telemetry.WriterOptions{Dir: dir, Job: "train", Rank: r, World: 4, Host: host(), Pid: pid})
 		if err != nil {
 			t.Fatal(err)

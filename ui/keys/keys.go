@@ -19,6 +19,7 @@ type KeyMap struct {
 	Reverse  key.Binding
 	Filter   key.Binding
 	Pause    key.Binding
+	Exited   key.Binding // show or hide the ranks that exited a while ago
 	Help     key.Binding
 	Quit     key.Binding
 	// Replay only (ddtop replay): step and seek through the recording.
@@ -44,6 +45,7 @@ func Default() KeyMap {
 		Reverse:  key.NewBinding(key.WithKeys("S"), key.WithHelp("S", "reverse")),
 		Filter:   key.NewBinding(key.WithKeys("/"), key.WithHelp("/", "filter")),
 		Pause:    key.NewBinding(key.WithKeys("p", " "), key.WithHelp("p", "pause")),
+		Exited:   key.NewBinding(key.WithKeys("X"), key.WithHelp("X", "show exited")),
 		Help:     key.NewBinding(key.WithKeys("?"), key.WithHelp("?", "help")),
 		Quit:     key.NewBinding(key.WithKeys("q", "ctrl+c"), key.WithHelp("q", "quit")),
 		StepBack: key.NewBinding(key.WithKeys(","), key.WithHelp(",", "step back")),
@@ -52,6 +54,15 @@ func Default() KeyMap {
 		SeekFwd:  key.NewBinding(key.WithKeys(">", "right"), key.WithHelp(">", "seek +10%")),
 		Start:    key.NewBinding(key.WithKeys("home", "g"), key.WithHelp("g", "start")),
 		End:      key.NewBinding(key.WithKeys("end", "G"), key.WithHelp("G", "end")),
+	}
+}
+
+// ShowingExited sets the help of the Exited key to what it does next.
+func (k *KeyMap) ShowingExited(shown bool) {
+	if shown {
+		k.Exited.SetHelp("X", "hide exited")
+	} else {
+		k.Exited.SetHelp("X", "show exited")
 	}
 }
 
@@ -76,7 +87,7 @@ func (k KeyMap) FullHelp() [][]key.Binding {
 		{k.NextView, k.Ranks, k.Vars, k.Detail},
 		{k.Up, k.Down, k.PageUp, k.PageDown},
 		{k.Enter, k.Back, k.Sort, k.Reverse},
-		{k.Filter, k.Pause, k.Help, k.Quit},
+		{k.Filter, k.Pause, k.Exited, k.Help, k.Quit},
 	}
 	if k.replay {
 		h = append(h, []key.Binding{k.StepFwd, k.StepBack, k.SeekFwd, k.SeekBack, k.Start, k.End})
