@@ -75,7 +75,7 @@ def _find():
               os.path.join(here, "..", "..", "bin", "libddstore.so")):
         if os.path.exists(p):
             return os.path.normpath(p)
-    raise errors.Error(0, -1, "libddstore.so not found: build it with `make python-lib` "
+    raise errors.Error("libddstore.so not found: build it with `make python-lib` "
                        "(bin/libddstore.so) or set DDSTORE_LIB to its path")
 
 

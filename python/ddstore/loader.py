@@ -9,6 +9,7 @@ import numpy as np
 
 from . import _lib
 from . import errors
+from .store import integers
 
 try:
     import torch
@@ -106,8 +107,8 @@ class Loader(_Base):
         self._shapes = [tuple(shapes.get(n, v.shape)) for n, v in zip(names, self._vars)]
         for n, v, s in zip(names, self._vars, self._shapes):
             if int(np.prod(s)) * v.itemsize != v.row_bytes:
-                raise errors.DTypeError(4, -1, "ddstore: Loader: shape %s of %r holds %d bytes, rows are %d bytes"
-                                        % (s, n, int(np.prod(s)) * v.itemsize, v.row_bytes))
+                raise errors.make(errors.DTypeError, "ddstore: Loader: shape %s of %r holds %d bytes, rows are %d bytes"
+                                  % (s, n, int(np.prod(s)) * v.itemsize, v.row_bytes))
         self._typestr = [v.np_dtype().str for v in self._vars]
         opts = {"vars": names, "batch_size": self.batch_size, "seed": int(seed), "shuffle": bool(shuffle),
                 "drop_last": bool(drop_last), "workers": int(workers), "prefetch": int(prefetch),
@@ -131,11 +132,11 @@ class Loader(_Base):
 
     def _check(self):
         if os.getpid() != self._pid:
-            raise errors.ForkError(0, -1, "ddstore: Loader used in a forked child (pid %d); only the process that "
-                                   "created it (pid %d) may use it: use DataLoader(num_workers=0), the loader's "
-                                   "Go workers do the prefetch" % (os.getpid(), self._pid))
+            raise errors.make(errors.ForkError, "ddstore: Loader used in a forked child (pid %d); only the process "
+                              "that created it (pid %d) may use it: use DataLoader(num_workers=0), the loader's "
+                              "Go workers do the prefetch" % (os.getpid(), self._pid))
         if not self._h:
-            raise errors.ClosedError(8, -1, "ddstore: Loader closed")
+            raise errors.make(errors.ClosedError, "ddstore: Loader closed")
         return self._h
 
     def set_epoch(self, epoch):
@@ -152,8 +153,9 @@ class Loader(_Base):
             if hasattr(s, "set_epoch"):
                 s.set_epoch(self.epoch)
             idx = list(s)
-        return np.ascontiguousarray(np.fromiter(idx, dtype=np.int64) if not isinstance(idx, np.ndarray)
-                                    else idx.astype(np.int64, copy=False)).reshape(-1)
+        if not hasattr(idx, "__len__"):
+            idx = list(idx)  # a generator or iterator
+        return integers(idx, "Loader: sampler's indices")
 
     def __len__(self):
         if self.sampler is not None and hasattr(self.sampler, "__len__"):
@@ -256,7 +258,7 @@ class _Epoch:
         ld = self.loader
         ld._check()
         if ld._ep != self.h:
-            raise errors.ClosedError(8, -1, "ddstore: Loader epoch iterator superseded by a newer one")
+            raise errors.make(errors.ClosedError, "ddstore: Loader epoch iterator superseded by a newer one")
         out, err, nxt, h = self.out, self.err, self.next_fn, self.h
         pout, perr = ctypes.byref(out), ctypes.byref(err)
         while True:

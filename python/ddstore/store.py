@@ -1,12 +1,15 @@
 """DDStore: the distributed store, with ORNL pyddstore's names and
 argument order (add, get, init, update, epoch_begin/epoch_end, free) plus
 get_batch, get_ranges, query, barrier, close and a context manager."""
+import atexit
 import ctypes
 import json
+import operator
 import os
 import random
 import secrets
 import socket
+import sys
 import weakref
 
 import numpy as np
@@ -33,7 +36,8 @@ def _np_dtype(x):
     except TypeError:
         dt = None
     if dt is None or dt not in _BY_NP:
-        raise errors.DTypeError(4, -1, "ddstore: dtype %r is not one of %s" % (x, ", ".join(DTYPES)))
+        raise errors.make(errors.DTypeError, "ddstore: dtype %s is not one of %s"
+                          % (dt if dt is not None else repr(x), ", ".join(DTYPES)))
     return dt
 
 
@@ -43,8 +47,49 @@ def _as_array(a):
         if hasattr(a, "numpy") and hasattr(a, "is_contiguous"):
             a = a.detach().numpy()
         else:
-            raise errors.DTypeError(4, -1, "ddstore: want a numpy array or a torch tensor, got %s" % type(a).__name__)
+            raise errors.make(errors.DTypeError, "ddstore: want a numpy array or a torch tensor, got %s"
+                              % type(a).__name__)
     return a
+
+
+_BOOLS = frozenset((bool, np.bool_))  # not integers here, though Python's bool is an int
+
+
+def integer(x, what):
+    """x as an int: a Python or numpy integer (not a bool, not a float even
+    when whole); else DTypeError naming what (e.g. "get 'f': start")."""
+    if type(x) not in _BOOLS:
+        try:
+            return operator.index(x)
+        except TypeError:
+            pass
+    raise errors.make(errors.DTypeError, "ddstore: %s must be an integer, not %s (%r)" % (what, type(x).__name__, x))
+
+
+def integers(values, what):
+    """values (a sequence, numpy array or CPU tensor of integers of any
+    width) as a contiguous 1-D int64 array, the same memory when it is one;
+    floats (even whole), bools (True would read row 1) and strings raise
+    DTypeError naming what (e.g. "get_batch 'f': indices") and the
+    offending value's type."""
+    a = values if isinstance(values, np.ndarray) else np.asarray(values)
+    # numpy makes [1, True] int64: look for bools in a list's items
+    if a.size and (a.dtype.kind not in "iu" or
+                   isinstance(values, (list, tuple)) and not _BOOLS.isdisjoint(map(type, values))):
+        raise errors.make(errors.DTypeError, "ddstore: %s must be integers, not %s" % (what, _not_integer(values, a)))
+    return np.ascontiguousarray(a, dtype=np.int64).reshape(-1)
+
+
+def _not_integer(values, a):
+    """Names the first value of values (a: as an array) that is no integer."""
+    if isinstance(values, (list, tuple)):
+        for i, x in enumerate(values):
+            if type(x) in _BOOLS or not isinstance(x, (int, np.integer)):
+                return "%s (%r at position %d)" % (type(x).__name__, x, i)
+    if a.ndim == 0 and not hasattr(values, "dtype"):
+        return "%s (%r)" % (type(values).__name__, values)
+    hint = " (a mask? np.flatnonzero(mask) gives its rows)" if a.dtype == np.bool_ else ""
+    return "%s with dtype %s%s" % (type(values).__name__, a.dtype, hint)
 
 
 def _ptr(a):
@@ -95,13 +140,16 @@ class _Var:
             shape = (self.row_bytes // self.itemsize,)
         self.shape = tuple(shape)
 
-    def check_dtype(self, dt, what):
+    def check_dtype(self, dt, what, arg):
+        """DTypeError unless dtype dt (of argument arg of call what) fits:
+        the variable's dtype, or its item size for raw items."""
         if self.dtype is not None and dt != self.dtype:
-            raise errors.DTypeError(4, -1, "ddstore: %s variable %r: array dtype %s, variable dtype %s"
-                                    % (what, self.name, dt, self.dtype))
+            raise errors.make(errors.DTypeError, "ddstore: %s %r: %s has dtype %s, variable %r has dtype %s"
+                              % (what, self.name, arg, dt, self.name, self.dtype))
         if self.dtype is None and dt.itemsize != self.itemsize:
-            raise errors.DTypeError(4, -1, "ddstore: %s variable %r: array item size %d, variable item size %d"
-                                    % (what, self.name, dt.itemsize, self.itemsize))
+            raise errors.make(errors.DTypeError, "ddstore: %s %r: %s has dtype %s (items of %d bytes), variable %r "
+                              "has raw items of %d bytes" % (what, self.name, arg, dt, dt.itemsize, self.name,
+                                                             self.itemsize))
 
     def np_dtype(self):
         return self.dtype if self.dtype is not None else np.dtype("u%d" % self.itemsize if self.itemsize in (1, 2, 4, 8) else np.uint8)
@@ -127,6 +175,12 @@ class DDStore:
 
     Only the process that created the store may use it: in a forked child
     every call raises ForkError.
+
+    close() is optional: a store still open when the process that created
+    it exits is closed then (close_open_stores, an atexit hook), collective
+    as close() is, so it meets the other ranks when they finish too; a
+    failure (a dead rank, the timeout) is one line on stderr. Use
+    `with DDStore(...)` or close() to release the store earlier.
 
     Every call that may wait for another rank (the collectives, and reads
     through the fabric) waits in slices of at most 0.1 s with the GIL
@@ -169,7 +223,7 @@ class DDStore:
                 if v is not None:
                     opts[keymap[k]] = v
             else:
-                raise errors.InvalidError(10, -1, "ddstore: unknown option %r" % k)
+                raise errors.make(errors.InvalidError, "ddstore: unknown option %r" % k)
         if comm is not None:
             opts["bootstrap"] = self._comm_bootstrap(comm)
         try:
@@ -183,6 +237,7 @@ class DDStore:
         err = _lib.Err()
         _lib.check(_lib.lib().dds_info(self._h, info, ctypes.byref(err)), err)
         self.rank, self.size, self.width, self.local_rank = info[0], info[1], info[2], info[3]
+        _open_stores.add(self)
 
     @staticmethod
     def _comm_bootstrap(comm):
@@ -199,12 +254,11 @@ class DDStore:
 
     def _check(self):
         if os.getpid() != self._pid:
-            raise errors.ForkError(0, -1, "ddstore: store used in a forked child (pid %d); only the process "
-                                   "that created it (pid %d) may use it: open a new store in the child, or use "
-                                   "DataLoader(num_workers=0) with ddstore.Loader's own workers"
-                                   % (os.getpid(), self._pid))
+            raise errors.make(errors.ForkError, "ddstore: store used in a forked child (pid %d); only the process "
+                              "that created it (pid %d) may use it: open a new store in the child, or use "
+                              "DataLoader(num_workers=0) with ddstore.Loader's own workers" % (os.getpid(), self._pid))
         if self._closed:
-            raise errors.ClosedError(8, -1, "ddstore: store closed")
+            raise errors.make(errors.ClosedError, "ddstore: store closed")
         return self._h
 
     @property
@@ -237,7 +291,7 @@ class DDStore:
         h = self._check()
         a = np.ascontiguousarray(_as_array(arr))
         if a.ndim == 0:
-            raise errors.DTypeError(4, -1, "ddstore: add %r: a 0-d array has no rows" % name)
+            raise errors.make(errors.DTypeError, "ddstore: add %r: a 0-d array has no rows" % name)
         code = DTYPES[_BY_NP[_np_dtype(a.dtype)][0]][0]
         shape = a.shape[1:]
         elems = int(np.prod(shape)) if shape else 1
@@ -256,10 +310,11 @@ class DDStore:
             dt = _np_dtype(dtype)
             code, elems, isz = DTYPES[_BY_NP[dt][0]][0], int(disp), dt.itemsize
             if itemsize not in (1, dt.itemsize):
-                raise errors.DTypeError(4, -1, "ddstore: init %r: itemsize %d disagrees with dtype %s" % (name, itemsize, dt))
+                raise errors.make(errors.DTypeError, "ddstore: init %r: itemsize %d disagrees with dtype %s"
+                                  % (name, itemsize, dt))
         else:
             if int(itemsize) <= 0:
-                raise errors.DTypeError(4, -1, "ddstore: init %r: itemsize %d" % (name, itemsize))
+                raise errors.make(errors.DTypeError, "ddstore: init %r: itemsize %d" % (name, itemsize))
             code, elems, isz = BYTES_CODE, int(disp) * int(itemsize), int(itemsize)
         _lib.start(_lib.lib().dds_init_start, h, name.encode(), code, elems, int(nrows))
         self._shapes[name] = (int(disp),)
@@ -333,20 +388,29 @@ class DDStore:
         h = self._check()
         v = self._var(name)
         a = np.ascontiguousarray(_as_array(arr))
-        v.check_dtype(a.dtype, "update")
+        v.check_dtype(a.dtype, "update", "arr")
+        offset = integer(offset, "update %r: offset" % name)
         err = _lib.Err()
-        _lib.check(_lib.lib().dds_update(h, v.bname, _ptr(a), a.nbytes, int(offset), ctypes.byref(err)), err)
+        _lib.check(_lib.lib().dds_update(h, v.bname, _ptr(a), a.nbytes, offset, ctypes.byref(err)), err)
 
-    def _out(self, v, out, rows, what):
-        if out is None:
-            return np.empty((rows,) + v.shape, dtype=v.np_dtype())
+    @staticmethod
+    def _given_out(v, out, what):
+        """out as a numpy array, checked: writable, C-contiguous, of v's dtype."""
         out = _as_array(out)
         if not out.flags.c_contiguous or not out.flags.writeable:
-            raise errors.InvalidError(10, -1, "ddstore: %s %r: out must be a writable C-contiguous array" % (what, v.name))
-        v.check_dtype(out.dtype, what)
+            raise errors.make(errors.InvalidError, "ddstore: %s %r: out must be a writable C-contiguous array"
+                              % (what, v.name))
+        v.check_dtype(out.dtype, what, "out")
+        return out
+
+    def _out(self, v, out, rows, what):
+        """The destination of rows rows: out checked, or a new array."""
+        if out is None:
+            return np.empty((rows,) + v.shape, dtype=v.np_dtype())
+        out = self._given_out(v, out, what)
         if out.nbytes < rows * v.row_bytes:
-            raise errors.ShortBufferError(3, -1, "ddstore: %s %r: %d rows of %d bytes need %d bytes, out has %d"
-                                          % (what, v.name, rows, v.row_bytes, rows * v.row_bytes, out.nbytes))
+            raise errors.make(errors.ShortBufferError, "ddstore: %s %r: %d rows of %d bytes need %d bytes, out has %d"
+                              % (what, v.name, rows, v.row_bytes, rows * v.row_bytes, out.nbytes))
         return out
 
     def get(self, name, out, start=0):
@@ -354,15 +418,13 @@ class DDStore:
         (pyddstore's get). Returns out."""
         h = self._check()
         v = self._var(name)
-        out = _as_array(out)
-        if not out.flags.c_contiguous or not out.flags.writeable:
-            raise errors.InvalidError(10, -1, "ddstore: get %r: out must be a writable C-contiguous array" % name)
+        start = integer(start, "get %r: start" % name)
+        out = self._given_out(v, out, "get")
         count = out.shape[0] if out.ndim else 1
-        if out.ndim and out.size and out.nbytes // count != v.row_bytes:
-            raise errors.DTypeError(4, -1, "ddstore: get %r: out rows are %d bytes, variable rows %d bytes"
-                                    % (name, out.nbytes // count, v.row_bytes))
-        out = self._out(v, out, count, "get")
-        _lib.read(_lib.lib().dds_get_start, (h, v.bname, int(start), count, _ptr(out), out.nbytes, self._slice),
+        if out.nbytes != count * v.row_bytes:
+            raise errors.make(errors.DTypeError, "ddstore: get %r: out rows are %d bytes, variable rows %d bytes"
+                              % (name, out.nbytes // count, v.row_bytes))
+        _lib.read(_lib.lib().dds_get_start, (h, v.bname, start, count, _ptr(out), out.nbytes, self._slice),
                   (v.bname, out))
         return out
 
@@ -371,7 +433,7 @@ class DDStore:
         one call; returns out (allocated when None), shape (n, *row shape)."""
         h = self._check()
         v = self._var(name)
-        idx = np.ascontiguousarray(indices, dtype=np.int64).reshape(-1)
+        idx = integers(indices, "get_batch %r: indices" % name)
         out = self._out(v, out, len(idx), "get_batch")
         _lib.read(_lib.lib().dds_get_batch_start, (h, v.bname, _ptr(idx), len(idx), _ptr(out), out.nbytes,
                                                      self._slice), (v.bname, idx, out))
@@ -385,23 +447,27 @@ class DDStore:
         buf[offsets[i]:offsets[i+1]]."""
         h = self._check()
         v = self._var(name)
-        st = np.ascontiguousarray(starts, dtype=np.int64).reshape(-1)
-        ln = np.ascontiguousarray(lengths, dtype=np.int64).reshape(-1)
+        st = integers(starts, "get_ranges %r: starts" % name)
+        ln = integers(lengths, "get_ranges %r: lengths" % name)
         if len(st) != len(ln):
-            raise errors.InvalidError(10, -1, "ddstore: get_ranges %r: %d starts and %d lengths" % (name, len(st), len(ln)))
+            raise errors.make(errors.InvalidError, "ddstore: get_ranges %r: %d starts and %d lengths"
+                              % (name, len(st), len(ln)))
         offsets = np.zeros(len(ln) + 1, dtype=np.int64)
         np.cumsum(ln, out=offsets[1:])
         if len(ln) and ln.min() < 0:
             i = int(np.argmin(ln))
-            raise errors.OutOfRangeError(1, -1, "ddstore: get_ranges %r: record %d has length %d" % (name, i, ln[i]))
+            raise errors.make(errors.OutOfRangeError, "ddstore: get_ranges %r: record %d has length %d"
+                              % (name, i, ln[i]))
         out = self._out(v, out, int(offsets[-1]), "get_ranges")
         _lib.read(_lib.lib().dds_get_ranges_start, (h, v.bname, _ptr(st), _ptr(ln), len(st), _ptr(out), out.nbytes,
                                                       self._slice), (v.bname, st, ln, out))
         return out, offsets
 
     def __del__(self):
-        # Never call into the library from a forked child or at shutdown:
-        # an unclosed store's resources go with the process.
+        # Never call into the library from a forked child or the garbage
+        # collector (close is collective): a store still referenced at exit
+        # is closed by close_open_stores; a collected one's resources go
+        # with the process.
         pass
 
     def __repr__(self):
@@ -410,3 +476,26 @@ class DDStore:
 
 
 PyDDStore = DDStore
+
+# The stores this process opened; closed or collected ones drop out.
+_open_stores = weakref.WeakSet()
+
+
+@atexit.register
+def close_open_stores():
+    """Closes, at exit, every store still open that this process created
+    (never a forked child's copy), its loaders first as close() does: ORNL
+    pyddstore scripts never call close(). Never raises: a failure (a dead
+    rank, the close barrier's timeout) or Ctrl-C is one line on stderr."""
+    for s in list(_open_stores):
+        if s.closed or s._pid != os.getpid():
+            continue
+        which = "rank %d of %d" % (s.rank, s.size)
+        try:
+            s.close()
+        except Exception as e:  # noqa: BLE001 - reported; the exit goes on
+            print("ddstore: closing the store (%s) at exit failed: %s: %s"
+                  % (which, type(e).__name__, " ".join(str(e).split())), file=sys.stderr)
+        except KeyboardInterrupt:
+            print("ddstore: closing the store (%s) at exit interrupted" % which, file=sys.stderr)
+            return

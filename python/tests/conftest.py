@@ -11,6 +11,12 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import ddstore  # noqa: E402
 
 
+def library_codes():
+    """The library's code of each error kind, by name (dds_error_name)."""
+    l = ddstore._lib.lib()
+    return {l.dds_error_name(c).decode(): c for c in range(1, 128) if l.dds_error_name(c)}
+
+
 def local_rows(rank, base=37):
     """Rows of rank's shard: uneven (base + 5·rank)."""
     return base + 5 * rank
@@ -46,3 +52,17 @@ def store():
     yield s
     if not s.closed:
         s.close()
+
+
+@pytest.fixture
+def single(store):
+    """Skips tests that start jobs of their own outside the single-rank session."""
+    if store.size > 1:
+        pytest.skip("starts its own jobs: single-rank session only")
+
+
+def clean_env():
+    """This environment without the launcher's variables, for jobs the tests start."""
+    return {k: v for k, v in os.environ.items()
+            if not (k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "DDSTORE_JOB", "LOCAL_RANK",
+                          "LOCAL_WORLD_SIZE") or k.startswith(("PMI_", "SLURM_", "OMPI_", "HYDRA_")))}

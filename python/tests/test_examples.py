@@ -9,16 +9,12 @@ import subprocess
 
 import pytest
 
+from conftest import clean_env
+
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 TRAIN = os.path.join(ROOT, "examples", "torch", "train.py")
 RAGGED = os.path.join(ROOT, "examples", "torch", "ragged.py")
 DDRUN = os.path.join(ROOT, "bin", "ddrun")
-
-
-def clean_env():
-    return {k: v for k, v in os.environ.items()
-            if not (k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "DDSTORE_JOB", "LOCAL_RANK",
-                          "LOCAL_WORLD_SIZE") or k.startswith(("PMI_", "SLURM_", "OMPI_", "HYDRA_")))}
 
 
 def run(launcher, script, *args):
@@ -27,12 +23,6 @@ def run(launcher, script, *args):
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=clean_env(), cwd="/tmp")
     assert p.returncode == 0, p.stdout + p.stderr
     return p.stdout
-
-
-@pytest.fixture
-def single(store):
-    if store.size > 1:
-        pytest.skip("starts its own 4-rank jobs: single-rank session only")
 
 
 def test_train_loss_identical_across_loaders_paths_launchers(single):

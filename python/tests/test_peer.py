@@ -17,7 +17,7 @@ import pytest
 import ddstore
 from ddstore.store import free_port
 from ddstore import _lib
-from conftest import pattern
+from conftest import clean_env, pattern
 
 N0, N1 = 40, 30
 
@@ -53,12 +53,9 @@ def pair(store, request):
         pytest.skip("two-rank peer tests run in the single-rank session")
     port = free_port("127.0.0.1")
     job = "pypeer-%d" % os.getpid()
-    env = {k: v for k, v in os.environ.items()
-           if not (k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "DDSTORE_JOB", "LOCAL_RANK",
-                         "LOCAL_WORLD_SIZE") or k.startswith(("PMI_", "SLURM_", "OMPI_")))}
     here = os.path.dirname(os.path.abspath(__file__))
     child = subprocess.Popen([sys.executable, os.path.join(here, "_peer.py"), "127.0.0.1:%d" % port, job,
-                              str(N0), str(N1)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True)
+                              str(N0), str(N1)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=clean_env(), text=True)
     opts = dict({"fabric_timeout": 1.5}, **getattr(request, "param", {}))
     st = ddstore.DDStore(node_mode="fabric", iface="lo", telemetry=False, timeout=30, **opts,
                          bootstrap={"method": "tcp", "addr": "127.0.0.1:%d" % port, "rank": 0, "world": 2,

@@ -176,24 +176,6 @@ def test_errors_every_class(store):
         store.get("e", out)
 
 
-def test_error_codes_come_from_the_library():
-    """Each exception's code is the one the library gives its class (Go's
-    fault.Classes), and the library names no class Python lacks."""
-    from ddstore import _lib, errors
-    l = _lib.lib()
-    kinds = {c.kind: c for c in ddstore.Error.__subclasses__() if getattr(c, "kind", None)}
-    named = {}
-    for code in range(1, 128):
-        name = l.dds_error_name(code)
-        if name and name != b"OTHER":
-            named[name.decode()] = code
-    assert set(named) == set(kinds), (named, kinds)
-    for kind, code in named.items():
-        e = errors.from_code(code, -1, "ddstore: x")
-        assert type(e) is kinds[kind] and e.code == code
-    assert l.dds_error_name(99) == b"OTHER" and l.dds_error_name(12345) is None
-
-
 def test_close_twice_and_use_after_close():
     # a store of its own (single rank over the launcher's ranks: every rank opens one)
     s = ddstore.DDStore(bootstrap={"method": "single", "world": 1, "rank": 0}, telemetry=False)

@@ -1,0 +1,73 @@
+"""A rank of a job that never calls close(), as ORNL pyddstore scripts do:
+it opens a store (from the launcher's environment, or a two-rank tcp job
+of its own with --tcp ADDR JOB RANK), adds a variable, reads every row,
+checks it against its pattern and exits; the atexit hook closes the store
+(and skips a store the script closed itself).
+It prints "segment NAME" for its telemetry segment (in
+$DDSTORE_TELEMETRY_DIR) and "rank R read N rows".
+--fork: first forks a child that exits the normal way (atexit hooks run
+in it) and checks that the store still works after it.
+In a tcp job both ranks meet at a barrier once they have read; --crash
+then leaves without the atexit hook (os._exit), as a rank that died
+would, or --hang stays (until killed) without closing, as a rank that
+hangs would."""
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import numpy as np  # noqa: E402
+import ddstore  # noqa: E402
+from conftest import add_pattern, pattern  # noqa: E402
+
+ROW = (8,)
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--tcp", nargs=3, metavar=("ADDR", "JOB", "RANK"))
+ap.add_argument("--timeout", type=float, default=60)
+ap.add_argument("--fork", action="store_true")
+ap.add_argument("--crash", action="store_true")
+ap.add_argument("--hang", action="store_true")
+args = ap.parse_args()
+
+with ddstore.DDStore(bootstrap={"method": "single", "world": 1, "rank": 0}, telemetry=False):
+    pass  # closed before exit: the hook skips it (else ClosedError on stderr)
+
+opts = {}
+if args.tcp:
+    addr, job, rank = args.tcp
+    opts = {"node_mode": "fabric", "iface": "lo",
+            "bootstrap": {"method": "tcp", "addr": addr, "job": job, "rank": int(rank), "world": 2, "timeout": 120}}
+store = ddstore.DDStore(timeout=args.timeout, **opts)
+tel = os.environ["DDSTORE_TELEMETRY_DIR"]
+mine = [f for f in os.listdir(tel) if f.startswith("ddstore-") and f.endswith("-%d.tel" % store.rank)]
+assert len(mine) == 1, os.listdir(tel)
+print("segment", mine[0], flush=True)
+
+n = add_pattern(store, "x", ROW, "int64")
+
+
+def read_every_row():
+    out = np.zeros((n,) + ROW, np.int64)
+    store.get("x", out, 0)
+    np.testing.assert_array_equal(out, pattern(np.arange(n), ROW, np.int64))
+    rows = np.arange(n)[::-1]
+    np.testing.assert_array_equal(store.get_batch("x", rows), pattern(rows, ROW, np.int64))
+
+
+if args.fork:
+    pid = os.fork()
+    if pid == 0:
+        sys.exit(0)  # the normal exit: atexit hooks run, and must leave the parent's store alone
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    assert os.path.exists(os.path.join(tel, mine[0])), "the forked child's exit removed the parent's segment"
+read_every_row()
+print("rank %d read %d rows" % (store.rank, n), flush=True)
+if args.tcp:
+    store.barrier()  # the other rank has read every row
+if args.crash:
+    os._exit(0)
+if args.hang:
+    time.sleep(3600)
