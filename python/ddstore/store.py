@@ -237,7 +237,7 @@ class DDStore:
         err = _lib.Err()
         _lib.check(_lib.lib().dds_info(self._h, info, ctypes.byref(err)), err)
         self.rank, self.size, self.width, self.local_rank = info[0], info[1], info[2], info[3]
-        _open_stores.add(self)
+        _open_stores[id(self)] = self
 
     @staticmethod
     def _comm_bootstrap(comm):
@@ -352,14 +352,19 @@ class DDStore:
         """Closes the store (collective): its loaders first. Closing twice,
         or any use after close, raises ClosedError."""
         h = self._check()
-        for l in list(self._loaders):
-            l.close()
-        self._closed = True
         try:
-            _lib.start(_lib.lib().dds_close_start, h)
+            for l in list(self._loaders):
+                l.close()
         finally:
-            _lib.lib().dds_handle_free(h)
-            self._h = 0
+            # The store is closed even when a loader's close fails: the
+            # other ranks wait for this rank at the close barrier.
+            self._closed = True
+            _open_stores.pop(id(self), None)
+            try:
+                _lib.start(_lib.lib().dds_close_start, h)
+            finally:
+                _lib.lib().dds_handle_free(h)
+                self._h = 0
 
     def __enter__(self):
         return self
@@ -465,9 +470,8 @@ class DDStore:
 
     def __del__(self):
         # Never call into the library from a forked child or the garbage
-        # collector (close is collective): a store still referenced at exit
-        # is closed by close_open_stores; a collected one's resources go
-        # with the process.
+        # collector (close is collective): an open store is kept in
+        # _open_stores until close() or exit (close_open_stores).
         pass
 
     def __repr__(self):
@@ -477,8 +481,10 @@ class DDStore:
 
 PyDDStore = DDStore
 
-# The stores this process opened; closed or collected ones drop out.
-_open_stores = weakref.WeakSet()
+# The stores this process opened and has not closed, in the order opened:
+# held here so that one a script dropped unclosed (a local of main()) is
+# still closed at exit, with the other ranks.
+_open_stores = {}
 
 
 @atexit.register
@@ -487,7 +493,7 @@ def close_open_stores():
     (never a forked child's copy), its loaders first as close() does: ORNL
     pyddstore scripts never call close(). Never raises: a failure (a dead
     rank, the close barrier's timeout) or Ctrl-C is one line on stderr."""
-    for s in list(_open_stores):
+    for s in list(_open_stores.values()):
         if s.closed or s._pid != os.getpid():
             continue
         which = "rank %d of %d" % (s.rank, s.size)

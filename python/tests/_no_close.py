@@ -10,8 +10,11 @@ in it) and checks that the store still works after it.
 In a tcp job both ranks meet at a barrier once they have read; --crash
 then leaves without the atexit hook (os._exit), as a rank that died
 would, or --hang stays (until killed) without closing, as a rank that
-hangs would."""
+hangs would.
+--drop: drops its last reference to the store before exit (a store kept
+in a local of main()): the hook closes it all the same."""
 import argparse
+import gc
 import os
 import sys
 import time
@@ -23,12 +26,21 @@ from conftest import add_pattern, pattern  # noqa: E402
 
 ROW = (8,)
 
+
+def say(line):
+    """One line in one write: the ranks' lines reach the launcher's stdout
+    whole (print writes the text and the newline apart)."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 ap = argparse.ArgumentParser()
 ap.add_argument("--tcp", nargs=3, metavar=("ADDR", "JOB", "RANK"))
 ap.add_argument("--timeout", type=float, default=60)
 ap.add_argument("--fork", action="store_true")
 ap.add_argument("--crash", action="store_true")
 ap.add_argument("--hang", action="store_true")
+ap.add_argument("--drop", action="store_true")
 args = ap.parse_args()
 
 with ddstore.DDStore(bootstrap={"method": "single", "world": 1, "rank": 0}, telemetry=False):
@@ -43,7 +55,7 @@ store = ddstore.DDStore(timeout=args.timeout, **opts)
 tel = os.environ["DDSTORE_TELEMETRY_DIR"]
 mine = [f for f in os.listdir(tel) if f.startswith("ddstore-") and f.endswith("-%d.tel" % store.rank)]
 assert len(mine) == 1, os.listdir(tel)
-print("segment", mine[0], flush=True)
+say("segment %s" % mine[0])
 
 n = add_pattern(store, "x", ROW, "int64")
 
@@ -64,10 +76,13 @@ if args.fork:
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
     assert os.path.exists(os.path.join(tel, mine[0])), "the forked child's exit removed the parent's segment"
 read_every_row()
-print("rank %d read %d rows" % (store.rank, n), flush=True)
+say("rank %d read %d rows" % (store.rank, n))
 if args.tcp:
     store.barrier()  # the other rank has read every row
 if args.crash:
     os._exit(0)
 if args.hang:
     time.sleep(3600)
+if args.drop:
+    del store
+    gc.collect()

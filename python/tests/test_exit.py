@@ -46,8 +46,9 @@ def check_every_rank_read(lines, world):
                                                                    for r in range(world)], lines
 
 
-def test_exit_without_close_single_rank(single, tmp_path):
-    lines, err = finish(start(tmp_path))
+@pytest.mark.parametrize("drop", [False, True])
+def test_exit_without_close_single_rank(single, tmp_path, drop):
+    lines, err = finish(start(tmp_path, *(["--drop"] if drop else [])))
     check_every_rank_read(lines, 1)
     assert len(segments(lines)) == 1 and err == ""
     assert os.listdir(tmp_path) == []  # the hook closed the store: the segment is gone
