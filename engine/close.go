@@ -108,6 +108,35 @@ func (s *Store) Close() error {
 	return errors.Join(errs...)
 }
 
+// Abandon is for a process about to end after an error or an interrupt,
+// when the other ranks are not at a Close to meet: it removes what would
+// outlive the process (the telemetry segment, this rank's shard files)
+// without a barrier and without waiting for calls in flight; the rest goes
+// with the process. The store is closed after it: Close and every other
+// call return ErrClosed. It returns the first removal's failure.
+func (s *Store) Abandon() error {
+	if s.closed.Swap(true) {
+		return errf(ErrClosed, "Abandon", "", "store already closed")
+	}
+	var errs []error
+	if s.tel != nil {
+		// Close maps anonymous memory over the segment: a call still
+		// recording into it writes there, harmlessly.
+		if err := s.tel.Close(); err != nil {
+			errs = append(errs, wrapf(nil, "Abandon", "", err, "telemetry"))
+		}
+	}
+	for _, sh := range s.stored {
+		sh.own.unlink()
+	}
+	if p := s.vars.Load(); p != nil {
+		for _, v := range *p {
+			v.own.unlink()
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // release frees everything this store holds; used by Close and failed Open.
 func (s *Store) release() error {
 	s.closed.Store(true)

@@ -150,6 +150,11 @@ func (m *Mesh) readLoop(p *peer) {
 			detail = fmt.Sprintf("rank %d on %s silent for %v (no heartbeat)", p.rank, p.host, m.o.Liveness)
 		} else if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			detail = fmt.Sprintf("rank %d on %s closed the connection without leaving (exited?)", p.rank, p.host)
+			// A launcher passes a Ctrl-C on to the ranks one after the
+			// other: the peer that got it first may be gone before this
+			// rank gets its own. Wait for it, so that the job ends as
+			// interrupted, not with this rank's error.
+			time.Sleep(ExitGrace)
 		}
 		m.peerGone(p, &fault.Error{Op: "mesh", Ranks: []int{p.rank}, Side: fault.Remote, Kind: fault.ErrPeerDead,
 			Detail: detail, Err: err}, true)

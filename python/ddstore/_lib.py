@@ -40,6 +40,7 @@ _SIGS = {
     "dds_handle_free": [u64],
     "dds_open_start": [S, ctypes.POINTER(u64), ErrP],
     "dds_close_start": [u64, ctypes.POINTER(u64), ErrP],
+    "dds_abandon": [u64, ErrP],
     "dds_add_start": [u64, S, i32, i64, P, i64, ctypes.POINTER(u64), ErrP],
     "dds_init_start": [u64, S, i32, i64, i64, ctypes.POINTER(u64), ErrP],
     "dds_free_start": [u64, S, ctypes.POINTER(u64), ErrP],

@@ -8,6 +8,7 @@ import operator
 import os
 import random
 import secrets
+import signal
 import socket
 import sys
 import weakref
@@ -366,6 +367,20 @@ class DDStore:
                 _lib.lib().dds_handle_free(h)
                 self._h = 0
 
+    def _abandon(self):
+        """For a process ending by an uncaught exception (Ctrl-C): removes
+        the store's telemetry segment and shard files without meeting the
+        other ranks, who are not at a close (dds_abandon)."""
+        h = self._h
+        self._closed = True
+        _open_stores.pop(id(self), None)
+        err = _lib.Err()
+        try:
+            _lib.check(_lib.lib().dds_abandon(h, ctypes.byref(err)), err)
+        finally:
+            _lib.lib().dds_handle_free(h)
+            self._h = 0
+
     def __enter__(self):
         return self
 
@@ -491,13 +506,24 @@ _open_stores = {}
 def close_open_stores():
     """Closes, at exit, every store still open that this process created
     (never a forked child's copy), its loaders first as close() does: ORNL
-    pyddstore scripts never call close(). Never raises: a failure (a dead
-    rank, the close barrier's timeout) or Ctrl-C is one line on stderr."""
+    pyddstore scripts never call close(). When the program ends by an
+    uncaught exception (Ctrl-C's KeyboardInterrupt, an error) the other
+    ranks are not at a close: the store is abandoned instead (its segment
+    and shard files removed, no barrier), so that the process ends at once
+    and the launcher sees the interrupt; after a KeyboardInterrupt the
+    process then ends by SIGINT (end_by_sigint). Never raises: a failure (a
+    dead rank, the close barrier's timeout) or Ctrl-C is one line on stderr."""
+    uncaught = getattr(sys, "last_type", None)  # set by the interpreter's report of it
+    abandoned = False
     for s in list(_open_stores.values()):
         if s.closed or s._pid != os.getpid():
             continue
         which = "rank %d of %d" % (s.rank, s.size)
         try:
+            if uncaught is not None:
+                abandoned = True
+                s._abandon()
+                continue
             s.close()
         except Exception as e:  # noqa: BLE001 - reported; the exit goes on
             print("ddstore: closing the store (%s) at exit failed: %s: %s"
@@ -505,3 +531,24 @@ def close_open_stores():
         except KeyboardInterrupt:
             print("ddstore: closing the store (%s) at exit interrupted" % which, file=sys.stderr)
             return
+    if abandoned and issubclass(uncaught, KeyboardInterrupt):
+        end_by_sigint()
+
+
+def end_by_sigint():
+    """Ends the process by SIGINT now, as a C program does on Ctrl-C, after
+    flushing stdout, stderr and the logging module's handlers. The
+    interpreter would end it by SIGINT too, but only after finalizing, and
+    the ranks of a job finalize at different moments: MPICH's mpiexec
+    takes the first rank that ends by a signal for a failure and kills the
+    others (SIGKILL), then reports "signal 11" (2 | 9) instead of the
+    interrupt. Exit hooks registered before ddstore's do not run."""
+    for f in (sys.stdout, sys.stderr):
+        try:
+            f.flush()
+        except Exception:  # noqa: BLE001 - a closed stream: nothing to flush
+            pass
+    if "logging" in sys.modules:
+        sys.modules["logging"].shutdown()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGINT)

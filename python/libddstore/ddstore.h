@@ -103,6 +103,11 @@ int dds_handle_free(uint64_t h);
  * result is the store handle. */
 int dds_open_start(const char *opts_json, uint64_t *call, dds_error *err);
 int dds_close_start(uint64_t store, uint64_t *call, dds_error *err);
+/* For a process ending by an error or an interrupt, when the other ranks
+ * are not at a close: removes the store's telemetry segment and shard
+ * files at once, without a barrier; the store is closed after it (its
+ * handle must still be freed). */
+int dds_abandon(uint64_t store, dds_error *err);
 int dds_add_start(uint64_t store, const char *name, int32_t dtype, int64_t row_elems,
 		const void *data, int64_t nbytes, uint64_t *call, dds_error *err);
 int dds_init_start(uint64_t store, const char *name, int32_t dtype, int64_t row_elems,

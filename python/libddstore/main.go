@@ -423,6 +423,15 @@ func dds_close_start(h C.uint64_t, out *C.uint64_t, e *C.dds_error) C.int {
 	return startOn(h, out, e, (*engine.Store).Close)
 }
 
+// dds_abandon removes the store's telemetry segment and shard files
+// without meeting the other ranks (engine.Store.Abandon): for a process
+// ending by an error or an interrupt. The handle must still be freed.
+//
+//export dds_abandon
+func dds_abandon(h C.uint64_t, e *C.dds_error) C.int {
+	return onStore(h, e, (*engine.Store).Abandon)
+}
+
 //export dds_add_start
 func dds_add_start(h C.uint64_t, name *C.char, dt C.int32_t, rowElems C.int64_t, data unsafe.Pointer, n C.int64_t,
 	out *C.uint64_t, e *C.dds_error) C.int {

@@ -12,9 +12,12 @@ then leaves without the atexit hook (os._exit), as a rank that died
 would, or --hang stays (until killed) without closing, as a rank that
 hangs would.
 --drop: drops its last reference to the store before exit (a store kept
-in a local of main()): the hook closes it all the same."""
+in a local of main()): the hook closes it all the same.
+--raise: ends by an uncaught error; --interrupt: by Ctrl-C (SIGINT to
+itself, KeyboardInterrupt uncaught): the hook abandons the store then."""
 import argparse
 import gc
+import signal
 import os
 import sys
 import time
@@ -41,6 +44,8 @@ ap.add_argument("--fork", action="store_true")
 ap.add_argument("--crash", action="store_true")
 ap.add_argument("--hang", action="store_true")
 ap.add_argument("--drop", action="store_true")
+ap.add_argument("--raise", dest="raise_", action="store_true")
+ap.add_argument("--interrupt", action="store_true")
 args = ap.parse_args()
 
 with ddstore.DDStore(bootstrap={"method": "single", "world": 1, "rank": 0}, telemetry=False):
@@ -86,3 +91,8 @@ if args.hang:
 if args.drop:
     del store
     gc.collect()
+if args.raise_:
+    raise RuntimeError("the script's own error")
+if args.interrupt:
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(60)

@@ -92,3 +92,18 @@ def test_failed_close_at_exit_is_one_line(single, tmp_path, peer, failure):
     assert re.match(r"ddstore: closing the store \(rank 0 of 2\) at exit failed: %s" % failure, err), err
     # rank 0 released its store all the same; rank 1's segment is left over
     assert os.listdir(tmp_path) == [segments(lines)[0].replace("-0.tel", "-1.tel")]
+
+
+@pytest.mark.parametrize("how", ["raise", "interrupt"])
+def test_uncaught_exception_abandons_the_store(single, tmp_path, how):
+    """A script that ends by an uncaught error or Ctrl-C: the hook removes
+    its segment without a close barrier, and a Ctrl-C still ends the
+    process by SIGINT (as the interpreter would), so that a launcher sees
+    the interrupt."""
+    p = start(tmp_path, "--" + how)
+    out, err = p.communicate(timeout=TIMEOUT)
+    assert p.returncode == (1 if how == "raise" else -signal.SIGINT), (p.returncode, out, err)
+    assert ("RuntimeError" if how == "raise" else "KeyboardInterrupt") in err, err
+    assert "ddstore:" not in err, err  # no close attempted, nothing failed
+    assert len(segments(out.splitlines())) == 1
+    assert os.listdir(tmp_path) == []

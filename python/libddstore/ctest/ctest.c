@@ -1,10 +1,12 @@
 /* ctest: the C ABI from C on one rank: add, get, get_batch, get_ranges,
- * update, query, errors, a loader epoch with leases, close twice. Every
+ * update, query, errors, a loader epoch with leases, close twice, abandon. Every
  * value is checked against its pattern. Build and run: make python-ctest. */
 #include "ddstore.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <unistd.h>
 
 static int failures;
 #define CHECK(cond, ...) do { if (!(cond)) { failures++; fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
@@ -14,6 +16,16 @@ static int wait_call(uint64_t call, uint64_t *res, dds_error *err) {
 	int rc;
 	while ((rc = dds_wait(call, 100, res, err)) == DDS_AGAIN) {}
 	return rc;
+}
+
+/* count_segments: telemetry segment files ("ddstore-*.tel") in dir. */
+static int count_segments(const char *dir) {
+	DIR *d = opendir(dir);
+	int n = 0;
+	for (struct dirent *e; d && (e = readdir(d));)
+		n += strncmp(e->d_name, "ddstore-", 8) == 0 && strstr(e->d_name, ".tel") != NULL;
+	if (d) closedir(d);
+	return n;
 }
 
 static int32_t pat(int64_t row, int j) { return (int32_t)(row * 1000 + j); }
@@ -128,6 +140,20 @@ int main(void) {
 	CHECK(dds_close_start(store, &call, &err) == DDS_OK && wait_call(call, NULL, &err) == DDS_ERR_CLOSED, "close twice: %d %s", err.code, err.msg);
 	CHECK(dds_get(store, "x", 0, 1, out, sizeof out, &err) == DDS_ERR_CLOSED, "get after close: %d %s", err.code, err.msg);
 	dds_handle_free(store);
+
+	/* Abandon: a store with a telemetry segment in a directory of its own;
+	 * the segment is gone at once, and the store is closed after it. */
+	char dir[] = "/tmp/ddstore-ctest.XXXXXX", opts[256];
+	CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+	snprintf(opts, sizeof opts, "{\"telemetry\": true, \"telemetry_dir\": \"%s\"}", dir);
+	CHECK(dds_open_start(opts, &call, &err) == DDS_OK && wait_call(call, &store, &err) == DDS_OK, "open with telemetry: %s", err.msg);
+	CHECK(count_segments(dir) == 1, "%d segments in %s after open, want 1", count_segments(dir), dir);
+	CHECK(dds_abandon(store, &err) == DDS_OK, "abandon: %s", err.msg);
+	CHECK(count_segments(dir) == 0, "%d segments in %s after abandon, want 0", count_segments(dir), dir);
+	CHECK(dds_abandon(store, &err) == DDS_ERR_CLOSED, "abandon twice: %d", err.code);
+	CHECK(dds_close_start(store, &call, &err) == DDS_OK && wait_call(call, NULL, &err) == DDS_ERR_CLOSED, "close after abandon: %d", err.code);
+	dds_handle_free(store);
+	rmdir(dir);
 	if (failures) {
 		fprintf(stderr, "ctest: %d failures\n", failures);
 		return 1;
