@@ -78,6 +78,7 @@ type flags struct {
 	writeShards string
 	shards      int
 	registerDst bool
+	skipClose   bool
 	throttle    throttleFlags
 }
 
@@ -118,6 +119,7 @@ the detected machine, else the embedded local.yaml; DDSTORE_* overrides).`,
 	fl.BoolVar(&f.storage, "storage", false, "read image and label from storage-only ranks (DDSTORE_STORAGE_*) instead of adding them")
 	fl.StringVar(&f.writeShards, "write-shards", "", "write the data set as --shards shard files of --rows-per-rank rows into this directory (for storage ranks) and exit")
 	fl.IntVar(&f.shards, "shards", 2, "shards written by --write-shards")
+	fl.BoolVar(&f.skipClose, "exit-without-close", false, "end with os.Exit(0) after the last epoch, closing nothing (a program that never closes its store)")
 	fl.BoolVar(&f.registerDst, "register-dst", false, "the fabric registers every read destination, as FI_MR_LOCAL providers need (registration costs on tcp)")
 	fl.IntVar(&f.throttle.rank, "throttle-rank", -1, "stop this rank --throttle-duty of every --throttle-period (a throttled node: a straggler)")
 	fl.Float64Var(&f.throttle.duty, "throttle-duty", 0.5, "share of each period the throttled rank is stopped, in (0, 1)")
@@ -307,6 +309,9 @@ func run(cmd *cobra.Command, f flags, stdout, stderr io.Writer) (err error) {
 			fmt.Fprintf(stdout, "epoch %d: fetch %.4f s, compute %.4f s (sync %.4f s), fetch wait/step %.4f, loss %s\n",
 				epoch, res.FetchS, res.ComputeS, res.SyncS, res.WaitStep, formatLoss(loss))
 		}
+	}
+	if f.skipClose {
+		os.Exit(0)
 	}
 	if err := ld.Close(); err != nil {
 		return err

@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# life-test.sh: a job's whole life under real launchers (issue 31).
+#  - Go (examples/train --exit-without-close) and Python (noclose.py) programs
+#    that never close their store exit 0, RUNS times each, under mpiexec -n 4,
+#    srun -n 4 (a one-machine Slurm started here) and ddrun -n 4, and train to
+#    the loss of a run that closes;
+#  - a Python program leaves no telemetry segment (its store is closed at
+#    exit); a Go program's segments, whose writers are gone, are removed by
+#    the next job's Open once their heartbeat is stale;
+#  - wrappers: mpiexec -n 4 sh -c '…', mpiexec -n 4 env X=1 …, srun -n 4
+#    numactl --localalloc … start and train to the same loss;
+#  - Ctrl-C (SIGINT to the launcher's process group, as a terminal sends it)
+#    while the ranks train, or wait in a collective that rank 0 never joins:
+#    mpiexec reports an interrupt (signal 2), CTRLC times each.
+#   examples/life/life-test.sh     (root for Slurm; make deps installs mpich, slurm-wlm, munge, numactl)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+RUNS=${RUNS:-20} CTRLC=${CTRLC:-10}
+PY=/usr/bin/python3
+work=$(mktemp -d /tmp/ddstore-life.XXXXXX)
+slurm=$work/slurm
+trap 'examples/slurm/local-slurm.sh stop "$slurm" >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
+go build -o bin/ ./cmd/ddrun ./examples/train
+go build -buildmode=c-shared -o bin/libddstore.so ./python/libddstore
+examples/slurm/local-slurm.sh start "$slurm" >/dev/null
+export SLURM_CONF=$slurm/slurm.conf PYTHONPATH=$PWD/python
+export DDSTORE_TELEMETRY_DIR=$work/tel
+TRAIN=(bin/train --epochs 1 --rows-per-rank 256 --json)
+
+fail() { echo "life-test: $*" >&2; exit 1; }
+
+# loss FILE: the epoch's loss, checked equal on ranks 0-3.
+loss() {
+  $PY - "$1" <<'PYEOF'
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+losses = {r["loss"] for r in recs}
+if {r["rank"] for r in recs} != {0, 1, 2, 3} or len(losses) != 1:
+    sys.exit("ranks %s, losses %s" % (sorted({r["rank"] for r in recs}), losses))
+print(repr(losses.pop()))
+PYEOF
+}
+
+# job NAME CMD...: runs CMD (exit 0 required); its stdout in $work/NAME.out.
+job() {
+  local name=$1
+  shift
+  timeout 120 "$@" >"$work/$name.out" 2>"$work/$name.err" ||
+    { cat "$work/$name.err" >&2; fail "$name: exit $? ($*)"; }
+}
+
+segments() { find "$DDSTORE_TELEMETRY_DIR" -name 'ddstore-*.tel' 2>/dev/null | wc -l; }
+
+ref=$(job ref mpiexec -n 4 "${TRAIN[@]}" && loss "$work/ref.out")
+echo "reference loss (mpiexec, store closed): $ref"
+
+declare -A launch=([mpiexec]="mpiexec -n 4" [srun]="srun -n 4" [ddrun]="bin/ddrun -n 4")
+for l in mpiexec srun ddrun; do
+  for i in $(seq "$RUNS"); do
+    job "go-$l" ${launch[$l]} "${TRAIN[@]}" --exit-without-close
+    [[ $(loss "$work/go-$l.out") == "$ref" ]] || fail "go-$l run $i: loss $(loss "$work/go-$l.out"), want $ref"
+  done
+  echo "Go without Close under $l: $RUNS of $RUNS exited 0, same loss"
+done
+left=$(segments)
+[[ $left -gt 0 ]] || fail "Go runs without Close left no segment: the sweep below would prove nothing"
+sleep 6 # telemetry.StaleAfter (5 s) after the last heartbeat
+job sweep mpiexec -n 4 "${TRAIN[@]}"
+[[ $(segments) == 0 ]] || fail "the next job's Open left $(segments) of $left leftover segments: $(ls "$DDSTORE_TELEMETRY_DIR")"
+echo "the $left segments of Go runs without Close were removed by the next job's Open"
+
+for l in mpiexec srun ddrun; do
+  for i in $(seq "$RUNS"); do
+    job "py-$l" ${launch[$l]} $PY examples/life/noclose.py
+    [[ $(grep -c '^ok ' "$work/py-$l.out") == 4 ]] || fail "py-$l run $i: $(cat "$work/py-$l.out")"
+    [[ $(segments) == 0 ]] || fail "py-$l run $i left segments: $(ls "$DDSTORE_TELEMETRY_DIR")"
+  done
+  echo "Python without close() under $l: $RUNS of $RUNS exited 0, no segment left"
+done
+
+for w in "sh -c 'exec ${TRAIN[*]}'" "env X=1 ${TRAIN[*]}"; do
+  job wrap bash -c "mpiexec -n 4 $w"
+  [[ $(loss "$work/wrap.out") == "$ref" ]] || fail "mpiexec -n 4 $w: loss $(loss "$work/wrap.out"), want $ref"
+  echo "mpiexec -n 4 $w: same loss"
+done
+job wrap srun -n 4 numactl --localalloc "${TRAIN[@]}"
+[[ $(loss "$work/wrap.out") == "$ref" ]] || fail "srun numactl: loss $(loss "$work/wrap.out"), want $ref"
+echo "srun -n 4 numactl --localalloc: same loss"
+job wrap mpiexec -n 4 sh -c "$PY examples/life/noclose.py"
+[[ $(grep -c '^ok ' "$work/wrap.out") == 4 ]] || fail "mpiexec sh -c python: $(cat "$work/wrap.out")"
+echo "mpiexec -n 4 sh -c 'python3 …': 4 ranks read every row right"
+
+# interrupt NAME PATTERN N CMD...: starts CMD in a process group of its own,
+# waits until N lines of its output match PATTERN, then sends SIGINT to the
+# group as a terminal's Ctrl-C does. Prints mpiexec's exit status; "clean"
+# when it reported the interrupt itself (signal 2, no rank killed).
+interrupt() {
+  local name=$1 pattern=$2 n=$3
+  shift 3
+  setsid "$@" >"$work/$name.out" 2>&1 &
+  local pid=$! t=0
+  until [[ $(grep -c "$pattern" "$work/$name.out") -ge $n ]]; do
+    sleep 0.1
+    ((t++ < 1200)) || { kill -9 -- -$pid; fail "$name: not started in 120 s: $(cat "$work/$name.out")"; }
+  done
+  kill -INT -- -$pid
+  local rc=0
+  timeout 60 tail --pid=$pid -f /dev/null || { kill -9 -- -$pid; fail "$name: still running 60 s after Ctrl-C"; }
+  wait $pid || rc=$?
+  if [[ $rc == 2 || $rc == 130 ]] && grep -q 'Interrupt (signal 2)' "$work/$name.out" &&
+    ! grep -Eq 'Killed|Segmentation' "$work/$name.out"; then
+    echo clean
+  else
+    echo "exit $rc"
+  fi
+}
+# Go ranks end by SIGINT in the signal handler, all at once: mpiexec must
+# report the interrupt every time.
+for i in $(seq "$CTRLC"); do
+  [[ $(interrupt ctrlc-go '^{' 1 mpiexec -n 4 bin/train --epochs 1000 --rows-per-rank 256 --json) == clean ]] ||
+    { cat "$work/ctrlc-go.out" >&2; fail "Ctrl-C run $i: mpiexec did not report an interrupt"; }
+done
+echo "Ctrl-C while training (Go): mpiexec reported the interrupt $CTRLC of $CTRLC times"
+# Python ranks raise KeyboardInterrupt (in the blocked barrier, or in rank
+# 0's sleep), abandon their stores and end by SIGINT; MPICH's mpiexec kills
+# any rank still finishing when the first one ends, and then reports
+# 2 | 9 = "signal 11". Required: every rank interrupted, the job over, no
+# segment left by a rank that was not killed. Counted: clean reports.
+clean=0
+for i in $(seq "$CTRLC"); do
+  r=$(interrupt ctrlc-py '^ready' 4 mpiexec -n 4 $PY examples/life/noclose.py --block)
+  [[ $(grep -c '^KeyboardInterrupt' "$work/ctrlc-py.out") -ge 1 ]] ||
+    { cat "$work/ctrlc-py.out" >&2; fail "Ctrl-C run $i (Python): no KeyboardInterrupt"; }
+  [[ $r == clean ]] && clean=$((clean + 1))
+done
+echo "Ctrl-C in a blocked collective (Python): mpiexec reported the interrupt itself $clean of $CTRLC times (else signal 11, see above)"
+echo "life-test: passed"
