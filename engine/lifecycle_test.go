@@ -421,3 +421,28 @@ func TestFabricErrorFields(t *testing.T) {
 		t.Fatalf("fabricError: %v (%+v)", err, e)
 	}
 }
+
+// TestUnknownVariableNamesTheKnownOnes: a name the store does not have is
+// ErrUnknownVar saying the call and the names it has.
+func TestUnknownVariableNamesTheKnownOnes(t *testing.T) {
+	s := openSingle(t, "unknown")
+	want := `ddstore: query variable "nope": no such variable; the store has none yet (Add or Init creates one)`
+	if _, err := s.Query("nope"); !errors.Is(err, ErrUnknownVar) || err.Error() != want {
+		t.Fatalf("Query of an empty store:\n got %v\nwant %s", err, want)
+	}
+	for _, name := range []string{"label", "image"} {
+		if err := s.Add(name, Int64, 1, make([]byte, 8)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for op, call := range map[string]func() error{
+		"query":    func() error { _, err := s.Query("nope"); return err },
+		"lookup":   func() error { _, err := s.Var("nope"); return err },
+		"GetBatch": func() error { return s.GetBatch("nope", []int64{0}, make([]byte, 8)) },
+	} {
+		want := `ddstore: ` + op + ` variable "nope": no such variable; the store has ["image" "label"]`
+		if err := call(); !errors.Is(err, ErrUnknownVar) || err.Error() != want {
+			t.Errorf("%s:\n got %v\nwant %s", op, err, want)
+		}
+	}
+}

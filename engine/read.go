@@ -312,7 +312,19 @@ func (s *Store) errLookup(op, name string) error {
 	if s.closed.Load() {
 		return errf(ErrClosed, op, name, "store closed")
 	}
-	return errf(ErrUnknownVar, op, name, "no such variable")
+	return errf(ErrUnknownVar, op, name, "no such variable; %s", knownVars(s.Vars()))
+}
+
+// knownVars names the variables a store has, for an unknown name's error.
+func knownVars(names []string) string {
+	const most = 8
+	switch {
+	case len(names) == 0:
+		return "the store has none yet (Add or Init creates one)"
+	case len(names) > most:
+		return fmt.Sprintf("the store has %q and %d more", names[:most], len(names)-most)
+	}
+	return fmt.Sprintf("the store has %q", names)
 }
 
 // Get is Store.Get on this variable through the shared reader.

@@ -369,13 +369,13 @@ func (s *Store) publish(edit func(varMap)) {
 }
 
 // Var returns a handle to variable name.
-func (s *Store) Var(name string) (*Var, error) {
-	if s.closed.Load() {
-		return nil, errf(ErrClosed, "Var", name, "store closed")
-	}
+func (s *Store) Var(name string) (*Var, error) { return s.lookup("lookup", name) }
+
+// lookup is variable name for call op, or its error.
+func (s *Store) lookup(op, name string) (*Var, error) {
 	v := (*s.vars.Load())[name]
-	if v == nil {
-		return nil, errf(ErrUnknownVar, "Var", name, "no such variable")
+	if v == nil || s.closed.Load() {
+		return nil, s.errLookup(op, name)
 	}
 	return v, nil
 }
@@ -393,7 +393,7 @@ func (s *Store) Vars() []string {
 
 // Query describes variable name.
 func (s *Store) Query(name string) (VarInfo, error) {
-	v, err := s.Var(name)
+	v, err := s.lookup("query", name)
 	if err != nil {
 		return VarInfo{}, err
 	}

@@ -23,11 +23,11 @@ const tmpLeftoverAge = time.Minute
 
 // leftover decides whether a segment may be removed by a process other than
 // its writer: its writer ran on this host and is gone (the pid exited or
-// was reused), its heartbeat stopped more than StaleAfter ago, and the file
-// belongs to this user.
-func leftover(info SegmentInfo, fileUID, myUID uint32, host string) bool {
+// was reused), its heartbeat stopped more than minAge (at least
+// StaleAfter) ago, and the file belongs to this user.
+func leftover(info SegmentInfo, fileUID, myUID uint32, host string, minAge time.Duration) bool {
 	return info.State == StateExited && host != "" && info.Host == host &&
-		info.HeartbeatAge > StaleAfter && fileUID == myUID
+		info.HeartbeatAge > max(minAge, StaleAfter) && fileUID == myUID
 }
 
 // leftoverTemp decides the same for a temporary file of Create
@@ -57,7 +57,12 @@ func tempPid(name string) (int, bool) {
 // lives, another host's, or another user's file. A segment is first moved
 // aside and removed only if it is still the file that was judged, so a new
 // writer that takes the same name meanwhile keeps its segment.
-func Sweep(dir string) ([]string, error) {
+func Sweep(dir string) ([]string, error) { return SweepOlder(dir, StaleAfter) }
+
+// SweepOlder is Sweep for segments whose heartbeat is older than age
+// (StaleAfter at least): a viewer that shows exited ranks for a while
+// removes only older ones.
+func SweepOlder(dir string, age time.Duration) ([]string, error) {
 	infos, err := Discover(dir)
 	if err != nil {
 		return nil, err
@@ -66,7 +71,7 @@ func Sweep(dir string) ([]string, error) {
 	var removed []string
 	for _, in := range infos {
 		var st unix.Stat_t
-		if in.State != StateExited || unix.Lstat(in.Path, &st) != nil || !leftover(in, st.Uid, me, host) {
+		if in.State != StateExited || unix.Lstat(in.Path, &st) != nil || !leftover(in, st.Uid, me, host, age) {
 			continue
 		}
 		if removeIfSame(in.Path, st) {

@@ -31,7 +31,10 @@ func TestLeftoverDecision(t *testing.T) {
 		{"live", SegmentInfo{State: StateLive, Host: "n1", HeartbeatAge: time.Hour}, me, "n1", false},
 		{"unreadable", SegmentInfo{State: StateInvalid, Host: "n1", HeartbeatAge: time.Hour}, me, "n1", false},
 	} {
-		if got := leftover(c.in, c.uid, me, c.host); got != c.want {
+		if got := leftover(c.in, c.uid, me, c.host, 2*time.Minute); got {
+			t.Errorf("%s: a leftover younger than the age asked", c.name)
+		}
+		if got := leftover(c.in, c.uid, me, c.host, 0); got != c.want {
 			t.Errorf("%s: leftover = %v, want %v", c.name, got, c.want)
 		}
 	}

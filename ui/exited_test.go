@@ -8,9 +8,9 @@ import (
 	"time"
 
 	tea "github.com/charmbracelet/bubbletea"
+	"github.com/ddstore/ddstore/internal/segtest"
 	"github.com/ddstore/ddstore/ui/data"
 	"github.com/ddstore/ddstore/ui/diagnose"
-	"github.com/ddstore/ddstore/ui/internal/segtest"
 )
 
 const liveJob = "pmi-kvs_26094_0_487958802_vm"

@@ -12,9 +12,9 @@ import (
 	"github.com/charmbracelet/x/ansi"
 	"github.com/muesli/termenv"
 
+	"github.com/ddstore/ddstore/internal/segtest"
 	"github.com/ddstore/ddstore/telemetry"
 	"github.com/ddstore/ddstore/ui/data"
-	"github.com/ddstore/ddstore/ui/internal/segtest"
 )
 
 func TestMain(m *testing.M) {

@@ -31,6 +31,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ddstore/ddstore/configs"
+	"github.com/ddstore/ddstore/telemetry"
 	"github.com/ddstore/ddstore/ui"
 	"github.com/ddstore/ddstore/ui/data"
 )
@@ -147,6 +148,10 @@ func settings(cmd *cobra.Command) (ui.Options, error) {
 	if err := o.Validate(); err != nil {
 		return o, err
 	}
+	// Leftovers of processes that ended without closing, from before this
+	// ddtop: ranks that exit while it watches stay until the next job's
+	// Open (hidden after ui.DefaultExitedGrace, shown with X).
+	_, _ = telemetry.SweepOlder(o.Dir, ui.DefaultExitedGrace)
 	if nice != 0 {
 		if err := lowerPriority(nice); err != nil {
 			return o, err

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ddstore/ddstore/internal/segtest"
 	"github.com/ddstore/ddstore/telemetry"
-	"github.com/ddstore/ddstore/ui/internal/segtest"
 )
 
 func TestMatchJob(t *testing.T) {

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ddstore/ddstore/internal/segtest"
 	"github.com/ddstore/ddstore/telemetry"
 	"github.com/ddstore/ddstore/ui/data"
-	"github.com/ddstore/ddstore/ui/internal/segtest"
 )
 
 // job is a directory of synthetic segments: real telemetry writers, one
