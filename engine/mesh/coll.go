@@ -268,6 +268,10 @@ func (m *Mesh) sendErr(op string, r int, err error) error {
 	if gone := m.abandoned(op, r, m.seq); gone != nil {
 		return gone // r left after giving up on this rank: that is the cause
 	}
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		time.Sleep(ExitGrace) // r's connection broke: see ExitGrace
+	}
 	return m.fail(&fault.Error{Op: op, Ranks: []int{r}, Side: fault.Remote, Kind: fault.ErrPeerDead,
 		Detail: fmt.Sprintf("sending to rank %d failed", r), Err: err})
 }

@@ -48,10 +48,10 @@ const (
 	DefaultLiveness = 10 * time.Second
 )
 
-// ExitGrace is how long a rank waits, once a peer closed its connection
-// without leaving, before it declares the peer dead: long enough for a
-// signal that the launcher forwards to every rank (Ctrl-C) to reach this
-// one too.
+// ExitGrace is how long a rank waits, once a peer's connection broke
+// (closed without leaving, reset), before it declares the peer dead: long
+// enough for a signal that the launcher forwards to every rank (Ctrl-C) to
+// reach this one too.
 var ExitGrace = 500 * time.Millisecond
 
 // Options configures a mesh.

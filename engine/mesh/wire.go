@@ -148,8 +148,10 @@ func (m *Mesh) readLoop(p *peer) {
 		detail := fmt.Sprintf("connection to rank %d on %s lost", p.rank, p.host)
 		if errors.As(err, &ne) && ne.Timeout() {
 			detail = fmt.Sprintf("rank %d on %s silent for %v (no heartbeat)", p.rank, p.host, m.o.Liveness)
-		} else if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			detail = fmt.Sprintf("rank %d on %s closed the connection without leaving (exited?)", p.rank, p.host)
+		} else {
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+				detail = fmt.Sprintf("rank %d on %s closed the connection without leaving (exited?)", p.rank, p.host)
+			}
 			// A launcher passes a Ctrl-C on to the ranks one after the
 			// other: the peer that got it first may be gone before this
 			// rank gets its own. Wait for it, so that the job ends as
