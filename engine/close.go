@@ -214,6 +214,10 @@ func (s *Store) closeExchange() error {
 		}
 		s.boot = nil
 	}
+	if s.releaseRendezvous != nil {
+		s.releaseRendezvous()
+		s.releaseRendezvous = nil
+	}
 	s.ex = nil
 	return errors.Join(errs...)
 }

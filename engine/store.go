@@ -46,6 +46,9 @@ type Store struct {
 	job  string
 	// bootMethod is how the job bootstrapped: "pmi", "pmi2", "tcp", "dir", "single".
 	bootMethod string
+	// releaseRendezvous gives back the launcher's rendezvous, which the
+	// store holds until it closes (see finishLaunchExchange); nil if none.
+	releaseRendezvous func()
 
 	rank, world, localRank int
 	// nranks: the world plus the storage-only ranks joined to it (global
@@ -447,8 +450,8 @@ func (s *Store) finishLaunchExchange() error {
 	if s.ex == s.boot {
 		s.ex = bootstrap.Single()
 	}
-	err := s.boot.Close()
-	s.boot = nil
+	release, err := bootstrap.CloseKeepingRendezvous(s.boot)
+	s.boot, s.releaseRendezvous = nil, release
 	if err != nil {
 		return wrapf(nil, "Open", "", err, "finalizing the launcher's exchange")
 	}

@@ -85,3 +85,24 @@ func (c *collective) releaseRendezvous() {
 		c.release()
 	}
 }
+
+func (c *collective) takeRelease() func() {
+	f := c.release
+	c.release = nil
+	return f
+}
+
+// CloseKeepingRendezvous closes x but keeps what it holds of its
+// rendezvous claimed for this process until release is called: a store
+// done with the launcher's exchange after Open still owns that rendezvous
+// until the store closes, so that a second store opened on it meanwhile
+// is told what to do instead.
+func CloseKeepingRendezvous(x Exchanger) (release func(), err error) {
+	release = func() {}
+	if c, ok := x.(interface{ takeRelease() func() }); ok {
+		if f := c.takeRelease(); f != nil {
+			release = f
+		}
+	}
+	return release, x.Close()
+}
