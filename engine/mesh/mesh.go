@@ -49,9 +49,9 @@ const (
 )
 
 // ExitGrace is how long a rank waits, once a peer's connection broke
-// (closed without leaving, reset), before it declares the peer dead: long
-// enough for a signal that the launcher forwards to every rank (Ctrl-C) to
-// reach this one too.
+// (closed without leaving, reset), before its collectives fail with the
+// peer's death (OnDead runs at once): long enough for a signal that the
+// launcher forwards to every rank (Ctrl-C) to reach this one too.
 var ExitGrace = 500 * time.Millisecond
 
 // Options configures a mesh.
@@ -124,6 +124,7 @@ type peer struct {
 	wmu  sync.Mutex
 	in   inbox
 	dead atomic.Bool
+	told atomic.Bool // OnDead ran for it (see reportDead)
 	left atomic.Bool // said goodbye (Close): not dead, just gone
 	host string
 }
@@ -411,13 +412,21 @@ func (m *Mesh) dial(r int, a Addr, deadline time.Time) (net.Conn, error) {
 
 // peerGone records that p is gone (dead, or left cleanly).
 func (m *Mesh) peerGone(p *peer, err error, dead bool) {
-	if dead && !p.dead.Swap(true) && m.o.OnDead != nil {
-		m.o.OnDead(p.rank, err)
+	if dead {
+		p.dead.Store(true)
+		m.reportDead(p, err)
 	}
 	p.in.fail(err)
 	select {
 	case m.death <- struct{}{}:
 	default:
+	}
+}
+
+// reportDead runs OnDead for p, once.
+func (m *Mesh) reportDead(p *peer, err error) {
+	if !p.told.Swap(true) && m.o.OnDead != nil {
+		m.o.OnDead(p.rank, err)
 	}
 }
 

@@ -145,21 +145,25 @@ func (m *Mesh) readLoop(p *peer) {
 			return
 		}
 		var ne net.Error
+		timeout := errors.As(err, &ne) && ne.Timeout()
 		detail := fmt.Sprintf("connection to rank %d on %s lost", p.rank, p.host)
-		if errors.As(err, &ne) && ne.Timeout() {
+		switch {
+		case timeout:
 			detail = fmt.Sprintf("rank %d on %s silent for %v (no heartbeat)", p.rank, p.host, m.o.Liveness)
-		} else {
-			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-				detail = fmt.Sprintf("rank %d on %s closed the connection without leaving (exited?)", p.rank, p.host)
-			}
+		case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+			detail = fmt.Sprintf("rank %d on %s closed the connection without leaving (exited?)", p.rank, p.host)
+		}
+		gone := &fault.Error{Op: "mesh", Ranks: []int{p.rank}, Side: fault.Remote, Kind: fault.ErrPeerDead, Detail: detail, Err: err}
+		if !timeout {
 			// A launcher passes a Ctrl-C on to the ranks one after the
 			// other: the peer that got it first may be gone before this
-			// rank gets its own. Wait for it, so that the job ends as
-			// interrupted, not with this rank's error.
+			// rank gets its own. Reads avoid the peer at once (OnDead),
+			// but collectives fail only after ExitGrace, so that the job
+			// ends as interrupted, not with this rank's error.
+			m.reportDead(p, gone)
 			time.Sleep(ExitGrace)
 		}
-		m.peerGone(p, &fault.Error{Op: "mesh", Ranks: []int{p.rank}, Side: fault.Remote, Kind: fault.ErrPeerDead,
-			Detail: detail, Err: err}, true)
+		m.peerGone(p, gone, true)
 		return
 	}
 }
