@@ -68,7 +68,9 @@ func (m *Mesh) fail(err error) error {
 		if p == nil || p.dead.Load() || p.left.Load() {
 			continue
 		}
+		m.aborts.Add(1)
 		go func() {
+			defer m.aborts.Done()
 			p.wmu.Lock()
 			defer p.wmu.Unlock()
 			var h [hdrLen]byte

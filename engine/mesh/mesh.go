@@ -115,6 +115,7 @@ type Mesh struct {
 	death   chan struct{} // signalled when a peer dies or leaves (wakes a waiting collective)
 	hbStop  chan struct{}
 	wg      sync.WaitGroup
+	aborts  sync.WaitGroup // abort frames being sent (fail)
 }
 
 type peer struct {
@@ -489,6 +490,7 @@ func (m *Mesh) Close() error {
 	if m.ln != nil {
 		m.ln.Close()
 	}
+	m.aborts.Wait() // a failure's abort frames go out before the goodbye
 	bye := make([]byte, hdrLen)
 	bye[4] = tBye
 	binary.LittleEndian.PutUint32(bye, hdrLen-4)

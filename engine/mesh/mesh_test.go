@@ -231,7 +231,18 @@ func TestLateRankHearsWhoGaveUp(t *testing.T) {
 					m.kill()
 				}
 			}
-			time.Sleep(200 * time.Millisecond) // rank 3 is late
+			// Rank 3 is late: it starts once every other rank's abort
+			// frame has reached it.
+			for r := range 3 {
+				for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
+					if _, _, ok := ms[3].peers[r].in.findAbort(1); ok {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("rank %d's abort frame did not reach rank 3 in 30s", r)
+					}
+				}
+			}
 			err := ms[3].Barrier("b", 2*time.Second)
 			if !errors.Is(err, fault.ErrTimeout) || !strings.Contains(err.Error(), "gave up on this collective at ") ||
 				!strings.Contains(err.Error(), "before this rank got there") || !strings.Contains(err.Error(), "rank 3 did not arrive within 300ms") {
@@ -243,6 +254,7 @@ func TestLateRankHearsWhoGaveUp(t *testing.T) {
 
 // kill drops a rank's connections without saying goodbye, as a crash does.
 func (m *Mesh) kill() {
+	m.aborts.Wait() // a crash after the failure: its abort frames are out
 	m.closing.Store(true)
 	for _, p := range m.peers {
 		if p != nil {
