@@ -54,36 +54,8 @@ func (s *Store) newReadCtx(telReader int32) (*readCtx, error) {
 	if s.fab == nil {
 		return c, nil
 	}
-	fr, err := s.fab.NewReader()
-	if err != nil {
-		return nil, wrapf(nil, "NewReader", "", err, "open a fabric reader")
-	}
-	c.fr = fr
-	for i := 0; i < s.width; i++ {
-		r := s.groupLo + i
-		if s.peers[r].sameNode {
-			continue
-		}
-		p, err := fr.AddPeer(r, s.peers[r].Addr)
-		if err != nil {
-			fr.Close()
-			return nil, &Error{Op: "NewReader", Ranks: []int{r}, Detail: "connect to the peer", Err: err}
-		}
-		c.rpeers[r] = p
-	}
-	// Storage-only ranks (storage.go): every reader reaches them all, so
-	// that reads of their shards and failover between their groups never
-	// connect on the hot path.
-	for r := s.world; r < len(s.peers); r++ {
-		if s.peers[r].sameNode {
-			continue
-		}
-		p, err := fr.AddPeer(r, s.peers[r].Addr)
-		if err != nil {
-			fr.Close()
-			return nil, wrapf(nil, "NewReader", "", err, "connect reader to storage rank %d", r)
-		}
-		c.rpeers[r] = p
+	if err := c.connect(); err != nil {
+		return nil, err
 	}
 	switch s.opts.ReadMode {
 	case ReadModeGather:
@@ -102,6 +74,62 @@ func (s *Store) newReadCtx(telReader int32) (*readCtx, error) {
 	c.opMember = make([]int32, 0, w)
 	c.opOff = make([]int64, 0, w)
 	return c, nil
+}
+
+// connect opens the context's fabric reader and connects it to every group
+// member whose shards are read through the fabric, and to every
+// storage-only rank (storage.go: every reader reaches them all, so that
+// reads of their shards and failover between their groups never connect
+// on the hot path). Replicas outside the group connect on first use
+// (peerOf).
+func (c *readCtx) connect() error {
+	s := c.s
+	fr, err := s.fab.NewReader()
+	if err != nil {
+		return wrapf(nil, "NewReader", "", err, "open a fabric reader")
+	}
+	clear(c.rpeers)
+	for r := range s.peers {
+		inGroup, storage := r >= s.groupLo && r < s.groupLo+s.width, r >= s.world
+		if !inGroup && !storage || s.peers[r].sameNode {
+			continue
+		}
+		p, err := fr.AddPeer(r, s.peers[r].Addr)
+		if err != nil {
+			fr.Close()
+			return &Error{Op: "NewReader", Ranks: []int{r}, Detail: "connect to the peer", Err: err}
+		}
+		c.rpeers[r] = p
+	}
+	if c.timeout != 0 {
+		fr.SetTimeout(c.timeout) // the deadline the context last set (flush)
+	}
+	c.fr = fr
+	return nil
+}
+
+// renew replaces a reader that the fabric quarantined (a provider call
+// overran its deadline and never returned: the reader refuses every call
+// from then on and is never freed) with a new one, and points the queued
+// reads at the new reader's peers. A variable's shared reader and a
+// Reader so go on working, and failover retries on the new reader.
+func (c *readCtx) renew() error {
+	// The quarantined reader is dropped, never closed (see fabric's
+	// quarantine); until a new one connects, it refuses every call.
+	if err := c.connect(); err != nil {
+		return err
+	}
+	for i := range c.ops {
+		if c.ops[i].Done {
+			continue
+		}
+		p, err := c.peerOf(c.opRank[i])
+		if err != nil {
+			return err
+		}
+		c.ops[i].Peer = p
+	}
+	return nil
 }
 
 func (c *readCtx) close() {
@@ -164,6 +192,11 @@ func (v *Var) flush(c *readCtx, st *callStats) error {
 		st.fab.CQWait += ft.CQWait
 		st.fab.Copy += ft.Copy
 		st.fab.Regs += ft.Regs
+		if err != nil && c.fr.Quarantined() {
+			if rerr := c.renew(); rerr != nil {
+				return v.fabricError(c, errors.Join(err, rerr))
+			}
+		}
 		if err == nil {
 			if st.timed {
 				// Per-target service times for the peer table: when

@@ -246,7 +246,7 @@ void dd_wd_unregister(dd_reader *r);
 int dd_wd_guard(dd_reader *r, int64_t timeout_ns, int (*call)(dd_reader *r, void *arg), void *arg);
 uint64_t dd_quarantined_count(void);
 uint64_t dd_leaked_eps_count(void);
-void dd_set_test_stuck(int on);
+void dd_set_test_stuck(int n);
 extern atomic_ullong dd_leaked_eps;
 
 // dd_info.c

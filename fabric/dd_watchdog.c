@@ -82,9 +82,17 @@ void dd_wd_unregister(dd_reader *r) {
 	if (r->guarded) { atomic_store(&dd_wd_slots[r->wd_slot], NULL); r->guarded = 0; }
 }
 
-// dd_test_stuck, when set, makes a guarded call spin as a provider call
-// stuck on a stopped peer's lock would (tests of the watchdog).
+// dd_test_stuck counts the guarded calls still to get stuck: each such
+// call spins as a provider call stuck on a stopped peer's lock would, until
+// the watchdog abandons it (fault-injection tests).
 atomic_int dd_test_stuck;
+
+// dd_take_test_stuck takes one of dd_test_stuck's calls; 1 if it got one.
+static int dd_take_test_stuck(void) {
+	int n = atomic_load(&dd_test_stuck);
+	while (n > 0 && !atomic_compare_exchange_weak(&dd_test_stuck, &n, n - 1)) { }
+	return n > 0;
+}
 
 // dd_wd_guard runs call(r, arg) under the watchdog with a deadline of
 // timeout_ns (a reader that is not registered runs it plainly): if the
@@ -108,7 +116,7 @@ int dd_wd_guard(dd_reader *r, int64_t timeout_ns, int (*call)(dd_reader *r, void
 	dd_wd_env = &env;
 	atomic_store(&r->wd_deadline, dd_now() + timeout_ns);
 	dd_wd_armed = 1;
-	while (atomic_load(&dd_test_stuck)) { }
+	if (dd_take_test_stuck()) for (;;) { }  // until the watchdog's signal
 	int rc = call(r, arg);
 	dd_wd_armed = 0;
 	dd_wd_env = NULL;
@@ -118,4 +126,4 @@ int dd_wd_guard(dd_reader *r, int64_t timeout_ns, int (*call)(dd_reader *r, void
 
 uint64_t dd_quarantined_count(void) { return atomic_load(&dd_quarantined); }
 uint64_t dd_leaked_eps_count(void) { return atomic_load(&dd_leaked_eps); }
-void dd_set_test_stuck(int on) { atomic_store(&dd_test_stuck, on); }
+void dd_set_test_stuck(int n) { atomic_store(&dd_test_stuck, n); }

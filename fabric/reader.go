@@ -610,13 +610,29 @@ func (r *Reader) baselineRead(p Peer, dst []byte, rowLen int, offs []uint64, bas
 	return time.Duration(el), nil
 }
 
-// setTestStuck makes guarded calls spin as if stuck in the provider (tests).
+// InjectStuckCalls makes the next n guarded provider calls of this process
+// (readers on shm, under the watchdog) spin as a call stuck on a stopped
+// peer's lock would, until the watchdog abandons them and quarantines their
+// readers; n = 0 cancels what is left. For fault-injection tests of the
+// layers above (the engine's reader renewal); never in a job.
+func InjectStuckCalls(n int) { ddSetTestStuck(cInt(n)) }
+
+// setTestStuck makes the next guarded call stuck, or cancels it (tests).
 func setTestStuck(on bool) {
-	v := cInt(0)
 	if on {
-		v = 1
+		InjectStuckCalls(1)
+	} else {
+		InjectStuckCalls(0)
 	}
-	ddSetTestStuck(v)
+}
+
+// Quarantined reports whether the watchdog abandoned a provider call of
+// this reader: it refuses every call from then on, and its owner replaces
+// it with a new reader.
+func (r *Reader) Quarantined() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.quarantined
 }
 
 // setFailClose makes the reader's endpoint close fail (tests).
