@@ -216,7 +216,7 @@ func TestReportData(t *testing.T) {
 		for k := range ticks - 1 {
 			top, bottom := pts[k], pts[len(pts)-1-k]
 			h := ph.yOf(top[1]) - ph.yOf(bottom[1])
-			want := float64((calls(0)+calls(1)+calls(2))*phaseNs(k+1)[i]) / 1e9
+			want := float64((calls(0)+calls(1)+calls(2))*phaseNs(k + 1)[i]) / 1e9
 			if !near3(ph.xOf(top[0]), float64(k+1)) || top[0] != bottom[0] || !near3(h, want) {
 				t.Fatalf("phase %s at tick %d: band %.3g busy s/s at %.3f s, want %.3g at %d s",
 					telemetry.PhaseNames[i], k+1, h, ph.xOf(top[0]), want, k+1)
