@@ -79,6 +79,8 @@ const (
 	fiThreadFid        = C.FI_THREAD_FID
 	fiThreadSafe       = C.FI_THREAD_SAFE
 	sizeofDdGent       = C.sizeof_dd_gent
+	sizeofDdOp         = C.sizeof_dd_op
+	sizeofDdResult     = C.sizeof_dd_result
 	sizeofDdGexport    = C.sizeof_dd_gexport
 	sizeofDdGrepHdr    = C.sizeof_dd_grep_hdr
 	sizeofDdGreqHdr    = C.sizeof_dd_greq_hdr
@@ -101,8 +103,6 @@ func ddCloseMr(m *C.struct_fid_mr) C.int               { return C.dd_close_mr(m)
 func ddDescribe(i *C.struct_fi_info, d *C.dd_infodesc) { C.dd_describe(i, d) }
 func ddDupinfo(i *C.struct_fi_info) *C.struct_fi_info  { return C.dd_dupinfo(i) }
 func ddFreeinfo(i *C.struct_fi_info)                   { C.dd_freeinfo(i) }
-func ddGatherMaxBytes() C.uint64_t                     { return C.dd_gather_max_bytes() }
-func ddGatherMaxEnt() C.uint64_t                       { return C.dd_gather_max_ent() }
 func ddGatherRoundCap(total C.uint64_t, cap_ C.uint64_t, rounds C.int) C.uint64_t {
 	return C.dd_gather_round_cap(total, cap_, rounds)
 }
@@ -112,6 +112,15 @@ func ddGreqCheck(v *C.dd_greq_view, ex *C.dd_gexport, nex C.int, max_bytes C.uin
 }
 func ddGreqParse(buf *C.char, len_ C.size_t, want_namelen C.uint32_t, v *C.dd_greq_view) C.int {
 	return C.dd_greq_parse(buf, len_, want_namelen, v)
+}
+func ddGrepSize(status C.int, total C.uint64_t, text *C.char) C.size_t {
+	return C.dd_grep_size(status, total, text)
+}
+func ddGrepBuild(out *C.char, v *C.dd_greq_view, ex *C.dd_gexport, nex C.int, status C.int, bad C.uint32_t, total C.uint64_t, text *C.char) C.size_t {
+	return C.dd_grep_build(out, v, ex, nex, status, bad, total, text)
+}
+func ddGrepTake(rh unsafe.Pointer, src *C.char, id, bytes C.uint64_t, ops *C.dd_op, order unsafe.Pointer, count, direct C.int, doneT C.uint32_t, res *C.dd_result) C.int {
+	return C.dd_grep_take((*C.dd_grep_hdr)(rh), src, id, bytes, ops, (*C.int32_t)(order), count, direct, doneT, res)
 }
 func ddGsrvAddExport(s *C.dd_server, key C.uint64_t, base C.uint64_t, ptr unsafe.Pointer, size C.uint64_t) C.int {
 	return C.dd_gsrv_add_export(s, key, base, ptr, size)

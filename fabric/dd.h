@@ -330,7 +330,7 @@ int dd_gather_oldest(dd_reader *r, int rounds, int pos, int m);
 uint64_t dd_gather_round_cap(uint64_t total, uint64_t cap, int rounds);
 int dd_gather(dd_reader *r, int n, uint64_t cap, int rounds, int64_t timeout_ns);
 int dd_guarded_gather(dd_reader *r, int n, uint64_t cap, int rounds, int64_t timeout_ns);
-uint64_t dd_gather_max_bytes(void);
-uint64_t dd_gather_max_ent(void);
+int dd_grep_take(const dd_grep_hdr *rh, const char *src, uint64_t id, uint64_t bytes,
+	dd_op *ops, const int32_t *order, int count, int direct, uint32_t done_t, dd_result *res);
 
 #endif

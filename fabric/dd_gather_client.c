@@ -161,43 +161,57 @@ static int gc_post(dd_reader *r, void *st, int64_t *t, int64_t deadline) {
 	return 0;
 }
 
-// gc_reply checks round g's reply and copies its rows out of the bounce
-// buffer (a direct reply is in place already).
-static int gc_reply(dd_reader *r, dd_gslot *g, int64_t *t, int64_t t0) {
-	dd_result *res = &r->res;
-	dd_grep_hdr *rh = g->direct ? &g->hdr : (dd_grep_hdr *)g->bounce;
-	const char *src = g->direct ? (const char *)g->iov[1].iov_base : g->bounce + sizeof *rh;
-	if (rh->magic != DD_GMAGIC_REP || rh->id != g->id) {
-		res->stage = DD_BADREPLY; res->err = FI_EIO; res->failed_op = r->gorder[g->first];
+// dd_grep_take checks the reply to a round of count ops, ops[order[0..count)],
+// asked with id for bytes in all: rh is its header and src what follows it
+// (at least max(bytes, DD_GTEXT) bytes). A good reply's rows are copied from
+// src to the ops' destinations (unless direct: they are in place), each op
+// marked done at done_t. Otherwise no destination is written, and res says
+// why: DD_REJECT (the target's status, the entry it named and its text) or
+// DD_BADREPLY. Returns 0 or -1. Pure: no libfabric call.
+int dd_grep_take(const dd_grep_hdr *rh, const char *src, uint64_t id, uint64_t bytes,
+		dd_op *ops, const int32_t *order, int count, int direct, uint32_t done_t, dd_result *res) {
+	if (rh->magic != DD_GMAGIC_REP || rh->id != id) {
+		res->stage = DD_BADREPLY; res->err = FI_EIO; res->failed_op = order[0];
 		snprintf(res->text, sizeof res->text, "malformed reply (magic %#x, id %llu, want %llu)",
-			rh->magic, (unsigned long long)rh->id, (unsigned long long)g->id);
+			rh->magic, (unsigned long long)rh->id, (unsigned long long)id);
 		return -1;
 	}
 	if (rh->status) {
 		res->stage = DD_REJECT; res->err = rh->status;
-		uint32_t e = rh->entry < (uint32_t)g->count ? rh->entry : 0;
-		res->failed_op = r->gorder[g->first + e];
+		uint32_t e = rh->entry < (uint32_t)count ? rh->entry : 0;
+		res->failed_op = order[e];
 		size_t tl = rh->textlen < DD_GTEXT ? rh->textlen : DD_GTEXT; // both buffers hold DD_GTEXT
 		memcpy(res->text, src, tl);
 		res->text[tl] = 0;
 		return -1;
 	}
-	if (rh->bytes != g->bytes) {
-		res->stage = DD_BADREPLY; res->err = FI_EIO; res->failed_op = r->gorder[g->first];
+	if (rh->bytes != bytes) {
+		res->stage = DD_BADREPLY; res->err = FI_EIO; res->failed_op = order[0];
 		snprintf(res->text, sizeof res->text, "reply of %llu bytes, want %llu",
-			(unsigned long long)rh->bytes, (unsigned long long)g->bytes);
+			(unsigned long long)rh->bytes, (unsigned long long)bytes);
 		return -1;
 	}
-	for (int k = 0; k < g->count; k++) {
-		dd_op *op = &r->ops[r->gorder[g->first + k]];
-		if (!g->direct) memcpy(op->dst, src, op->len);
+	for (int k = 0; k < count; k++) {
+		dd_op *op = &ops[order[k]];
+		if (!direct) memcpy(op->dst, src, op->len);
 		op->done = 1;
-		op->done_t = (uint32_t)((*t - t0) >> 4);
+		op->done_t = done_t;
 		src += op->len;
 	}
-	res->done += g->count;
+	res->done += count;
+	return 0;
+}
+
+// gc_reply checks round g's reply and copies its rows out of the bounce
+// buffer (a direct reply is in place already).
+static int gc_reply(dd_reader *r, dd_gslot *g, int64_t *t, int64_t t0) {
+	const dd_grep_hdr *rh = g->direct ? &g->hdr : (const dd_grep_hdr *)g->bounce;
+	const char *src = g->direct ? (const char *)g->iov[1].iov_base : g->bounce + sizeof *rh;
+	if (dd_grep_take(rh, src, g->id, g->bytes, r->ops, r->gorder + g->first, g->count, g->direct,
+			(uint32_t)((*t - t0) >> 4), &r->res))
+		return -1;
 	int64_t t3 = dd_now();
-	res->copy_ns += t3 - *t;
+	r->res.copy_ns += t3 - *t;
 	*t = t3;
 	return 0;
 }
@@ -279,6 +293,3 @@ int dd_guarded_gather(dd_reader *r, int n, uint64_t cap, int rounds, int64_t tim
 	dd_gc_args a = { n, cap, rounds, timeout_ns };
 	return dd_wd_guard(r, timeout_ns, gc_call, &a);
 }
-
-uint64_t dd_gather_max_bytes(void) { return DD_GMAX_BYTES; }
-uint64_t dd_gather_max_ent(void) { return DD_GMAX_ENT; }

@@ -116,36 +116,20 @@ void dd_gsrv_handle(dd_server *s, int i, int k) {
 	uint32_t bad = 0;
 	uint64_t total = 0;
 	int status = dd_greq_check(&v, g->ex, g->nex, DD_GMAX_BYTES, &total, &bad, text, sizeof text);
-	size_t need = sizeof(dd_grep_hdr) + (status ? strlen(text) + 1 : total);
+	size_t need = dd_grep_size(status, total, text);
 	if (g->scap[k] < need) {
 		char *nb = realloc(g->sbuf[k], need);
 		if (!nb) {
 			status = FI_ENOMEM; bad = 0;
 			snprintf(text, sizeof text, "target out of memory for a %llu-byte reply", (unsigned long long)total);
-			need = sizeof(dd_grep_hdr) + strlen(text) + 1;
+			need = dd_grep_size(status, total, text);
 			if (g->scap[k] < need) { atomic_fetch_add(&g->rejected, 1); return; }
 		} else {
 			g->sbuf[k] = nb; g->scap[k] = need;
 		}
 	}
-	dd_grep_hdr *rh = (dd_grep_hdr *)g->sbuf[k];
-	rh->magic = DD_GMAGIC_REP; rh->status = status; rh->id = v.h->id; rh->entry = bad;
-	char *out = g->sbuf[k] + sizeof *rh;
-	if (status) {
-		rh->textlen = (uint32_t)strlen(text) + 1; rh->bytes = 0;
-		memcpy(out, text, rh->textlen);
-		atomic_fetch_add(&g->rejected, 1);
-	} else {
-		rh->textlen = 0; rh->bytes = total;
-		int last = -1;
-		for (uint32_t e = 0; e < v.nent; e++) {
-			const dd_gent *x = &v.ent[e];
-			const dd_gexport *ex = dd_gexport_find(g->ex, g->nex, x->key, &last);
-			memcpy(out, ex->ptr + (x->addr - ex->base), x->len);
-			out += x->len;
-		}
-		atomic_fetch_add(&g->served, 1);
-	}
+	dd_grep_build(g->sbuf[k], &v, g->ex, g->nex, status, bad, total, text);
+	atomic_fetch_add(status ? &g->rejected : &g->served, 1);
 	g->slen[k] = need;
 	g->speer[k] = pi;
 	g->stag[k] = DD_GREP_BIT | v.h->id;

@@ -68,3 +68,30 @@ int dd_greq_check(const dd_greq_view *v, const dd_gexport *ex, int nex, uint64_t
 	*total = sum;
 	return 0;
 }
+
+size_t dd_grep_size(int status, uint64_t total, const char *text) {
+	return sizeof(dd_grep_hdr) + (status ? strlen(text) + 1 : total);
+}
+
+size_t dd_grep_build(char *out, const dd_greq_view *v, const dd_gexport *ex, int nex,
+		int status, uint32_t bad, uint64_t total, const char *text) {
+	dd_grep_hdr rh = { .magic = DD_GMAGIC_REP, .status = status, .entry = bad };
+	memcpy(&rh.id, &v->h->id, sizeof rh.id); // the request may be unaligned (fuzzing)
+	char *p = out + sizeof rh;
+	if (status) {
+		rh.textlen = (uint32_t)strlen(text) + 1;
+		memcpy(p, text, rh.textlen);
+	} else {
+		rh.bytes = total;
+		int last = -1;
+		for (uint32_t e = 0; e < v->nent; e++) {
+			dd_gent x;
+			memcpy(&x, &v->ent[e], sizeof x);
+			const dd_gexport *r = dd_gexport_find(ex, nex, x.key, &last);
+			memcpy(p, r->ptr + (x.addr - r->base), x.len);
+			p += x.len;
+		}
+	}
+	memcpy(out, &rh, sizeof rh);
+	return sizeof rh + (status ? rh.textlen : total);
+}

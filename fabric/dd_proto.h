@@ -67,6 +67,15 @@ int dd_greq_parse(const char *buf, size_t len, uint32_t want_namelen, dd_greq_vi
 int dd_greq_check(const dd_greq_view *v, const dd_gexport *ex, int nex, uint64_t max_bytes,
 	uint64_t *total, uint32_t *bad, char *text, size_t textlen);
 
+// dd_grep_build writes the reply to a request that dd_greq_check judged
+// (status, bad, total, text as it set them) at out, which holds
+// dd_grep_size(status, total, text) bytes: the header, then the rows the
+// entries name, copied from the exports in entry order (status 0), or the
+// error text with its NUL. Returns the bytes written.
+size_t dd_grep_size(int status, uint64_t total, const char *text);
+size_t dd_grep_build(char *out, const dd_greq_view *v, const dd_gexport *ex, int nex,
+	int status, uint32_t bad, uint64_t total, const char *text);
+
 // dd_gexport_find is the export with key, or NULL; *last caches the index of
 // the previous hit (consecutive entries usually share a region).
 const dd_gexport *dd_gexport_find(const dd_gexport *ex, int nex, uint64_t key, int *last);

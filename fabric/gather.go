@@ -5,8 +5,8 @@ import (
 	"unsafe"
 )
 
-// Gather protocol constants, defined once in dd.h. protocolC reports the
-// values the compiled C uses, so a test checks that the two sides agree.
+// Gather protocol constants, defined once in dd_proto.h (TestGatherWire
+// checks them against the protocol as the Go tests write it down).
 const (
 	maxGatherBytes   = ddGmaxBytes // largest reply a target builds
 	maxGatherEntries = ddGmaxEnt   // entries per request
@@ -16,11 +16,6 @@ const (
 	gatherRepHdr     = sizeofDdGrepHdr
 	gatherText       = ddGtext // error text bytes in a reply
 )
-
-// protocolC is the gather protocol as the compiled C sees it.
-func protocolC() (maxBytes, maxEnt uint64) {
-	return uint64(ddGatherMaxBytes()), uint64(ddGatherMaxEnt())
-}
 
 // gatherRoundCap is the round cap dd_gather uses for a batch of total
 // bytes, with cap bytes (Options.GatherMaxBytes) and rounds in flight.

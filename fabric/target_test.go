@@ -2,6 +2,7 @@ package fabric
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -46,12 +47,14 @@ func fillPattern(b []byte) {
 }
 
 // checkPattern reports the first byte of dst that differs from the region
-// at offset off (off and len(dst) multiples of 8).
+// at offset off (a multiple of 8), a last partial word included.
 func checkPattern(dst []byte, off uint64) error {
-	for i := 0; i+8 <= len(dst); i += 8 {
-		want := patternWord((off + uint64(i)) / 8)
-		if got := binary.LittleEndian.Uint64(dst[i:]); got != want {
-			return fmt.Errorf("offset %d (+%d in row): got %#x want %#x", off+uint64(i), i, got, want)
+	var w [8]byte
+	for i := 0; i < len(dst); i += 8 {
+		binary.LittleEndian.PutUint64(w[:], patternWord((off+uint64(i))/8))
+		n := min(8, len(dst)-i)
+		if !bytes.Equal(dst[i:i+n], w[:n]) {
+			return fmt.Errorf("offset %d (+%d in row): got %x want %x", off+uint64(i), i, dst[i:i+n], w[:n])
 		}
 	}
 	return nil

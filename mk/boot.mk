@@ -28,3 +28,17 @@ TEST_EXTRA += test-netns
 # root or the ip tool.
 test-netns: deps
 	bash examples/netns/netns-test.sh
+
+# The bootstrap's wire decoders fuzzed against round trips and a model
+# (engine/bootstrap/fuzz_test.go), FUZZ_BOOT_EXECS executions each:
+# FuzzRendezvousFrames (the tcp method's frames) and FuzzPMIGather (PMI-1
+# and PMI-2 replies with bytes flipped, through the handshake and an
+# AllGather). Interesting inputs are kept in engine/bootstrap/testdata/fuzz.
+.PHONY: fuzz-bootstrap
+FUZZ_TARGETS += fuzz-bootstrap
+FUZZ_BOOT_EXECS ?= 1000000x
+fuzz-bootstrap: deps
+	$(GO) test -run '^$$' -fuzz '^FuzzRendezvousFrames$$' -fuzztime $(FUZZ_BOOT_EXECS) -fuzzminimizetime 2x -parallel 2 ./engine/bootstrap
+	@$(call keep_fuzz_corpus,engine/bootstrap,FuzzRendezvousFrames)
+	$(GO) test -run '^$$' -fuzz '^FuzzPMIGather$$' -fuzztime $(FUZZ_BOOT_EXECS) -fuzzminimizetime 2x -parallel 2 ./engine/bootstrap
+	@$(call keep_fuzz_corpus,engine/bootstrap,FuzzPMIGather)

@@ -47,9 +47,13 @@ soak: deps
 	  grep -E '^(soak|--- |ok|FAIL|panic)|FAIL:'; exit $${PIPESTATUS[0]}
 
 # FuzzTelemetryReader (corrupted segments through Discover, Open,
-# Snapshot, ReadRing) for FUZZ_TELEMETRY_EXECS executions; the inputs it
-# found interesting are kept in telemetry/testdata/fuzz.
+# Snapshot, ReadRing: typed errors, no panic) and FuzzTelemetryModel (a
+# writer's random calls read back: exactly the model's counters,
+# histograms, peers and ring) for FUZZ_TELEMETRY_EXECS executions each;
+# the inputs they found interesting are kept in telemetry/testdata/fuzz.
 FUZZ_TELEMETRY_EXECS ?= 1000000x
 fuzz-telemetry: deps
 	$(GO) test -run '^$$' -fuzz '^FuzzTelemetryReader$$' -fuzztime $(FUZZ_TELEMETRY_EXECS) -fuzzminimizetime 2x -parallel 2 ./telemetry
 	@$(call keep_fuzz_corpus,telemetry,FuzzTelemetryReader)
+	$(GO) test -run '^$$' -fuzz '^FuzzTelemetryModel$$' -fuzztime $(FUZZ_TELEMETRY_EXECS) -fuzzminimizetime 2x -parallel 2 ./telemetry
+	@$(call keep_fuzz_corpus,telemetry,FuzzTelemetryModel)

@@ -1,5 +1,5 @@
-# Package fabric: its C unit tests under sanitizers, and the gather request
-# fuzz target. The plain C tests run in make test (TestGatherCheckC).
+# Package fabric: its C unit tests under sanitizers, and the gather
+# protocol's fuzz targets. The plain C tests run in make test (TestGatherCheckC).
 
 .PHONY: test-asan fuzz-gather
 
@@ -10,11 +10,14 @@ FUZZ_TARGETS += fuzz-gather
 test-asan: deps
 	DDSTORE_ASAN=1 $(GO) test -count=1 -run '^TestGatherCheckC$$' -v ./fabric
 
-# FuzzGatherRequest for FUZZ_GATHER_EXECS executions; the inputs it found
-# interesting are kept in fabric/testdata/fuzz (go test replays them).
+# The gather protocol's fuzz targets, FUZZ_GATHER_EXECS executions each,
+# against a model (fabric/gcheck_test.go): FuzzGatherRequest (the target's
+# validator and reply builder) and FuzzGatherReply (the reader's reply
+# check). The inputs they found interesting are kept in fabric/testdata/fuzz
+# (go test replays them). keep_fuzz_corpus is in mk/engine.mk.
 FUZZ_GATHER_EXECS ?= 1000000x
 fuzz-gather: deps
-	$(GO) test -run '^$$' -fuzz '^FuzzGatherRequest$$' -fuzztime $(FUZZ_GATHER_EXECS) -parallel 2 ./fabric
-	@d="$$($(GO) env GOCACHE)/fuzz/github.com/ddstore/ddstore/fabric/FuzzGatherRequest"; \
-	if [ -d "$$d" ]; then mkdir -p fabric/testdata/fuzz/FuzzGatherRequest && cp -n "$$d"/* fabric/testdata/fuzz/FuzzGatherRequest/; \
-	echo "corpus: $$(ls fabric/testdata/fuzz/FuzzGatherRequest | wc -l) inputs in fabric/testdata/fuzz/FuzzGatherRequest"; fi
+	$(GO) test -run '^$$' -fuzz '^FuzzGatherRequest$$' -fuzztime $(FUZZ_GATHER_EXECS) -fuzzminimizetime 2x -parallel 2 ./fabric
+	@$(call keep_fuzz_corpus,fabric,FuzzGatherRequest)
+	$(GO) test -run '^$$' -fuzz '^FuzzGatherReply$$' -fuzztime $(FUZZ_GATHER_EXECS) -fuzzminimizetime 2x -parallel 2 ./fabric
+	@$(call keep_fuzz_corpus,fabric,FuzzGatherReply)

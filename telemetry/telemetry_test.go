@@ -357,6 +357,9 @@ func BenchmarkRecordParallel(b *testing.B) {
 func TestHistogram(t *testing.T) {
 	for _, v := range []int64{-5, 0, 1, 2, 3, 4, 7, 8, 1000, 1 << 30, 1<<38 - 1, 1 << 38, math.MaxInt64} {
 		i := BucketIndex(v)
+		if want := histBucket(v); i != want { // the documented rule (fuzz_model_test.go)
+			t.Errorf("value %d in bucket %d, NumBuckets' rule puts it in %d", v, i, want)
+		}
 		lo, hi := BucketBounds(i)
 		if v >= 0 && (v < lo || v >= hi) && !(v == math.MaxInt64 && i == NumBuckets-1) {
 			t.Errorf("value %d in bucket %d [%d, %d)", v, i, lo, hi)

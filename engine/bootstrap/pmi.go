@@ -98,13 +98,13 @@ func (x *pmiEx) handshake(deadline time.Time) error {
 	}
 	kv, err := x.call(op, "cmd=init pmi_version=1 pmi_subversion=1", "response_to_init", deadline)
 	if err != nil {
-		return err
+		return x.wrap(op, err, "init")
 	}
 	if kv["pmi_version"] != "1" {
 		return x.errf(op, ErrEnv, nil, "PMI server speaks version %s, want 1 (PMI-2 is used when PMI_JOBID is set, as under srun --mpi=pmi2)", kv["pmi_version"])
 	}
 	if kv, err = x.call(op, "cmd=get_maxes", "maxes", deadline); err != nil {
-		return err
+		return x.wrap(op, err, "get_maxes")
 	}
 	x.valMax, _ = strconv.Atoi(kv["vallen_max"])
 	x.keyMax, _ = strconv.Atoi(kv["keylen_max"])
@@ -112,7 +112,7 @@ func (x *pmiEx) handshake(deadline time.Time) error {
 		return x.errf(op, ErrEnv, nil, "PMI server limits are too small: vallen_max=%q keylen_max=%q", kv["vallen_max"], kv["keylen_max"])
 	}
 	if kv, err = x.call(op, "cmd=get_my_kvsname", "my_kvsname", deadline); err != nil {
-		return err
+		return x.wrap(op, err, "get_my_kvsname")
 	}
 	x.kvs = kv["kvsname"]
 	if x.kvs == "" {
@@ -362,7 +362,11 @@ func (x *pmiEx) gather(op, tag string, mine []byte, deadline time.Time) ([][]byt
 		return nil, x.fail(err)
 	}
 	n, size, sum, extra, found, err := x.getHeader(op, result, deadline)
-	if err == nil && !found {
+	var fe *fault.Error
+	switch {
+	case err != nil && !errors.As(err, &fe):
+		err = x.errf(op, ErrPeerLost, []int{0}, "rank 0's result of collective #%d: %v", x.seq, err)
+	case err == nil && !found:
 		err = x.errf(op, ErrMismatch, []int{0}, "rank 0 published no result for collective #%d (%q)", x.seq, tag)
 	}
 	if err != nil {

@@ -25,7 +25,7 @@ func (x *pmiEx) handshake2(deadline time.Time) error {
 	const op = "connect"
 	kv, err := x.call(op, "cmd=init pmi_version=2 pmi_subversion=0", "response_to_init", deadline)
 	if err != nil {
-		return err
+		return x.wrap(op, err, "init")
 	}
 	if kv["pmi_version"] != "2" {
 		return x.errf(op, ErrEnv, nil, "PMI server (PMI_JOBID is set: Slurm's PMI-2) answered version %s.%s, want 2.0",

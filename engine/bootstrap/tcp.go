@@ -297,9 +297,9 @@ func (x *tcpEx) AllGather(tag string, mine []byte, timeout time.Duration) ([][]b
 			case f.typ != fGather:
 				return nil, x.rootAbort(op, ErrPeerLost, []int{r}, "rank %d sent an unexpected frame of type %d", r, f.typ)
 			}
-			seq, rtag, blob := f.d.u64(), f.d.str(), f.d.bytes()
+			seq, rtag, blob, err := parseGatherFrame(f.d)
 			switch {
-			case f.d.err != nil:
+			case err != nil:
 				return nil, x.rootAbort(op, ErrPeerLost, []int{r}, "rank %d sent a malformed frame", r)
 			case seq != x.seq || rtag != tag:
 				return nil, x.rootAbort(op, ErrMismatch, []int{r}, "%s", mismatchDetail(r, seq, rtag, 0, x.seq, tag))
@@ -322,13 +322,7 @@ func (x *tcpEx) AllGather(tag string, mine []byte, timeout time.Duration) ([][]b
 			return nil, x.rootAbort(op, ErrTimeout, missing, "%s did not arrive within %v", fault.RankList(missing), timeoutOr(timeout, x.timeout))
 		}
 	}
-	e := newEnc(fResult)
-	e.u64(x.seq)
-	e.u32(uint32(x.world))
-	for _, b := range blobs {
-		e.bytes(b)
-	}
-	frame := e.frame()
+	frame := resultFrame(x.seq, blobs)
 	wdl := deadline
 	if min := time.Now().Add(5 * time.Second); wdl.Before(min) {
 		wdl = min
@@ -351,11 +345,7 @@ func timeoutOr(t, def time.Duration) time.Duration {
 
 func (x *tcpEx) gatherLeaf(op, tag string, mine []byte, deadline time.Time) ([][]byte, error) {
 	timeout := time.Until(deadline)
-	e := newEnc(fGather)
-	e.u64(x.seq)
-	e.str(tag)
-	e.bytes(mine)
-	if err := writeFrame(x.conn, e.frame(), deadline.Add(grace(timeout))); err != nil {
+	if err := writeFrame(x.conn, gatherFrame(x.seq, tag, mine), deadline.Add(grace(timeout))); err != nil {
 		return nil, x.fail(x.leafIOErr(op, err, timeout))
 	}
 	x.conn.SetReadDeadline(deadline.Add(grace(timeout)))
@@ -365,16 +355,12 @@ func (x *tcpEx) gatherLeaf(op, tag string, mine []byte, deadline time.Time) ([][
 	}
 	switch typ {
 	case fResult:
-		seq, n := d.u64(), int(d.u32())
-		if d.err != nil || seq != x.seq || n != x.world {
-			return nil, x.fail(x.errf(op, ErrMismatch, []int{0}, "rank 0 answered collective #%d with %d blobs, want #%d with %d", seq, n, x.seq, x.world))
+		seq, blobs, err := parseResultFrame(d)
+		if err != nil {
+			return nil, x.fail(x.errf(op, ErrPeerLost, []int{0}, "malformed result from rank 0: %v", err))
 		}
-		blobs := make([][]byte, n)
-		for i := range blobs {
-			blobs[i] = d.bytes()
-		}
-		if d.err != nil {
-			return nil, x.fail(x.errf(op, ErrPeerLost, []int{0}, "malformed result from rank 0"))
+		if seq != x.seq || len(blobs) != x.world {
+			return nil, x.fail(x.errf(op, ErrMismatch, []int{0}, "rank 0 answered collective #%d with %d blobs, want #%d with %d", seq, len(blobs), x.seq, x.world))
 		}
 		return blobs, nil
 	case fAbort:
@@ -394,8 +380,8 @@ func (x *tcpEx) leafIOErr(op string, err error, timeout time.Duration) error {
 
 // verdictErr turns a reject/abort frame into an error.
 func verdictErr(method, op string, d *dec) error {
-	kind, ranks, detail := d.u8(), d.ranks(), d.str()
-	if d.err != nil {
+	kind, ranks, detail, err := parseVerdictFrame(d)
+	if err != nil {
 		return &fault.Error{Op: opName(method, op), Kind: ErrPeerLost, Side: fault.Remote, Ranks: []int{0}, Detail: "malformed verdict from rank 0"}
 	}
 	return &fault.Error{Op: opName(method, op), Kind: kindOf(kind), Side: sideOf(kindOf(kind)), Ranks: ranks, Detail: "rank 0 reports: " + detail}

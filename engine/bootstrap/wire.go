@@ -161,14 +161,5 @@ func parseHello(d *dec) (hello, error) {
 		return hello{}, fmt.Errorf("peer speaks bootstrap protocol version %d, this build %d", v, wireVersion)
 	}
 	h := hello{rank: int(d.u32()), world: int(d.u32()), token: d.str(), job: d.str(), host: d.str(), pid: int(d.u32())}
-	return h, d.err
-}
-
-// verdict is a reject or abort frame's content.
-func verdictFrame(typ byte, kind error, ranks []int, detail string) []byte {
-	e := newEnc(typ)
-	e.u8(kindCode(kind))
-	e.ranks(ranks)
-	e.str(detail)
-	return e.frame()
+	return h, d.end()
 }

@@ -393,8 +393,17 @@ func TestLeaveAfterLastCollective(t *testing.T) {
 			if r == 3 {
 				time.Sleep(20 * time.Millisecond)
 			}
-			if _, err := m.AllGather("last", blob(r, 1), 0); err != nil {
+			got, err := m.AllGather("last", blob(r, 1), 0)
+			if err != nil {
 				return err
+			}
+			if len(got) != len(ms) {
+				return fmt.Errorf("rank %d got %d blobs", r, len(got))
+			}
+			for q, b := range got {
+				if !bytes.Equal(b, blob(q, 1)) {
+					return fmt.Errorf("rank %d got rank %d's blob %x", r, q, b)
+				}
 			}
 			if r == 0 {
 				return m.Close()

@@ -106,7 +106,9 @@ func stripNS(s string) string {
 
 // TestReportInBrowser renders the page in headless Chromium, screenshots
 // it, and finds each plot's colours on screen: the lock_wait band of the
-// phase plot, the latency bars, and each rank's throughput line.
+// phase plot, the latency bars, and each rank's throughput line. It shows
+// only that a browser draws the inline SVG; the numbers plotted are
+// checked by TestReportData.
 // DDTOP_REQUIRE_BROWSER=1 (make test, mk/ui.mk) makes a missing browser a
 // failure instead of a skip.
 func TestReportInBrowser(t *testing.T) {
