@@ -33,6 +33,7 @@ func run() int {
 	probeTimeout := fs.Duration("probe-timeout", 15*time.Second, "time limit of each probe")
 	readTime := fs.Duration("read-time", 300*time.Millisecond, "time spent on each read measurement")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
+	reads := fs.Bool("reads", true, "measure reads between two local processes (false: the quick probes only)")
 	memlockMin := fs.Int64("memlock-min", 0, "memlock bytes below which it is a finding (default 64 MiB)")
 	shmMin := fs.Int64("shm-min", 0, "free bytes of telemetry.dir below which it is a finding (default 1 GiB)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
@@ -47,7 +48,7 @@ func run() int {
 		return 2
 	}
 	o := doctor.Options{Config: &cfg, Providers: *providers, ProbeTimeout: *probeTimeout, ReadTime: *readTime,
-		Thresholds: doctor.Thresholds{MemlockMin: *memlockMin, ShmFreeMin: *shmMin}}
+		SkipReads: !*reads, Thresholds: doctor.Thresholds{MemlockMin: *memlockMin, ShmFreeMin: *shmMin}}
 	if !*quiet {
 		o.Progress = os.Stderr
 	}

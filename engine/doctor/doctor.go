@@ -238,8 +238,9 @@ func Run(o Options) (*Report, error) {
 }
 
 // readProviders is the (provider, domain) pairs to measure: the
-// engine's pick first, then every other offered provider of the default
-// order (the config's too), each on its first domain.
+// engine's pick first (on its domain), then every other offered provider
+// of the default order (the config's too) or of o.Providers, each on its
+// first domain.
 func readProviders(o Options, rep *Report) [][2]string {
 	want := o.Providers
 	if want == nil {
@@ -253,8 +254,12 @@ func readProviders(o Options, rep *Report) [][2]string {
 			out = append(out, [2]string{p, d})
 		}
 	}
-	if rep.Pick.Error == "" && o.Providers == nil {
-		add(rep.Pick.Provider, rep.Pick.Domain)
+	pickWanted := o.Providers == nil
+	for _, w := range o.Providers {
+		pickWanted = pickWanted || w == rep.Pick.Provider || w+";ofi_rxm" == rep.Pick.Provider
+	}
+	if rep.Pick.Error == "" && pickWanted {
+		add(rep.Pick.Provider, rep.Pick.Domain) // on the engine's domain
 	}
 	for _, w := range want {
 		for _, pv := range rep.Providers {

@@ -123,10 +123,10 @@ type Iface struct {
 	Loopback bool     `json:"loopback"`
 	MTU      int      `json:"mtu"`
 	Addrs    []string `json:"addrs,omitempty"`
-	PCI      string   `json:"pci,omitempty"`  // PCI address of the device; "" for virtual interfaces
-	NUMA     int      `json:"numa"`           // NUMA node of the device; -1 unknown
-	Route    bool     `json:"default_route"`  // carries the default route: the path to other hosts
-	Fabric   bool     `json:"fabric"`         // the engine's fabric domain on this node
+	PCI      string   `json:"pci,omitempty"` // PCI address of the device; "" for virtual interfaces
+	NUMA     int      `json:"numa"`          // NUMA node of the device; -1 unknown
+	Route    bool     `json:"default_route"` // carries the default route: the path to other hosts
+	Fabric   bool     `json:"fabric"`        // the engine's fabric domain on this node
 }
 
 func probeIfaces() []Iface {
