@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/ddstore/ddstore/configs"
+	"github.com/ddstore/ddstore/engine"
 	"github.com/ddstore/ddstore/engine/doctor"
 )
 
@@ -33,6 +34,10 @@ func run() int {
 	probeTimeout := fs.Duration("probe-timeout", 15*time.Second, "time limit of each probe")
 	readTime := fs.Duration("read-time", 300*time.Millisecond, "time spent on each read measurement")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
+	job := fs.Bool("job", false, "check the job instead: run under srun, mpiexec or ddrun; every rank reads its ring neighbours and --random others, rank 0 prints the view")
+	random := fs.Int("random", 2, "--job: random partners per rank besides the ring neighbours")
+	perLink := fs.Duration("per-link", 300*time.Millisecond, "--job: measuring time per link")
+	slower := fs.Float64("slower", 10, "--job: a link or host whose bandwidth is below the median by this factor is named")
 	reads := fs.Bool("reads", true, "measure reads between two local processes (false: the quick probes only)")
 	memlockMin := fs.Int64("memlock-min", 0, "memlock bytes below which it is a finding (default 64 MiB)")
 	shmMin := fs.Int64("shm-min", 0, "free bytes of telemetry.dir below which it is a finding (default 1 GiB)")
@@ -41,6 +46,9 @@ func run() int {
 			return 0
 		}
 		return 2
+	}
+	if *job {
+		return runJob(*cfgPath, *asJSON, *quiet, doctor.JobOptions{Random: *random, PerLink: *perLink, Slower: *slower})
 	}
 	cfg, err := configs.Load(*cfgPath)
 	if err != nil {
@@ -74,6 +82,39 @@ func run() int {
 			return 1
 		}
 		fmt.Fprintf(os.Stderr, "doctor: wrote %s (load it with --config %s or DDSTORE_CONFIG=%s)\n", *write, *write, *write)
+	}
+	return 0
+}
+
+// runJob is doctor --job on this rank: rank 0 prints the gathered view.
+func runJob(cfgPath string, asJSON, quiet bool, o doctor.JobOptions) int {
+	cfg, err := engine.LoadConfig(cfgPath)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "doctor --job:", err)
+		return 2
+	}
+	o.Config = cfg
+	if !quiet {
+		o.Progress = os.Stderr
+	}
+	rep, err := doctor.RunJob(o)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "doctor --job:", err)
+		return 1
+	}
+	if !rep.IsRankZero {
+		return 0
+	}
+	if asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		err = enc.Encode(rep)
+	} else {
+		err = rep.WriteTable(os.Stdout)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "doctor --job:", err)
+		return 1
 	}
 	return 0
 }
