@@ -70,9 +70,10 @@ import json, sys
 rep = json.load(open(sys.argv[1]))
 slow, took, run = "host" + sys.argv[2], float(sys.argv[3]), sys.argv[4]
 links = [(l["FromHost"], l["ToHost"]) for l in rep["slow_links"]]
+rates = ["%.3f" % l["gbps"] for l in rep["slow_links"]]
 bad = [l for l in links if slow not in l]
 print(f"run {run}: {took:.1f}s, median {rep['median_gbps']:.3f} GB/s, slow hosts {rep['slow_hosts']}, "
-      f"slow links {['%s reads %s' % l for l in links]}, findings {[f['rule'] + ' ' + f.get('host', '') for f in rep['findings']]}")
+      f"slow links {['%s reads %s' % l for l in links]} at {rates} GB/s, findings {[f['rule'] + ' ' + f.get('host', '') for f in rep['findings']]}")
 if rep["slow_hosts"] != [slow] or bad or not links or took > 60 or rep["disagreements"]:
     sys.exit(f"run {run}: want exactly {slow} named within 60 s; got hosts {rep['slow_hosts']}, other links {bad}, disagreements {rep['disagreements']}")
 PY
