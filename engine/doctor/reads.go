@@ -60,7 +60,7 @@ type Reads struct {
 	// GatherUsPerRow: the same batches as one gather request per round
 	// (software-RMA providers only; 0 elsewhere).
 	GatherUsPerRow float64 `json:"gather_us_per_row,omitempty"`
-	// BigRowGBps: batches of 1 MiB rows.
+	// BigRowGBps: batches of 16 rows of 1 MiB.
 	BigRowGBps float64 `json:"big_row_gbps"`
 	// MRUsPerMiB: registering (Export) 64 MiB of memory, µs per MiB.
 	MRUsPerMiB float64 `json:"mr_us_per_mib"`
@@ -72,6 +72,7 @@ const (
 	targetBytes = 256 << 20 // as fabric's benchmarks
 	batchRows   = 1024
 	bigRow      = 1 << 20
+	bigRows     = 16 // 1 MiB rows per batch
 	mrBytes     = 64 << 20
 )
 
@@ -194,7 +195,7 @@ func probeReads(ctx context.Context, exe, provider, domain string, per time.Dura
 			return res, err
 		}
 	}
-	us, err = m.batches(bigRow, 64, 0, per/2, false)
+	us, err = m.batches(bigRow, bigRows, 0, per/2, false)
 	if err != nil {
 		return res, err
 	}
