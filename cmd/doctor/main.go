@@ -31,7 +31,7 @@ func run() int {
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	write := fs.String("write", "", "write a machine config measured here to `FILE`")
 	providers := fs.StringSlice("providers", nil, "providers to measure reads on (default: the engine's pick and every other offered one of cxi, verbs, tcp, shm)")
-	probeTimeout := fs.Duration("probe-timeout", 15*time.Second, "time limit of each probe")
+	probeTimeout := fs.Duration("probe-timeout", 25*time.Second, "time limit of each probe")
 	readTime := fs.Duration("read-time", 300*time.Millisecond, "time spent on each read measurement")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
 	job := fs.Bool("job", false, "check the job instead: run under srun, mpiexec or ddrun; every rank reads its ring neighbours and --random others, rank 0 prints the view")

@@ -31,7 +31,8 @@ type Options struct {
 	// Providers to measure reads on; nil means every offered provider of
 	// fabric.DefaultOrder, plus the configured one.
 	Providers []string
-	// ProbeTimeout limits each probe; default 15s.
+	// ProbeTimeout limits each probe; default 25s (a read probe on a loaded
+	// 2-core node takes up to ~10s: the target fills 256 MiB, connects).
 	ProbeTimeout time.Duration
 	// ReadTime is spent on each read measurement; default 300ms.
 	ReadTime time.Duration
@@ -171,7 +172,7 @@ func (rep *Report) step(o *Options, name string, fn probeFunc) {
 func Run(o Options) (*Report, error) {
 	t0 := time.Now()
 	if o.ProbeTimeout == 0 {
-		o.ProbeTimeout = 15 * time.Second
+		o.ProbeTimeout = 25 * time.Second
 	}
 	if o.ReadTime == 0 {
 		o.ReadTime = 300 * time.Millisecond
@@ -224,7 +225,7 @@ func Run(o Options) (*Report, error) {
 	if rep.Library.Found && !o.SkipReads {
 		for _, pd := range readProviders(o, rep) {
 			rep.step(&o, "reads between 2 processes: "+pd[0]+" on "+pd[1], func(ctx context.Context) (func(), error) {
-				r, err := probeReads(ctx, o.Exe, pd[0], pd[1], o.ReadTime)
+				r, err := probeReads(ctx, o.Exe, pd[0], pd[1], o.ReadTime, o.Progress)
 				if err != nil {
 					r.Error = err.Error()
 				}

@@ -141,12 +141,19 @@ func (tg *target) stop() {
 
 // probeReads measures reads from a target process on provider/domain,
 // spending about per on each measurement.
-func probeReads(ctx context.Context, exe, provider, domain string, per time.Duration) (res Reads, err error) {
+func probeReads(ctx context.Context, exe, provider, domain string, per time.Duration, progress io.Writer) (res Reads, err error) {
 	res = Reads{Provider: provider, Domain: domain, RowBytes: 3072}
+	t0 := time.Now()
+	phase := func(what string) {
+		if progress != nil && err == nil {
+			fmt.Fprintf(progress, "doctor:   %s: %s (%.2fs)\n", provider, what, time.Since(t0).Seconds())
+		}
+	}
 	tg, err := startTarget(ctx, exe, provider, domain)
 	if err != nil {
 		return res, err
 	}
+	phase("target ready")
 	defer tg.stop()
 	timeout := 10 * time.Second
 	if dl, ok := ctx.Deadline(); ok {
@@ -182,24 +189,29 @@ func probeReads(ctx context.Context, exe, provider, domain string, per time.Dura
 			return res, err
 		}
 	}
+	phase("connected")
 	if res.LatencyUs, err = m.singles(res.RowBytes, per); err != nil {
 		return res, err
 	}
+	phase(fmt.Sprintf("single reads %.1f µs", res.LatencyUs))
 	us, err := m.batches(res.RowBytes, batchRows, 0, per, false)
 	if err != nil {
 		return res, err
 	}
 	res.BatchUsPerRow, res.BatchGBps = us, float64(res.RowBytes)/us/1e3
+	phase(fmt.Sprintf("batches %.2f µs/row", us))
 	if f.Info().SoftwareRMA {
 		if res.GatherUsPerRow, err = m.batches(res.RowBytes, batchRows, 0, per, true); err != nil {
 			return res, err
 		}
+		phase(fmt.Sprintf("gather %.2f µs/row", res.GatherUsPerRow))
 	}
 	us, err = m.batches(bigRow, bigRows, 0, per/2, false)
 	if err != nil {
 		return res, err
 	}
 	res.BigRowGBps = float64(bigRow) / us / 1e3
+	phase(fmt.Sprintf("1 MiB rows %.2f GB/s", res.BigRowGBps))
 	res.Rows = m.checked
 	res.MRUsPerMiB, err = mrCost(f, mem.Bytes()[:mrBytes])
 	return res, err
