@@ -97,3 +97,12 @@ func selectWhy(o Options, prov, dom string) string {
 	}
 	return why + fmt.Sprintf(", its first domain %q", dom)
 }
+
+// EagerLimit is FI_OFI_RXM_EAGER_LIMIT as libfabric sees it in this
+// process (dd_load sets it to the package's value unless it was set):
+// ranks that disagree on it speak different rxm protocols for the same
+// message sizes. "" before libfabric is loaded.
+func EagerLimit() string {
+	have, _ := rxmEagerLimit()
+	return have
+}

@@ -6,7 +6,8 @@ package doctor
 // neighbours and a few random ranks, the same draw on every rank), and the
 // results are gathered on every rank. The view names the links and hosts
 // slower than the job's median by a threshold, and checks that every rank
-// made the same choices (provider, domain, window, gather rounds, config).
+// made the same choices (provider, window, gather rounds, rxm eager limit,
+// config values).
 
 import (
 	"encoding/binary"
@@ -21,6 +22,7 @@ import (
 	"time"
 
 	"github.com/ddstore/ddstore/engine"
+	"github.com/ddstore/ddstore/fabric"
 	"github.com/ddstore/ddstore/telemetry"
 )
 
@@ -63,7 +65,8 @@ type Choices struct {
 	Domain      string `json:"domain"`
 	Window      int    `json:"window"`
 	GatherBytes int    `json:"gather_bytes"`
-	Config      string `json:"config"` // the config's values (not its source)
+	EagerLimit  string `json:"eager_limit"` // FI_OFI_RXM_EAGER_LIMIT as libfabric sees it
+	Config      string `json:"config"`      // the config's values (not its source)
 }
 
 // Link is one measured reader → target pair.
@@ -223,7 +226,7 @@ func RunJob(o JobOptions) (*JobReport, error) {
 func choicesOf(s *engine.Store, c engine.Config) Choices {
 	cc := c.Config
 	cc.Source = ""
-	ch := Choices{Config: fmt.Sprintf("%+v", cc)}
+	ch := Choices{Config: fmt.Sprintf("%+v", cc), EagerLimit: fabric.EagerLimit()}
 	if f := s.Fabric(); f != nil {
 		inf := f.Info()
 		ch.Provider, ch.Domain, ch.Window, ch.GatherBytes = inf.Provider, inf.Domain, inf.Window, inf.GatherMaxBytes
@@ -366,6 +369,9 @@ func diffChoices(a, b Choices) string {
 	if a.GatherBytes != b.GatherBytes {
 		d = append(d, fmt.Sprintf("gather rounds %d vs %d bytes", b.GatherBytes, a.GatherBytes))
 	}
+	if a.EagerLimit != b.EagerLimit {
+		d = append(d, fmt.Sprintf("rxm eager limit %q vs %q", b.EagerLimit, a.EagerLimit))
+	}
 	if a.Config != b.Config {
 		d = append(d, "config values differ")
 	}
@@ -389,8 +395,9 @@ func (rep *JobReport) WriteTable(w io.Writer) error {
 			fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%.1f\t%.3f\t%s\n", l.From, l.FromHost, l.To, l.ToHost, l.LatencyUs, l.GBps, mark)
 		}
 	}
-	fmt.Fprintf(tw, "\nchoices of rank 0\t%s on %s, window %d, gather rounds %d B\n", rep.Ranks[0].Choices.Provider,
-		rep.Ranks[0].Choices.Domain, rep.Ranks[0].Choices.Window, rep.Ranks[0].Choices.GatherBytes)
+	c := rep.Ranks[0].Choices
+	fmt.Fprintf(tw, "\nchoices of rank 0\t%s on %s, window %d, gather rounds %d B, rxm eager limit %s\n",
+		c.Provider, c.Domain, c.Window, c.GatherBytes, c.EagerLimit)
 	if err := tw.Flush(); err != nil {
 		return err
 	}

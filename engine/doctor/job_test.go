@@ -2,6 +2,7 @@ package doctor
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -52,14 +53,16 @@ func TestJudgeJob(t *testing.T) {
 		t.Fatalf("hosts %v links %+v findings %+v", rep.SlowHosts, rep.SlowLinks, rep.Findings)
 	}
 	rep.Ranks[3].Choices.Provider = "sockets"
+	rep.Ranks[2].Choices.EagerLimit = "16384"
 	rep.SlowLinks, rep.SlowHosts = nil, nil
 	judgeJob(rep, 10)
-	if len(rep.Disagreement) != 1 || rep.Findings[len(rep.Findings)-1].Rule != "choices_differ" {
+	if len(rep.Disagreement) != 2 || !strings.Contains(rep.Disagreement[0], "eager") || !strings.Contains(rep.Disagreement[1], "sockets") ||
+		rep.Findings[len(rep.Findings)-1].Rule != "choices_differ" {
 		t.Fatalf("disagreements %v findings %+v", rep.Disagreement, rep.Findings)
 	}
 	// Nothing slow: no finding.
 	for i := range rep.Ranks {
-		rep.Ranks[i].Choices.Provider = "tcp;ofi_rxm"
+		rep.Ranks[i].Choices.Provider, rep.Ranks[i].Choices.EagerLimit = "tcp;ofi_rxm", ""
 		for j := range rep.Ranks[i].Links {
 			rep.Ranks[i].Links[j].GBps, rep.Ranks[i].Links[j].Error = 1+float64(j), ""
 		}
