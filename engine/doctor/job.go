@@ -205,12 +205,44 @@ func RunJob(o JobOptions) (*JobReport, error) {
 		me.Links = append(me.Links, l)
 		say("from rank %d: %.1f µs, %.3f GB/s", q, l.LatencyUs, l.GBps)
 	}
-	mine, _ := json.Marshal(me)
-	all, err := s.AllGather("doctor.job", mine)
+	rep, err := gatherJob(s, "doctor.job", me, o.Slower)
 	if err != nil {
 		return nil, err
 	}
-	rep := &JobReport{World: world, IsRankZero: rank == 0}
+	// Second chance: each rank measures again the links of its own that
+	// were judged slow, and keeps the better figure, so that a link slowed
+	// for a moment by the node's load is not named; a rate-limited link
+	// stays slow. Every rank gathers twice, whatever it measured.
+	for i := range me.Links {
+		l := &me.Links[i]
+		if !isSlow(rep, rank, l.To) {
+			continue
+		}
+		again, err := measureLink(s, l.To, o, dst)
+		if err != nil {
+			say("reading rank %d again: %v", l.To, err)
+			continue
+		}
+		say("from rank %d again: %.1f µs, %.3f GB/s", l.To, again.LatencyUs, again.GBps)
+		l.GBps, l.Error = max(l.GBps, again.GBps), ""
+		l.LatencyUs = min(l.LatencyUs, again.LatencyUs)
+	}
+	if rep, err = gatherJob(s, "doctor.job.again", me, o.Slower); err != nil {
+		return nil, err
+	}
+	rep.IsRankZero = rank == 0
+	rep.Took = time.Since(t0).Seconds()
+	return rep, nil
+}
+
+// gatherJob gathers every rank's result under tag and judges them.
+func gatherJob(s *engine.Store, tag string, me RankResult, slower float64) (*JobReport, error) {
+	mine, _ := json.Marshal(me)
+	all, err := s.AllGather(tag, mine)
+	if err != nil {
+		return nil, err
+	}
+	rep := &JobReport{World: len(all)}
 	for r, b := range all {
 		var rr RankResult
 		if err := json.Unmarshal(b, &rr); err != nil {
@@ -218,9 +250,18 @@ func RunJob(o JobOptions) (*JobReport, error) {
 		}
 		rep.Ranks = append(rep.Ranks, rr)
 	}
-	judgeJob(rep, o.Slower)
-	rep.Took = time.Since(t0).Seconds()
+	judgeJob(rep, slower)
 	return rep, nil
+}
+
+// isSlow reports whether rep judged the link from → to slow.
+func isSlow(rep *JobReport, from, to int) bool {
+	for _, l := range rep.SlowLinks {
+		if l.From == from && l.To == to {
+			return true
+		}
+	}
+	return false
 }
 
 func choicesOf(s *engine.Store, c engine.Config) Choices {
