@@ -95,3 +95,46 @@ func TestSmallShmIsAFinding(t *testing.T) {
 		t.Fatalf("/dev/shm with 1 KiB needed: %+v", normal.Findings)
 	}
 }
+
+// doctor --job under ddrun, 4 ranks on this host: every rank reads its
+// ring neighbours (every row checked), the view is gathered and printed
+// by rank 0 alone, and the ranks agree on their choices.
+func TestJobUnderDdrun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process test")
+	}
+	dir := t.TempDir()
+	build := exec.Command("go", "build", "-o", dir+"/", "../ddrun")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ddrun: %v\n%s", err, out)
+	}
+	cmd := exec.Command(dir+"/ddrun", "-n", "4", "--timeout", "150s", "--env", envMain+"=1", "--",
+		os.Args[0], "--job", "--json", "--per-link", "100ms")
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%v\n%s", err, errb.String())
+	}
+	var rep doctor.JobReport
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatalf("one JSON report from rank 0 alone: %v\n%s", err, out.String())
+	}
+	if rep.World != 4 || len(rep.Ranks) != 4 || len(rep.Disagreement) != 0 || rep.MedianGBps <= 0 {
+		t.Fatalf("%+v", rep)
+	}
+	for r, rr := range rep.Ranks {
+		got := map[int]bool{}
+		for _, l := range rr.Links {
+			if l.Error != "" || l.GBps <= 0 || l.LatencyUs <= 0 || l.From != r {
+				t.Errorf("rank %d: link %+v", r, l)
+			}
+			got[l.To] = true
+		}
+		if rr.Rank != r || !got[(r+1)%4] || !got[(r+3)%4] || rr.Choices.Provider == "" {
+			t.Errorf("rank %d: %+v", r, rr)
+		}
+	}
+	if n := strings.Count(errb.String(), "connected to ranks"); n != 4 {
+		t.Errorf("%d ranks say they connected:\n%s", n, errb.String())
+	}
+}
