@@ -48,7 +48,7 @@ ${GO:-go} build -o bin/ ./cmd/doctor
 for run in $(seq "$RUNS"); do
   port=$((20000 + RANDOM % 10000))
   : >"$tmp/pids"
-  t0=$(date +%s.%N)
+  t0=$(date +%s%N)
   for r in 0 1 2 3; do
     ip netns exec "${hosts[$r]}" unshare --uts sh -c "hostname host$r; exec env \
       RANK=$r WORLD_SIZE=4 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 \
@@ -59,7 +59,7 @@ for run in $(seq "$RUNS"); do
   done
   fail=0
   for p in $(cat "$tmp/pids"); do wait "$p" || fail=1; done
-  took=$(echo "$(date +%s.%N) - $t0" | bc)
+  took=$(( ($(date +%s%N) - t0) / 1000000 ))e-3
   if (( fail )); then
     for r in 0 1 2 3; do echo "rank $r:"; tail -n 5 "$tmp/rank$r.err"; done >&2
     echo "doctor-job: run $run failed" >&2
