@@ -132,6 +132,7 @@ func ddGuardedGather(r *C.dd_reader, n C.int, cap_ C.uint64_t, rounds C.int, tim
 func ddGuardedReadBatch(r *C.dd_reader, n C.int, timeout_ns C.int64_t) C.int {
 	return C.dd_guarded_read_batch(r, n, timeout_ns)
 }
+func ddHmemOffered(info *C.struct_fi_info) C.int { return C.dd_hmem_offered(info) }
 func ddHmemProbe(info *C.struct_fi_info, dom *C.struct_fid_domain, ep *C.struct_fid_ep, bind_ep C.int, addr C.uint64_t, len_ C.size_t, iface C.int, device C.int, stage *C.int) C.int {
 	return C.dd_hmem_probe(info, dom, ep, bind_ep, addr, len_, iface, device, stage)
 }

@@ -261,6 +261,7 @@ int dd_close_fabric(struct fid_fabric *f);
 int dd_close_domain(struct fid_domain *d);
 int dd_close_mr(struct fid_mr *m);
 // dd_hmem.c: the GPUDirect probe (FI_HMEM offered, device memory registers).
+int dd_hmem_offered(struct fi_info *info);
 int dd_hmem_probe(struct fi_info *info, struct fid_domain *dom, struct fid_ep *ep, int bind_ep,
 		uint64_t addr, size_t len, int iface, int device, int *stage);
 int dd_endpoint(struct fid_domain *dom, struct fi_info *info, size_t cq_size, size_t av_count,

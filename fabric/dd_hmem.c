@@ -4,18 +4,11 @@
 
 #include "dd.h"
 
-// dd_hmem_probe asks fi_getinfo again for info's provider with FI_HMEM
+// dd_hmem_offered asks fi_getinfo again for info's provider with FI_HMEM
 // added to the capabilities (a primary capability: never reported unless
-// asked for); unless info's domain comes back with it, it returns
-// -FI_ENODATA. With it, it
-// registers [addr, addr+len) of device memory of runtime iface
-// (FI_HMEM_CUDA, FI_HMEM_ROCR) and device in dom (bound to ep with
-// FI_MR_ENDPOINT) for local use as a read destination, and closes the
-// registration again. *stage says which step failed: 1 getinfo, 2
-// registration, 3 binding.
-int dd_hmem_probe(struct fi_info *info, struct fid_domain *dom, struct fid_ep *ep, int bind_ep,
-		uint64_t addr, size_t len, int iface, int device, int *stage) {
-	*stage = 1;
+// asked for): 0 when info's domain comes back with it, else the getinfo
+// code or -FI_ENODATA.
+int dd_hmem_offered(struct fi_info *info) {
 	struct fi_info *hints = dd_fi.dupinfo(NULL);
 	if (!hints) return -FI_ENOMEM;
 	hints->ep_attr->type = FI_EP_RDM;
@@ -33,7 +26,21 @@ int dd_hmem_probe(struct fi_info *info, struct fid_domain *dom, struct fid_ep *e
 				strcmp(i->domain_attr->name, info->domain_attr->name) == 0) hmem = 1;
 	}
 	if (got) dd_fi.freeinfo(got);
-	if (!hmem) return rc ? rc : -FI_ENODATA;
+	return hmem ? 0 : (rc ? rc : -FI_ENODATA);
+}
+
+// dd_hmem_probe checks dd_hmem_offered; unless info's domain offers FI_HMEM,
+// it returns -FI_ENODATA. With it, it
+// registers [addr, addr+len) of device memory of runtime iface
+// (FI_HMEM_CUDA, FI_HMEM_ROCR) and device in dom (bound to ep with
+// FI_MR_ENDPOINT) for local use as a read destination, and closes the
+// registration again. *stage says which step failed: 1 getinfo, 2
+// registration, 3 binding.
+int dd_hmem_probe(struct fi_info *info, struct fid_domain *dom, struct fid_ep *ep, int bind_ep,
+		uint64_t addr, size_t len, int iface, int device, int *stage) {
+	*stage = 1;
+	int rc = dd_hmem_offered(info);
+	if (rc) return rc;
 
 	*stage = 2;
 	struct iovec iov = { .iov_base = (void *)(uintptr_t)addr, .iov_len = len };

@@ -2,8 +2,6 @@ package fabric
 
 import (
 	"bufio"
-	"bytes"
-	"encoding/binary"
 	"fmt"
 	"io"
 	"os"
@@ -11,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -32,33 +29,9 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// patternWord is the 8 bytes at offset 8*w of every target region.
-func patternWord(w uint64) uint64 {
-	z := w + 0x9e3779b97f4a7c15
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
-	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
-	return z ^ (z >> 31)
-}
-
-func fillPattern(b []byte) {
-	for w := 0; w+8 <= len(b); w += 8 {
-		binary.LittleEndian.PutUint64(b[w:], patternWord(uint64(w/8)))
-	}
-}
-
-// checkPattern reports the first byte of dst that differs from the region
-// at offset off (a multiple of 8), a last partial word included.
-func checkPattern(dst []byte, off uint64) error {
-	var w [8]byte
-	for i := 0; i < len(dst); i += 8 {
-		binary.LittleEndian.PutUint64(w[:], patternWord((off+uint64(i))/8))
-		n := min(8, len(dst)-i)
-		if !bytes.Equal(dst[i:i+n], w[:n]) {
-			return fmt.Errorf("offset %d (+%d in row): got %x want %x", off+uint64(i), i, dst[i:i+n], w[:n])
-		}
-	}
-	return nil
-}
+func patternWord(w uint64) uint64               { return PatternWord(w) }
+func fillPattern(b []byte)                      { FillPattern(b) }
+func checkPattern(dst []byte, off uint64) error { return CheckPattern(dst, off) }
 
 func runTarget(spec string) int {
 	parts := strings.Split(spec, "|")
@@ -71,44 +44,10 @@ func runTarget(spec string) int {
 	if len(parts) == 5 {
 		o.Progress = parts[4]
 	}
-	f, err := Open(o)
-	if err != nil {
+	if err := ServeTarget(o, size, parts[3] == "busy", os.Stdin, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "target:", err)
 		return 1
 	}
-	mem, err := Alloc(size)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "target:", err)
-		return 1
-	}
-	fillPattern(mem.Bytes())
-	ex, err := f.Export(mem.Bytes())
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "target:", err)
-		return 1
-	}
-	var stop atomic.Bool
-	if parts[3] == "busy" {
-		// Compute without ever calling the package: only the progress
-		// goroutine can serve reads.
-		for i := 0; i < 2; i++ {
-			go func() {
-				x := uint64(1)
-				for !stop.Load() {
-					for j := 0; j < 1000; j++ {
-						x = x*6364136223846793005 + 1442695040888963407
-					}
-				}
-				_ = x
-			}()
-		}
-	}
-	fmt.Printf("READY %x %d %d %d\n", f.Address(), ex.Key(), ex.Base(), size)
-	io.Copy(io.Discard, os.Stdin)
-	stop.Store(true)
-	ex.Close()
-	f.Close()
-	mem.Free()
 	return 0
 }
 
@@ -182,12 +121,11 @@ func startTarget(tb testing.TB, o Options, size int, busy bool) *target {
 	}()
 	select {
 	case s := <-line:
-		var hexAddr string
-		var sz int
-		if _, err := fmt.Sscanf(s, "READY %s %d %d %d", &hexAddr, &tg.key, &tg.base, &sz); err != nil {
-			tb.Fatalf("target said %q: %v", s, err)
+		ti, err := ParseTargetReady(s)
+		if err != nil {
+			tb.Fatal(err)
 		}
-		fmt.Sscanf(hexAddr, "%x", &tg.addr)
+		tg.addr, tg.key, tg.base = ti.Addr, ti.Key, ti.Base
 	case <-time.After(20 * time.Second):
 		tg.kill()
 		tb.Fatal("target did not report within 20s")

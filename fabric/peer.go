@@ -1,0 +1,106 @@
+package fabric
+
+// The target side of a two-process read measurement, shared by the
+// package's tests and benchmarks and by engine/doctor: a process exports a
+// region filled with PatternWord, prints where it is on one line, and
+// serves reads until its input closes.
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"sync/atomic"
+)
+
+// PatternWord is the 8 bytes at offset 8*w of every target region.
+func PatternWord(w uint64) uint64 {
+	z := w + 0x9e3779b97f4a7c15
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
+
+// FillPattern fills b as a target region (PatternWord per 8 bytes).
+func FillPattern(b []byte) {
+	for w := 0; w+8 <= len(b); w += 8 {
+		binary.LittleEndian.PutUint64(b[w:], PatternWord(uint64(w/8)))
+	}
+}
+
+// CheckPattern reports the first byte of dst that differs from a target
+// region at offset off (a multiple of 8), a last partial word included.
+func CheckPattern(dst []byte, off uint64) error {
+	var w [8]byte
+	for i := 0; i < len(dst); i += 8 {
+		binary.LittleEndian.PutUint64(w[:], PatternWord((off+uint64(i))/8))
+		n := min(8, len(dst)-i)
+		if !bytes.Equal(dst[i:i+n], w[:n]) {
+			return fmt.Errorf("offset %d (+%d in row): got %x want %x", off+uint64(i), i, dst[i:i+n], w[:n])
+		}
+	}
+	return nil
+}
+
+// TargetInfo is what a target says on its READY line: where to read.
+type TargetInfo struct {
+	Addr      []byte // fabric address (Reader.AddPeer)
+	Key, Base uint64 // ReadOp.Key; ReadOp.Addr of offset 0
+	Size      int
+}
+
+// ParseTargetReady reads a target's READY line.
+func ParseTargetReady(line string) (TargetInfo, error) {
+	var t TargetInfo
+	var hexAddr string
+	if _, err := fmt.Sscanf(line, "READY %s %d %d %d", &hexAddr, &t.Key, &t.Base, &t.Size); err != nil {
+		return t, fmt.Errorf("target said %q: %v", line, err)
+	}
+	if _, err := fmt.Sscanf(hexAddr, "%x", &t.Addr); err != nil {
+		return t, fmt.Errorf("target address %q: %v", hexAddr, err)
+	}
+	return t, nil
+}
+
+// ServeTarget is a target process's body: it opens o, exports size bytes
+// filled with the pattern, writes its READY line to out and serves reads
+// until in reaches EOF. With busy, two goroutines compute meanwhile
+// without calling the package (only the progress goroutine serves).
+func ServeTarget(o Options, size int, busy bool, in io.Reader, out io.Writer) error {
+	f, err := Open(o)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	mem, err := Alloc(size)
+	if err != nil {
+		return err
+	}
+	defer mem.Free()
+	FillPattern(mem.Bytes())
+	ex, err := f.Export(mem.Bytes())
+	if err != nil {
+		return err
+	}
+	defer ex.Close()
+	var stop atomic.Bool
+	if busy {
+		for i := 0; i < 2; i++ {
+			go func() {
+				x := uint64(1)
+				for !stop.Load() {
+					for j := 0; j < 1000; j++ {
+						x = x*6364136223846793005 + 1442695040888963407
+					}
+				}
+				_ = x
+			}()
+		}
+	}
+	if _, err := fmt.Fprintf(out, "READY %x %d %d %d\n", f.Address(), ex.Key(), ex.Base(), size); err != nil {
+		return err
+	}
+	io.Copy(io.Discard, in)
+	stop.Store(true)
+	return nil
+}
