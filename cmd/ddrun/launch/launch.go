@@ -202,6 +202,9 @@ func RankEnv(r, n int, host string, port int, job, token string) []string {
 		"LOCAL_RANK=" + strconv.Itoa(r), "LOCAL_WORLD_SIZE=" + strconv.Itoa(n),
 		"MASTER_ADDR=" + host, "MASTER_PORT=" + strconv.Itoa(port),
 		"DDSTORE_JOB=" + job, "DDSTORE_JOB_TOKEN=" + token,
+		// The same random token is the job's secret (engine/auth): the
+		// ranks' environments are readable only by this user.
+		"DDSTORE_TOKEN=" + token,
 	}
 }
 
