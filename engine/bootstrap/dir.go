@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"github.com/ddstore/ddstore/fault"
 	"hash/crc32"
 	"io"
 	"io/fs"
@@ -14,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/ddstore/ddstore/fault"
 )
 
 // dirEx is the dir method. Collective number s of rank r is the file

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/ddstore/ddstore/fault"
 	"os"
 	"os/exec"
 	"strconv"
@@ -15,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ddstore/ddstore/fault"
 )
 
 // The multi-rank tests re-execute the test binary: with BSTEST_ROLE set,

@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/ddstore/ddstore/fault"
 	"hash/crc32"
 	"net"
 	"os"
@@ -16,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/ddstore/ddstore/fault"
 )
 
 // pmiEx is the pmi method: the PMI-1 wire protocol that MPICH's Hydra
