@@ -192,7 +192,7 @@ func (s *Store) open() error {
 	// The store's own connections: listen now, publish the address in
 	// round 1, connect right after it; every later collective uses them.
 	if s.world > 1 {
-		m, addr, err := mesh.Listen(mesh.Options{Rank: s.rank, World: s.world, Token: s.job,
+		m, addr, err := mesh.Listen(mesh.Options{Rank: s.rank, World: s.world, Token: s.job, Secret: bootstrap.SecretOf(s.boot),
 			Timeout: o.Timeout, Liveness: o.Liveness, OnDead: s.onDead})
 		if err != nil {
 			return wrapf(nil, "Open", "", err, "mesh")

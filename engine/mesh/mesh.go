@@ -39,6 +39,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ddstore/ddstore/engine/auth"
 	"github.com/ddstore/ddstore/fault"
 )
 
@@ -59,6 +60,15 @@ type Options struct {
 	Rank, World int
 	// Token must be equal on all ranks; a connection with another is refused.
 	Token string
+	// Secret is the job's secret (bootstrap.SecretOf): every connection
+	// starts with auth.Handshake over it, both ways, before any frame is
+	// read. nil only for a job that runs without one (bootstrap's Insecure).
+	Secret []byte
+	// AuthTimeout bounds each handshake of a connecting peer; at most
+	// AuthPending of them wait at once (defaults auth.DefaultGateTimeout,
+	// auth.DefaultGateMax). Strangers beyond that are closed at once.
+	AuthTimeout time.Duration
+	AuthPending int
 	// Timeout is the deadline of Connect and the default of every collective.
 	Timeout time.Duration
 	// Liveness: a peer silent for this long is dead (default 10s, minimum
@@ -116,6 +126,7 @@ type Mesh struct {
 	hbStop  chan struct{}
 	wg      sync.WaitGroup
 	aborts  sync.WaitGroup // abort frames being sent (fail)
+	gate    *auth.Gate     // Connect's: authenticates the ranks above
 }
 
 type peer struct {
@@ -218,6 +229,15 @@ func (m *Mesh) Rank() int { return m.o.Rank }
 // Size is the number of ranks.
 func (m *Mesh) Size() int { return m.o.World }
 
+// Refused is the number of connections Connect refused (strangers that did
+// not prove the secret, or another job's or world's ranks).
+func (m *Mesh) Refused() int64 {
+	if m.gate == nil {
+		return 0
+	}
+	return m.gate.Refused()
+}
+
 // Liveness is the dead-peer deadline in use.
 func (m *Mesh) Liveness() time.Duration { return m.o.Liveness }
 
@@ -238,28 +258,32 @@ func (m *Mesh) Connect(addrs []Addr) error {
 		c    net.Conn
 		err  error
 	}
-	results := make(chan result, m.o.World)
-	// Accept the ranks above.
-	above := m.o.World - 1 - m.o.Rank
+	results := make(chan result, 2*m.o.World)
+	// Accept the ranks above: every connection passes the gate (the
+	// secret, a bounded number at a time), then the mesh's hello.
+	gate := auth.NewGate(fmt.Sprintf("mesh of rank %d", m.o.Rank), m.o.Secret, m.o.AuthTimeout, m.o.AuthPending)
+	m.gate = gate
 	acceptDone := make(chan struct{})
 	go func() {
 		defer close(acceptDone)
-		for got := 0; got < above; {
-			if tl, ok := m.ln.(*net.TCPListener); ok {
-				tl.SetDeadline(deadline)
-			}
+		for {
 			c, err := m.ln.Accept()
 			if err != nil {
-				results <- result{rank: -1, err: err}
-				return
+				return // closed below once every rank is in, or at the deadline
 			}
-			r, err := m.serverHello(c, deadline)
-			if err != nil {
-				c.Close()
-				continue // a stray or foreign client; keep waiting for ours
-			}
-			results <- result{rank: r, c: c}
-			got++
+			gate.Go(c, func(c net.Conn) {
+				r, err := m.serverHello(c, deadline)
+				if err != nil {
+					c.Close()
+					gate.Refuse(c.RemoteAddr(), err)
+					return
+				}
+				select {
+				case results <- result{rank: r, c: c}:
+				default:
+					c.Close()
+				}
+			})
 		}
 	}()
 	// Dial the ranks below.
@@ -272,38 +296,39 @@ func (m *Mesh) Connect(addrs []Addr) error {
 	conns := make([]net.Conn, m.o.World)
 	var errs []error
 	var failed []int
-	for n := 0; n < m.o.World-1; {
-		res := <-results
-		if res.rank < 0 {
-			// The accept loop ended (deadline or error): the ranks above
-			// that have not connected are missing.
-			break
-		}
-		n++
-		if res.err != nil {
+	take := func(res result) bool {
+		switch {
+		case res.err != nil:
 			failed = append(failed, res.rank)
 			errs = append(errs, res.err)
-			continue
+		case conns[res.rank] != nil:
+			res.c.Close() // a second connection for one rank: keep the first
+			return false
+		default:
+			conns[res.rank] = res.c
 		}
-		conns[res.rank] = res.c
-		if n == m.o.World-1 {
-			break
+		return true
+	}
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+wait:
+	for n := 0; n < m.o.World-1; {
+		select {
+		case res := <-results:
+			if take(res) {
+				n++
+			}
+		case <-timer.C:
+			break wait
 		}
 	}
-	m.ln.Close() // ends the accept loop if it still waits
+	m.ln.Close() // ends the accept loop
 	<-acceptDone
 	// Dialers that have not reported yet.
 	for {
 		select {
 		case res := <-results:
-			if res.rank >= 0 {
-				if res.err != nil {
-					failed = append(failed, res.rank)
-					errs = append(errs, res.err)
-				} else {
-					conns[res.rank] = res.c
-				}
-			}
+			take(res)
 			continue
 		default:
 		}
@@ -384,6 +409,22 @@ func (m *Mesh) dial(r int, a Addr, deadline time.Time) (net.Conn, error) {
 			c, err := net.DialTimeout("tcp", net.JoinHostPort(ip, strconv.Itoa(a.Port)), t)
 			if err != nil {
 				last = err
+				continue
+			}
+			adl := time.Now().Add(auth.DefaultGateTimeout)
+			if m.o.AuthTimeout > 0 {
+				adl = time.Now().Add(m.o.AuthTimeout)
+			}
+			if adl.After(deadline) {
+				adl = deadline
+			}
+			if err := auth.Handshake(c, m.o.Secret, true, adl); err != nil {
+				c.Close()
+				if errors.Is(err, fault.ErrToken) {
+					return nil, &fault.Error{Op: "mesh connect", Ranks: []int{r}, Side: fault.Remote, Kind: fault.ErrToken,
+						Detail: fmt.Sprintf("rank %d at %s does not share this job's secret", r, c.RemoteAddr()), Err: err}
+				}
+				last = err // not our peer yet, or its gate is full: retry
 				continue
 			}
 			if err := m.clientHello(c, r, deadline); err != nil {
