@@ -169,3 +169,15 @@ func TestMeshStrangersDuringConnect(t *testing.T) {
 		}
 	}
 }
+
+// A stranger is refused at once even while the rank has not yet called
+// Connect (it still waits for the launcher's exchange).
+func TestMeshRefusesBeforeConnect(t *testing.T) {
+	ms, addrs := listenAll(t, 2, Options{Timeout: 5 * time.Second}, nil)
+	_ = ms
+	start := time.Now()
+	_, err := stranger(net.JoinHostPort("127.0.0.1", strconv.Itoa(addrs[0].Port)), 0)
+	if !errors.Is(err, fault.ErrToken) || time.Since(start) > time.Second {
+		t.Fatalf("stranger before Connect: %v after %v, want ErrToken within 1s", err, time.Since(start))
+	}
+}

@@ -126,7 +126,43 @@ type Mesh struct {
 	hbStop  chan struct{}
 	wg      sync.WaitGroup
 	aborts  sync.WaitGroup // abort frames being sent (fail)
-	gate    *auth.Gate     // Connect's: authenticates the ranks above
+	// The listener's side (Listen to the end of Connect): every connection
+	// passes the gate (the secret, a bounded number at a time), then the
+	// mesh's hello; the ranks above that did arrive on accepted.
+	gate       *auth.Gate
+	accepted   chan result
+	acceptDone chan struct{}
+}
+
+// result is a connection to rank, or why there is none.
+type result struct {
+	rank int
+	c    net.Conn
+	err  error
+}
+
+// acceptLoop admits the ranks above until the listener closes.
+func (m *Mesh) acceptLoop() {
+	defer close(m.acceptDone)
+	for {
+		c, err := m.ln.Accept()
+		if err != nil {
+			return // closed at the end of Connect, or by Close
+		}
+		m.gate.Go(c, func(c net.Conn) {
+			r, err := m.serverHello(c, time.Now().Add(10*time.Second))
+			if err != nil {
+				c.Close()
+				m.gate.Refuse(c.RemoteAddr(), err)
+				return
+			}
+			select {
+			case m.accepted <- result{rank: r, c: c}:
+			default:
+				c.Close()
+			}
+		})
+	}
 }
 
 type peer struct {
@@ -176,6 +212,12 @@ func Listen(o Options) (*Mesh, Addr, error) {
 	}
 	m.ln = ln
 	m.addr.Port = ln.Addr().(*net.TCPAddr).Port
+	// Accept from now on, so that a stranger is refused at once even while
+	// this rank still waits for the launcher's exchange.
+	m.gate = auth.NewGate(fmt.Sprintf("mesh of rank %d", o.Rank), o.Secret, o.AuthTimeout, o.AuthPending)
+	m.accepted = make(chan result, 2*o.World)
+	m.acceptDone = make(chan struct{})
+	go m.acceptLoop()
 	switch {
 	case len(o.Advertise) > 0:
 		m.addr.IPs = append([]string(nil), o.Advertise...)
@@ -253,39 +295,7 @@ func (m *Mesh) Connect(addrs []Addr) error {
 		return nil
 	}
 	deadline := time.Now().Add(m.o.Timeout)
-	type result struct {
-		rank int
-		c    net.Conn
-		err  error
-	}
-	results := make(chan result, 2*m.o.World)
-	// Accept the ranks above: every connection passes the gate (the
-	// secret, a bounded number at a time), then the mesh's hello.
-	gate := auth.NewGate(fmt.Sprintf("mesh of rank %d", m.o.Rank), m.o.Secret, m.o.AuthTimeout, m.o.AuthPending)
-	m.gate = gate
-	acceptDone := make(chan struct{})
-	go func() {
-		defer close(acceptDone)
-		for {
-			c, err := m.ln.Accept()
-			if err != nil {
-				return // closed below once every rank is in, or at the deadline
-			}
-			gate.Go(c, func(c net.Conn) {
-				r, err := m.serverHello(c, deadline)
-				if err != nil {
-					c.Close()
-					gate.Refuse(c.RemoteAddr(), err)
-					return
-				}
-				select {
-				case results <- result{rank: r, c: c}:
-				default:
-					c.Close()
-				}
-			})
-		}
-	}()
+	results := make(chan result, m.o.World)
 	// Dial the ranks below.
 	for r := 0; r < m.o.Rank; r++ {
 		go func() {
@@ -318,16 +328,23 @@ wait:
 			if take(res) {
 				n++
 			}
+		case res := <-m.accepted:
+			if take(res) {
+				n++
+			}
 		case <-timer.C:
 			break wait
 		}
 	}
 	m.ln.Close() // ends the accept loop
-	<-acceptDone
-	// Dialers that have not reported yet.
+	<-m.acceptDone
+	// Dialers and acceptances that have not reported yet.
 	for {
 		select {
 		case res := <-results:
+			take(res)
+			continue
+		case res := <-m.accepted:
 			take(res)
 			continue
 		default:
@@ -530,6 +547,10 @@ func (m *Mesh) Close() error {
 	}
 	if m.ln != nil {
 		m.ln.Close()
+		<-m.acceptDone
+		for len(m.accepted) > 0 { // admitted, but Connect never took them
+			(<-m.accepted).c.Close()
+		}
 	}
 	m.aborts.Wait() // a failure's abort frames go out before the goodbye
 	bye := make([]byte, hdrLen)
