@@ -5,6 +5,9 @@
 
 .PHONY: fuzz-auth fuzz-mesh fuzz-rendezvous
 
+# examples/netns/netns-test.sh step 4 holds a rank back with iptables.
+DEPS += iptables:iptables
+
 FUZZ_TARGETS += fuzz-auth fuzz-mesh fuzz-rendezvous
 FUZZ_SEC_EXECS ?= 1000000x
 
