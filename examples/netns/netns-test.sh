@@ -189,11 +189,10 @@ done
 echo "stranger (10.77.0.9) targets: $targets (rank 0's rendezvous, the mesh ports of ranks 0-2)"
 (( $(count "$targets") >= 4 )) || { echo "netns-test: found fewer than 4 listening ports of the job" >&2; exit 1; }
 ip netns exec "${hosts[2]}" bin/stranger -refuse "$targets" || { echo "netns-test: a stranger was not refused within 1 s" >&2; exit 1; }
-ip netns exec "${hosts[2]}" bin/stranger -flood "$targets" -n 1000 &
-flood=$!
-sleep 6 # most of the flood is in: let rank 3 through, the job boots during the rest
+# The whole flood lands while ranks 0-2 wait in the bootstrap with their
+# ports open; then rank 3 is let through and the job must start.
+ip netns exec "${hosts[2]}" bin/stranger -flood "$targets" -n 1000
 ip netns exec "${hosts[3]}" iptables -F OUTPUT
-wait "$flood"
 fail=0
 for p in $(cat "$tmp/pids"); do wait "$p" || fail=1; done
 if (( fail )); then
