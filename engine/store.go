@@ -87,6 +87,8 @@ type Store struct {
 
 	gpu storeGPU // the device read path (device.go)
 
+	secretSrc string // where the job's secret came from (Secret)
+
 	lingerMu sync.Mutex
 	linger   map[*Var]struct{} // freed variables whose release waits for calls in flight (Free timed out)
 }
@@ -119,6 +121,7 @@ func Open(o Options) (*Store, error) {
 	s := &Store{opts: o, ex: ex, boot: ex, env: env, rank: ex.Rank(), world: ex.Size(), localRank: env.LocalRank,
 		readers: map[*Reader]struct{}{}}
 	s.job, s.bootMethod = bootstrap.JobOf(ex, env.Job), bootstrap.MethodOf(ex)
+	s.secretSrc = bootstrap.SecretSource(ex)
 	if s.job == "" {
 		s.job = fmt.Sprintf("p%d", os.Getpid())
 	}
