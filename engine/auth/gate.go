@@ -30,6 +30,10 @@ type Gate struct {
 
 	refused  atomic.Int64
 	admitted atomic.Int64
+
+	// OnRefuse, when set before the first Go, is told of every refusal
+	// too (a listener that reports its refusals in a timeout's error).
+	OnRefuse func(addr net.Addr, err error)
 }
 
 // NewGate is a gate for the listener called name (in log lines), checking
@@ -77,6 +81,9 @@ func (g *Gate) Wait() { g.wg.Wait() }
 // the handshake, such as a wrong job or world size).
 func (g *Gate) Refuse(addr net.Addr, err error) {
 	n := g.refused.Add(1)
+	if g.OnRefuse != nil {
+		g.OnRefuse(addr, err)
+	}
 	if n <= 16 || n%256 == 0 {
 		a := "?"
 		if addr != nil {

@@ -134,6 +134,10 @@ func TestTCPWrongSecretRefused(t *testing.T) {
 		})})
 	wantKind(t, res, 1, "job token mismatch", []int{0}, "do not share the job secret")
 	wantKind(t, res, 0, "timeout", []int{1}, "rank 1 did not connect")
+	// Rank 0's error says whom it refused, and why.
+	if !strings.Contains(res[0].Err, "peer does not know this job's secret") || !res[0].Token {
+		t.Errorf("rank 0's timeout does not report the refusal: %s", res[0].Err)
+	}
 }
 
 // No secret needs an explicit setting; a rank without one meets refusal

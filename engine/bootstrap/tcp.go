@@ -98,6 +98,7 @@ func (x *tcpEx) serve(deadline time.Time) error {
 	}
 	x.ln = ln
 	x.gate = auth.NewGate("tcp rendezvous "+ln.Addr().String(), x.secret, 0, 0)
+	x.gate.OnRefuse = func(a net.Addr, err error) { x.note(errors.Is(err, ErrToken), "%v: %v", a, err) }
 	x.done = make(chan struct{})
 	x.inbox = make(chan inFrame, 2*x.world)
 	x.arrived = make(chan int, x.world)
