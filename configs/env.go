@@ -27,7 +27,10 @@ const (
 	EnvStorageRanks  = "DDSTORE_STORAGE_RANKS" // how many storage ranks
 	EnvStorageTrains = "DDSTORE_STORAGE_TRAINERS"
 	EnvStorageWidth  = "DDSTORE_STORAGE_WIDTH"
-	EnvLaunchNS      = "DDSTORE_LAUNCH_NS" // the launcher's start time, ns since the epoch (examples/opentime)
+	EnvLaunchNS      = "DDSTORE_LAUNCH_NS"  // the launcher's start time, ns since the epoch (examples/opentime)
+	EnvToken         = "DDSTORE_TOKEN"      // the job's secret (≥ 16 bytes) that every control connection proves
+	EnvTokenFile     = "DDSTORE_TOKEN_FILE" // the token file (default ~/.ddstore/token)
+	EnvInsecure      = "DDSTORE_INSECURE"   // true: run without a secret (warned); only an explicit setting
 )
 
 // Launch is what the environment says about this launch: the job, and
@@ -39,6 +42,11 @@ type Launch struct {
 	BootstrapAddr, BootstrapDir string
 	Role                        string
 	Storage                     StorageLaunch
+	// Token (DDSTORE_TOKEN) is the job's secret, TokenFile
+	// (DDSTORE_TOKEN_FILE) where to keep one, Insecure (DDSTORE_INSECURE)
+	// the explicit choice to run without (engine/bootstrap, secret.go).
+	Token, TokenFile string
+	Insecure         bool
 }
 
 // StorageLaunch is the storage join's part of Launch.
@@ -56,7 +64,15 @@ func ReadLaunch() (Launch, error) {
 		BootstrapAddr: env(envOf("bootstrap.addr")), BootstrapDir: env(envOf("bootstrap.dir")),
 		Storage: StorageLaunch{Job: env(EnvStorageJob), Token: env(EnvStorageToken), Addr: env(EnvStorageAddr), Data: env(EnvStorageData)},
 	}
+	l.Token, l.TokenFile = env(EnvToken), env(EnvTokenFile)
 	var errs []error
+	if v := env(EnvInsecure); v != "" {
+		b, err := ParseBool(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%w: environment variable %s=%q: want 1/0, true/false, yes/no or on/off", ErrConfig, EnvInsecure, v))
+		}
+		l.Insecure = b
+	}
 	count := func(name string, dst *int, set *bool) {
 		v := strings.TrimSpace(os.Getenv(name))
 		if v == "" {

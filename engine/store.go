@@ -87,6 +87,8 @@ type Store struct {
 
 	gpu storeGPU // the device read path (device.go)
 
+	secretSrc string // where the job's secret came from (Secret)
+
 	lingerMu sync.Mutex
 	linger   map[*Var]struct{} // freed variables whose release waits for calls in flight (Free timed out)
 }
@@ -119,6 +121,7 @@ func Open(o Options) (*Store, error) {
 	s := &Store{opts: o, ex: ex, boot: ex, env: env, rank: ex.Rank(), world: ex.Size(), localRank: env.LocalRank,
 		readers: map[*Reader]struct{}{}}
 	s.job, s.bootMethod = bootstrap.JobOf(ex, env.Job), bootstrap.MethodOf(ex)
+	s.secretSrc = bootstrap.SecretSource(ex)
 	if s.job == "" {
 		s.job = fmt.Sprintf("p%d", os.Getpid())
 	}
@@ -192,7 +195,7 @@ func (s *Store) open() error {
 	// The store's own connections: listen now, publish the address in
 	// round 1, connect right after it; every later collective uses them.
 	if s.world > 1 {
-		m, addr, err := mesh.Listen(mesh.Options{Rank: s.rank, World: s.world, Token: s.job,
+		m, addr, err := mesh.Listen(mesh.Options{Rank: s.rank, World: s.world, Token: s.job, Secret: bootstrap.SecretOf(s.boot),
 			Timeout: o.Timeout, Liveness: o.Liveness, OnDead: s.onDead})
 		if err != nil {
 			return wrapf(nil, "Open", "", err, "mesh")

@@ -5,6 +5,8 @@ package fabric
 // through cgo.go, the package's one cgo file.
 
 import (
+	"crypto/rand"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"runtime"
@@ -231,13 +233,20 @@ func selectAt(o Options, threading cInt) (*cStructFiInfo, error) {
 		Detail: fmt.Sprintf("%s is not available for FI_EP_RDM with FI_RMA reads; available: %s", what, strings.Join(provs, ", "))}
 }
 
-// keyBase is where this process's requested MR keys start: the pid in the
-// high bits where the provider's keys are 8 bytes, so that a stale address
-// (a dead peer's port reused by another ddstore process) meets a key that
-// process never issued and fails, instead of reading its memory.
+// keyBase is where this process's requested MR keys start (providers that
+// choose their own keys, FI_MR_PROV_KEY, ignore it): 40 random bits above
+// a 24-bit counter where the provider's keys are 8 bytes, so that a stale
+// address (a dead peer's port reused by another ddstore process) meets a
+// key that process never issued and fails, and a stranger who reaches an
+// endpoint cannot guess a key from a pid.
 func keyBase(keySize uint64) uint64 {
 	if keySize >= 8 {
-		return uint64(os.Getpid()) << 24
+		var b [8]byte
+		if _, err := rand.Read(b[:5]); err != nil {
+			return uint64(os.Getpid()) << 24
+		}
+		b[4] &= 0x7f // keys stay below 2^63
+		return (binary.LittleEndian.Uint64(b[:]) | 1) << 24
 	}
 	return 1
 }

@@ -1,7 +1,8 @@
 // Command ddrun starts N ranks of a program on this machine, like
 // `mpirun -n N` on one node, with the torchrun-style environment that
 // ddstore's bootstrap reads (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
-// MASTER_ADDR=127.0.0.1, MASTER_PORT, DDSTORE_JOB, DDSTORE_JOB_TOKEN).
+// MASTER_ADDR=127.0.0.1, MASTER_PORT, DDSTORE_JOB, DDSTORE_JOB_TOKEN and DDSTORE_TOKEN, a
+// random secret per run).
 //
 //	ddrun -n 4 [--timeout 10m] [--prefix] [--env K=V]... [--] prog args...
 //
@@ -38,7 +39,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		Use:   "ddrun -n N [flags] [--] prog [args...]",
 		Short: "Run N ranks of a program on this machine (like mpirun -n N) for ddstore jobs",
 		Long: "ddrun starts N copies of prog with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,\n" +
-			"MASTER_ADDR=127.0.0.1, MASTER_PORT (a free port), DDSTORE_JOB and DDSTORE_JOB_TOKEN set,\n" +
+			"MASTER_ADDR=127.0.0.1, MASTER_PORT (a free port), DDSTORE_JOB, DDSTORE_JOB_TOKEN and DDSTORE_TOKEN (a random secret) set,\n" +
 			"so that ddstore's engine bootstraps over TCP. SIGINT/SIGTERM are forwarded; if a rank\n" +
 			"fails the others are stopped and ddrun exits with that rank's status.",
 		Args:          cobra.MinimumNArgs(1),

@@ -74,6 +74,17 @@ type Options struct {
 	// Default DDSTORE_JOB_TOKEN, else the job id (under MPICH's mpiexec,
 	// which exports none, the PMI KVS name).
 	Token string
+	// Secret is the job's secret (at least 16 bytes) that every control
+	// connection proves it knows (engine/auth); it never crosses the wire.
+	// Default DDSTORE_TOKEN, else under pmi and dir a random one rank 0
+	// publishes, else for tcp the token file (TokenFile). See secret.go.
+	Secret []byte
+	// TokenFile is the tcp method's token file. Default DDSTORE_TOKEN_FILE,
+	// else ~/.ddstore/token (created 0600 on first use).
+	TokenFile string
+	// Insecure runs the job without a secret (also DDSTORE_INSECURE=1): any
+	// process that reaches its ports may join. A warning is logged.
+	Insecure bool
 	// Timeout bounds Connect and is the default of every collective. Default 60s.
 	Timeout time.Duration
 	// Env is the launcher's view of this process. Zero (World == 0) means
@@ -112,7 +123,9 @@ func optErr(format string, args ...any) error {
 // resolved is Options with every default filled in.
 type resolved struct {
 	Options
-	method string
+	method    string
+	secret    []byte // nil: none yet (pmi, dir: rank 0 makes one) or insecure
+	secretSrc string
 }
 
 func (o Options) resolve() (resolved, error) {
@@ -209,7 +222,11 @@ func (o Options) resolve() (resolved, error) {
 			return resolved{}, optErr("single method with a world of %d ranks", o.Env.World)
 		}
 	}
-	return resolved{Options: o, method: m}, nil
+	r := resolved{Options: o, method: m}
+	if err := r.resolveSecret(launch.Insecure, launch.Token, launch.TokenFile); err != nil {
+		return resolved{}, err
+	}
+	return r, nil
 }
 
 func joinHostPort(host, port string) string {

@@ -3,8 +3,11 @@ package bootstrap
 import (
 	"errors"
 	"fmt"
-	"github.com/ddstore/ddstore/fault"
+	"strings"
 	"time"
+
+	"github.com/ddstore/ddstore/engine/auth"
+	"github.com/ddstore/ddstore/fault"
 )
 
 // collective is the bookkeeping shared by the exchangers: sequence numbers,
@@ -18,6 +21,46 @@ type collective struct {
 	broken  error
 	closed  bool
 	release func() // gives the rendezvous back (held.go); nil until Connect succeeded
+
+	secret    []byte // the job's secret (secret.go); nil when insecure
+	secretSrc string
+}
+
+// newCollective is the bookkeeping of an exchanger of method for r.
+func (r resolved) newCollective(method string) collective {
+	return collective{method: method, rank: r.Env.Rank, world: r.Env.World, timeout: r.Timeout,
+		secret: r.secret, secretSrc: r.secretSrc}
+}
+
+// launcherSecret: rank 0 makes the job's secret when the launcher's
+// exchange (pmi, dir) is to publish it; mine is what rank 0 appends to its
+// connect blob ("" for the others, or when the secret is already known).
+func (c *collective) launcherSecret() (mine string) {
+	if c.secretSrc != SecretLauncher || c.rank != 0 {
+		return ""
+	}
+	c.secret = newSecret()
+	return " secret=" + string(c.secret)
+}
+
+// takeSecret reads the secret from rank 0's connect blob (split at " secret=").
+func (c *collective) takeSecret(root []byte) error {
+	if c.secretSrc != SecretLauncher || c.rank == 0 {
+		return nil
+	}
+	_, s, ok := strings.Cut(string(root), " secret=")
+	if !ok || len(s) < auth.MinSecret {
+		return &fault.Error{Op: opName(c.method, "connect"), Kind: ErrToken, Side: fault.Remote, Ranks: []int{0},
+			Detail: "rank 0 published no job secret (is it running without one, DDSTORE_INSECURE, or an older ddstore?)"}
+	}
+	c.secret = []byte(s)
+	return nil
+}
+
+// withoutSecret is a connect blob without rank 0's secret.
+func withoutSecret(b []byte) string {
+	s, _, _ := strings.Cut(string(b), " secret=")
+	return s
 }
 
 func (c *collective) Rank() int { return c.rank }

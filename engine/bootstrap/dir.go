@@ -4,14 +4,17 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"github.com/ddstore/ddstore/fault"
 	"hash/crc32"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
+
+	"github.com/ddstore/ddstore/fault"
 )
 
 // dirEx is the dir method. Collective number s of rank r is the file
@@ -40,7 +43,7 @@ func connectDir(r resolved) (*dirEx, error) {
 			Detail: fmt.Sprintf("job id %q cannot name a subdirectory of %s (set DDSTORE_JOB)", j, r.Dir)}
 	}
 	x := &dirEx{
-		collective: collective{method: "dir", rank: r.Env.Rank, world: r.Env.World, timeout: r.Timeout},
+		collective: r.newCollective("dir"),
 		jobDir:     filepath.Join(r.Dir, r.Env.Job),
 		token:      r.Token,
 	}
@@ -48,9 +51,23 @@ func connectDir(r resolved) (*dirEx, error) {
 		return nil, &fault.Error{Op: "dir connect", Kind: ErrEnv, Side: fault.Local,
 			Detail: fmt.Sprintf("cannot create %s (DDSTORE_BOOTSTRAP_DIR or Options.Dir)", x.jobDir), Err: err}
 	}
+	if err := checkOwned(x.jobDir, nil, true); err != nil {
+		return nil, &fault.Error{Op: "dir connect", Kind: ErrEnv, Side: fault.Local,
+			Detail: fmt.Sprintf("refusing the job directory: %v", err)}
+	}
+	if fi, err := os.Stat(x.jobDir); err == nil && fi.Mode().Perm()&0o077 != 0 {
+		return nil, &fault.Error{Op: "dir connect", Kind: ErrEnv, Side: fault.Local,
+			Detail: fmt.Sprintf("refusing the job directory %s: mode %#o lets others in (want 0700)", x.jobDir, fi.Mode().Perm())}
+	}
 	host, _ := os.Hostname()
 	me := fmt.Sprintf("%s pid %d", host, os.Getpid())
-	if _, err := x.gather("connect", "connect", []byte(me), time.Now().Add(r.Timeout)); err != nil {
+	// Rank 0's blob carries the job's secret: the files are 0600 in a
+	// 0700 directory of this user.
+	all, err := x.gather("connect", "connect", []byte(me+x.launcherSecret()), time.Now().Add(r.Timeout))
+	if err != nil {
+		return nil, err
+	}
+	if err := x.takeSecret(all[0]); err != nil {
 		return nil, err
 	}
 	return x, nil
@@ -139,7 +156,7 @@ func (x *dirEx) gather(op, tag string, mine []byte, deadline time.Time) ([][]byt
 				continue
 			}
 			p := x.path(x.seq, r)
-			b, err := os.ReadFile(p)
+			b, err := readPrivateFile(p)
 			if errors.Is(err, fs.ErrNotExist) {
 				continue
 			}
@@ -234,4 +251,25 @@ func (x *dirEx) Close() error {
 		delay = backoff(delay, 100*time.Millisecond, deadline)
 	}
 	return os.RemoveAll(x.jobDir)
+}
+
+// readPrivateFile reads a peer's file, refusing one that is not a regular
+// file of this user with mode 0600 or stricter.
+func readPrivateFile(p string) ([]byte, error) {
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if err := checkOwned(p, fi, false); err != nil {
+		return nil, err
+	}
+	if fi.Size() > maxFrame {
+		return nil, fmt.Errorf("%w: %d bytes", ErrTooLarge, fi.Size())
+	}
+	return io.ReadAll(io.LimitReader(f, maxFrame+1))
 }

@@ -3,10 +3,10 @@ package bootstrap
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/ddstore/ddstore/fault"
 	"os"
 	"os/exec"
 	"strconv"
@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ddstore/ddstore/fault"
 )
 
 // The multi-rank tests re-execute the test binary: with BSTEST_ROLE set,
@@ -29,6 +31,10 @@ type rankResult struct {
 	Ranks []int  `json:"ranks,omitempty"`
 	Job   string `json:"job,omitempty"`
 	Token bool   `json:"token,omitempty"` // errors.Is(err, ErrToken)
+	// The job secret as this rank holds it: where from, and a digest.
+	SecretSrc string `json:"secret_src,omitempty"`
+	SecretSum string `json:"secret_sum,omitempty"`
+	SecretLen int    `json:"secret_len,omitempty"`
 }
 
 func TestMain(m *testing.M) {
@@ -103,6 +109,10 @@ func runRole(role string) int {
 	}
 	defer x.Close()
 	res.Job = JobOf(x, env.Job)
+	res.SecretSrc, res.SecretLen = SecretSource(x), len(SecretOf(x))
+	if sec := SecretOf(x); sec != nil {
+		res.SecretSum = fmt.Sprintf("%x", sha256.Sum256(sec))
+	}
 	if x.Rank() != env.Rank || x.Size() != env.World {
 		return report(fmt.Errorf("exchanger says rank %d/%d, env %d/%d", x.Rank(), x.Size(), env.Rank, env.World))
 	}

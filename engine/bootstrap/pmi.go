@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/ddstore/ddstore/fault"
 	"hash/crc32"
 	"net"
 	"os"
@@ -16,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/ddstore/ddstore/fault"
 )
 
 // pmiEx is the pmi method: the PMI-1 wire protocol that MPICH's Hydra
@@ -55,7 +56,7 @@ func connectPMI(r resolved) (*pmiEx, error) {
 		return nil, &fault.Error{Op: opName("pmi", op), Kind: ErrEnv, Side: fault.Local, Detail: fmt.Sprintf("PMI_FD=%d is not a socket", fd), Err: err}
 	}
 	x := &pmiEx{
-		collective: collective{method: "pmi", rank: r.Env.Rank, world: r.Env.World, timeout: r.Timeout},
+		collective: r.newCollective("pmi"),
 		conn:       conn, rd: bufio.NewReader(conn), token: r.Token,
 	}
 	if jobid, ok := os.LookupEnv("PMI_JOBID"); ok {
@@ -72,15 +73,23 @@ func connectPMI(r resolved) (*pmiEx, error) {
 	// Connect ends with a collective that checks the world size and tokens.
 	sum := sha256.Sum256([]byte(x.token))
 	blob := fmt.Appendf(nil, "%d %x", x.world, sum[:8])
-	all, err := x.gather(op, "connect", blob, deadline)
+	// Rank 0's blob carries the job's secret, made now: the KVS is
+	// readable only by the job step's own tasks.
+	all, err := x.gather(op, "connect", append(blob, x.launcherSecret()...), deadline)
 	if err != nil {
 		x.abandon()
 		return nil, err
 	}
 	var bad []int
 	for r, b := range all {
-		if string(b) != string(blob) {
+		if withoutSecret(b) != string(blob) {
 			bad = append(bad, r)
+		}
+	}
+	if bad == nil {
+		if err := x.takeSecret(all[0]); err != nil {
+			x.Close()
+			return nil, err
 		}
 	}
 	if bad != nil {

@@ -3,7 +3,6 @@ package bootstrap
 import (
 	"errors"
 	"fmt"
-	"github.com/ddstore/ddstore/fault"
 	"net"
 	"os"
 	"strings"
@@ -11,6 +10,9 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/ddstore/ddstore/engine/auth"
+	"github.com/ddstore/ddstore/fault"
 )
 
 // tcpEx is the tcp method. Rank 0 listens and is the hub of every
@@ -25,6 +27,7 @@ type tcpEx struct {
 	conn net.Conn
 
 	// root
+	gate    *auth.Gate // authenticates newcomers, a bounded number at a time
 	ln      net.Listener
 	done    chan struct{}
 	inbox   chan inFrame
@@ -60,7 +63,7 @@ func grace(timeout time.Duration) time.Duration { return time.Second + timeout/1
 
 func connectTCP(r resolved) (*tcpEx, error) {
 	x := &tcpEx{
-		collective: collective{method: "tcp", rank: r.Env.Rank, world: r.Env.World, timeout: r.Timeout},
+		collective: r.newCollective("tcp"),
 		addr:       r.Addr, token: r.Token, job: r.Env.Job,
 	}
 	deadline := time.Now().Add(r.Timeout)
@@ -94,6 +97,8 @@ func (x *tcpEx) serve(deadline time.Time) error {
 				"under torchrun MASTER_PORT is torch's own: set DDSTORE_BOOTSTRAP_ADDR=host:otherport)", x.addr), Err: err}
 	}
 	x.ln = ln
+	x.gate = auth.NewGate("tcp rendezvous "+ln.Addr().String(), x.secret, 0, 0)
+	x.gate.OnRefuse = func(a net.Addr, err error) { x.note(errors.Is(err, ErrToken), "%v: %v", a, err) }
 	x.done = make(chan struct{})
 	x.inbox = make(chan inFrame, 2*x.world)
 	x.arrived = make(chan int, x.world)
@@ -164,11 +169,12 @@ func (x *tcpEx) acceptLoop() {
 			}
 			return
 		}
-		go x.handshake(c)
+		x.gate.Go(c, x.handshake)
 	}
 }
 
-// handshake reads a newcomer's hello and admits or refuses it.
+// handshake reads the hello of a newcomer that proved the job's secret
+// (auth.Gate) and admits or refuses it.
 func (x *tcpEx) handshake(c net.Conn) {
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	typ, d, err := readFrameMax(c, maxHandshake)
@@ -441,6 +447,21 @@ func (x *tcpEx) join(deadline time.Time) error {
 		}
 		c, err := net.DialTimeout("tcp", x.addr, dt)
 		if err != nil {
+			last = err
+			delay = backoff(delay, 200*time.Millisecond, deadline)
+			continue
+		}
+		adl := time.Now().Add(auth.DefaultGateTimeout)
+		if adl.After(deadline) {
+			adl = deadline
+		}
+		if err := auth.Handshake(c, x.secret, true, adl); err != nil {
+			c.Close()
+			if errors.Is(err, ErrToken) {
+				return &fault.Error{Op: opName("tcp", op), Kind: ErrToken, Side: fault.Remote, Ranks: []int{0},
+					Detail: fmt.Sprintf("rank 0 at %s and rank %d do not share the job secret (%s)", x.addr, x.rank, x.secretSrc), Err: err}
+			}
+			// Not our rank 0 yet, or its gate is full: retry.
 			last = err
 			delay = backoff(delay, 200*time.Millisecond, deadline)
 			continue

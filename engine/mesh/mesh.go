@@ -39,6 +39,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ddstore/ddstore/engine/auth"
 	"github.com/ddstore/ddstore/fault"
 )
 
@@ -59,6 +60,15 @@ type Options struct {
 	Rank, World int
 	// Token must be equal on all ranks; a connection with another is refused.
 	Token string
+	// Secret is the job's secret (bootstrap.SecretOf): every connection
+	// starts with auth.Handshake over it, both ways, before any frame is
+	// read. nil only for a job that runs without one (bootstrap's Insecure).
+	Secret []byte
+	// AuthTimeout bounds each handshake of a connecting peer; at most
+	// AuthPending of them wait at once (defaults auth.DefaultGateTimeout,
+	// auth.DefaultGateMax). Strangers beyond that are closed at once.
+	AuthTimeout time.Duration
+	AuthPending int
 	// Timeout is the deadline of Connect and the default of every collective.
 	Timeout time.Duration
 	// Liveness: a peer silent for this long is dead (default 10s, minimum
@@ -116,6 +126,43 @@ type Mesh struct {
 	hbStop  chan struct{}
 	wg      sync.WaitGroup
 	aborts  sync.WaitGroup // abort frames being sent (fail)
+	// The listener's side (Listen to the end of Connect): every connection
+	// passes the gate (the secret, a bounded number at a time), then the
+	// mesh's hello; the ranks above that did arrive on accepted.
+	gate       *auth.Gate
+	accepted   chan result
+	acceptDone chan struct{}
+}
+
+// result is a connection to rank, or why there is none.
+type result struct {
+	rank int
+	c    net.Conn
+	err  error
+}
+
+// acceptLoop admits the ranks above until the listener closes.
+func (m *Mesh) acceptLoop() {
+	defer close(m.acceptDone)
+	for {
+		c, err := m.ln.Accept()
+		if err != nil {
+			return // closed at the end of Connect, or by Close
+		}
+		m.gate.Go(c, func(c net.Conn) {
+			r, err := m.serverHello(c, time.Now().Add(10*time.Second))
+			if err != nil {
+				c.Close()
+				m.gate.Refuse(c.RemoteAddr(), err)
+				return
+			}
+			select {
+			case m.accepted <- result{rank: r, c: c}:
+			default:
+				c.Close()
+			}
+		})
+	}
 }
 
 type peer struct {
@@ -165,6 +212,12 @@ func Listen(o Options) (*Mesh, Addr, error) {
 	}
 	m.ln = ln
 	m.addr.Port = ln.Addr().(*net.TCPAddr).Port
+	// Accept from now on, so that a stranger is refused at once even while
+	// this rank still waits for the launcher's exchange.
+	m.gate = auth.NewGate(fmt.Sprintf("mesh of rank %d", o.Rank), o.Secret, o.AuthTimeout, o.AuthPending)
+	m.accepted = make(chan result, 2*o.World)
+	m.acceptDone = make(chan struct{})
+	go m.acceptLoop()
 	switch {
 	case len(o.Advertise) > 0:
 		m.addr.IPs = append([]string(nil), o.Advertise...)
@@ -218,6 +271,15 @@ func (m *Mesh) Rank() int { return m.o.Rank }
 // Size is the number of ranks.
 func (m *Mesh) Size() int { return m.o.World }
 
+// Refused is the number of connections Connect refused (strangers that did
+// not prove the secret, or another job's or world's ranks).
+func (m *Mesh) Refused() int64 {
+	if m.gate == nil {
+		return 0
+	}
+	return m.gate.Refused()
+}
+
 // Liveness is the dead-peer deadline in use.
 func (m *Mesh) Liveness() time.Duration { return m.o.Liveness }
 
@@ -233,35 +295,7 @@ func (m *Mesh) Connect(addrs []Addr) error {
 		return nil
 	}
 	deadline := time.Now().Add(m.o.Timeout)
-	type result struct {
-		rank int
-		c    net.Conn
-		err  error
-	}
 	results := make(chan result, m.o.World)
-	// Accept the ranks above.
-	above := m.o.World - 1 - m.o.Rank
-	acceptDone := make(chan struct{})
-	go func() {
-		defer close(acceptDone)
-		for got := 0; got < above; {
-			if tl, ok := m.ln.(*net.TCPListener); ok {
-				tl.SetDeadline(deadline)
-			}
-			c, err := m.ln.Accept()
-			if err != nil {
-				results <- result{rank: -1, err: err}
-				return
-			}
-			r, err := m.serverHello(c, deadline)
-			if err != nil {
-				c.Close()
-				continue // a stray or foreign client; keep waiting for ours
-			}
-			results <- result{rank: r, c: c}
-			got++
-		}
-	}()
 	// Dial the ranks below.
 	for r := 0; r < m.o.Rank; r++ {
 		go func() {
@@ -272,38 +306,46 @@ func (m *Mesh) Connect(addrs []Addr) error {
 	conns := make([]net.Conn, m.o.World)
 	var errs []error
 	var failed []int
-	for n := 0; n < m.o.World-1; {
-		res := <-results
-		if res.rank < 0 {
-			// The accept loop ended (deadline or error): the ranks above
-			// that have not connected are missing.
-			break
-		}
-		n++
-		if res.err != nil {
+	take := func(res result) bool {
+		switch {
+		case res.err != nil:
 			failed = append(failed, res.rank)
 			errs = append(errs, res.err)
-			continue
+		case conns[res.rank] != nil:
+			res.c.Close() // a second connection for one rank: keep the first
+			return false
+		default:
+			conns[res.rank] = res.c
 		}
-		conns[res.rank] = res.c
-		if n == m.o.World-1 {
-			break
+		return true
+	}
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+wait:
+	for n := 0; n < m.o.World-1; {
+		select {
+		case res := <-results:
+			if take(res) {
+				n++
+			}
+		case res := <-m.accepted:
+			if take(res) {
+				n++
+			}
+		case <-timer.C:
+			break wait
 		}
 	}
-	m.ln.Close() // ends the accept loop if it still waits
-	<-acceptDone
-	// Dialers that have not reported yet.
+	m.ln.Close() // ends the accept loop
+	<-m.acceptDone
+	// Dialers and acceptances that have not reported yet.
 	for {
 		select {
 		case res := <-results:
-			if res.rank >= 0 {
-				if res.err != nil {
-					failed = append(failed, res.rank)
-					errs = append(errs, res.err)
-				} else {
-					conns[res.rank] = res.c
-				}
-			}
+			take(res)
+			continue
+		case res := <-m.accepted:
+			take(res)
 			continue
 		default:
 		}
@@ -384,6 +426,22 @@ func (m *Mesh) dial(r int, a Addr, deadline time.Time) (net.Conn, error) {
 			c, err := net.DialTimeout("tcp", net.JoinHostPort(ip, strconv.Itoa(a.Port)), t)
 			if err != nil {
 				last = err
+				continue
+			}
+			adl := time.Now().Add(auth.DefaultGateTimeout)
+			if m.o.AuthTimeout > 0 {
+				adl = time.Now().Add(m.o.AuthTimeout)
+			}
+			if adl.After(deadline) {
+				adl = deadline
+			}
+			if err := auth.Handshake(c, m.o.Secret, true, adl); err != nil {
+				c.Close()
+				if errors.Is(err, fault.ErrToken) {
+					return nil, &fault.Error{Op: "mesh connect", Ranks: []int{r}, Side: fault.Remote, Kind: fault.ErrToken,
+						Detail: fmt.Sprintf("rank %d at %s does not share this job's secret", r, c.RemoteAddr()), Err: err}
+				}
+				last = err // not our peer yet, or its gate is full: retry
 				continue
 			}
 			if err := m.clientHello(c, r, deadline); err != nil {
@@ -489,6 +547,10 @@ func (m *Mesh) Close() error {
 	}
 	if m.ln != nil {
 		m.ln.Close()
+		<-m.acceptDone
+		for len(m.accepted) > 0 { // admitted, but Connect never took them
+			(<-m.accepted).c.Close()
+		}
 	}
 	m.aborts.Wait() // a failure's abort frames go out before the goodbye
 	bye := make([]byte, hdrLen)

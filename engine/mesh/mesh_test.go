@@ -14,6 +14,8 @@ import (
 	"github.com/ddstore/ddstore/fault"
 )
 
+var testSecret = []byte("mesh-test-secret-0123456789")
+
 // world connects n ranks of one process over loopback TCP.
 func world(t testing.TB, n int, o Options, perRank ...func(r int, o *Options)) []*Mesh {
 	t.Helper()
@@ -27,6 +29,9 @@ func world(t testing.TB, n int, o Options, perRank ...func(r int, o *Options)) [
 		}
 		if oo.Token == "" {
 			oo.Token = "tok"
+		}
+		if oo.Secret == nil {
+			oo.Secret = testSecret
 		}
 		oo.Bind = "127.0.0.1"
 		m, a, err := Listen(oo)

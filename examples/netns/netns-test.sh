@@ -11,6 +11,14 @@
 #      error naming a rank of host 1, and nothing hangs.
 #   3. FABRIC_IFACE=lo across the two hosts: Open fails on every rank,
 #      naming both ranks, both hosts, the interface and the key.
+#   4. A stranger's host (a third namespace on the same bridge) while the
+#      job boots (rank 3 starts late, so that ranks 0-2 wait with their
+#      rendezvous and mesh ports open): with a wrong secret and with none,
+#      its handshakes with the rendezvous and every mesh port are refused
+#      within 1 s; then it floods them with 1000 connections (random bytes,
+#      truncated frames, oversized length prefixes, silence). The job
+#      starts and trains to the same loss; the peak RSS of its ranks is
+#      printed beside that of the undisturbed run.
 # Needs root and the ip tool; exits 0 with "SKIP: <reason>" otherwise.
 #   examples/netns/netns-test.sh
 set -euo pipefail
@@ -18,11 +26,14 @@ cd "$(dirname "$0")/../.."
 [[ $(id -u) == 0 ]] || { echo "SKIP: netns-test needs root (network namespaces)"; exit 0; }
 command -v ip >/dev/null || { echo "SKIP: netns-test needs the ip tool (iproute2)"; exit 0; }
 command -v unshare >/dev/null || { echo "SKIP: netns-test needs unshare (util-linux)"; exit 0; }
+command -v iptables >/dev/null || { echo "SKIP: netns-test needs iptables (step 4)"; exit 0; }
 LIVENESS=${LIVENESS:-3}
+STEPS=${STEPS:-1 2 3 4} # a subset of the steps above, for a rerun (1 is always run: it is the reference loss)
+step() { [[ " $STEPS " == *" $1 "* ]]; }
 EPOCHS=${EPOCHS:-2} ROWS=${ROWS:-512}
 id=$$
 sw=ddsw$id
-hosts=(ddh0$id ddh1$id)
+hosts=(ddh0$id ddh1$id ddh9$id ddh3$id) # two job hosts, the stranger's, a third job host (step 4)
 tmp=$(mktemp -d)
 cleanup() {
   for p in $(cat "$tmp"/pids 2>/dev/null); do kill -9 "$p" 2>/dev/null || true; done
@@ -36,32 +47,40 @@ if ! ip netns add "$sw" 2>"$tmp/err"; then
 fi
 ip -n "$sw" link add br0 type bridge
 ip -n "$sw" link set br0 up
-for i in 0 1; do
+addr_of() { case $1 in 2) echo 10.77.0.9 ;; 3) echo 10.77.0.4 ;; *) echo "10.77.0.$(($1 + 1))" ;; esac; }
+for i in 0 1 2 3; do
   h=${hosts[$i]}
   ip netns add "$h"
   ip link add "v$i$id" type veth peer name "p$i$id"
   ip link set "v$i$id" netns "$h"
   ip link set "p$i$id" netns "$sw"
   ip -n "$h" link set "v$i$id" name eth0
-  ip -n "$h" addr add "10.77.0.$((i + 1))/24" dev eth0
+  ip -n "$h" addr add "$(addr_of "$i")/24" dev eth0
   ip -n "$h" link set eth0 up
   ip -n "$h" link set lo up
   ip -n "$sw" link set "p$i$id" master br0
   ip -n "$sw" link set "p$i$id" up
 done
-go build -o bin/ ./cmd/ddrun ./examples/train
+go build -o bin/ ./cmd/ddrun ./examples/train ./examples/netns/stranger
 
 # start_job EPOCHS [FABRIC_TIMEOUT_S]: ranks 0,1 on host 0 and 2,3 on host 1,
 # each in its own UTS namespace named after its host; outputs in
 # $tmp/rank<r>.{out,err}. The fabric deadline defaults to the liveness one
 # (the cut test needs reads to a cut host to fail that fast too).
 start_job() {
-  local epochs=$1 fabric_timeout=${2:-$LIVENESS} port=$((20000 + RANDOM % 10000))
+  local epochs=$1 fabric_timeout=${2:-$LIVENESS} port=${PORT:-$((20000 + RANDOM % 10000))}
   : >"$tmp/pids"
   for r in 0 1 2 3; do
     local hi=$((r / 2))
-    ip netns exec "${hosts[$hi]}" unshare --uts sh -c "hostname host$hi; exec env \
-      RANK=$r WORLD_SIZE=4 LOCAL_RANK=$((r % 2)) LOCAL_WORLD_SIZE=2 \
+    local lr=$((r % 2)) lw=2
+    [[ -n ${HOST3:-} && $r == 3 ]] && hi=3
+    [[ -n ${HOST3:-} && $r -ge 2 ]] && lr=0 lw=1
+    local delay=0
+    (( r == 3 )) && delay=${DELAY3:-0}
+    local wrap=""
+    [[ -n ${RSS:-} ]] && wrap="/usr/bin/time -f 'maxrss_kb %M' -o $tmp/rank$r.rss"
+    ip netns exec "${hosts[$hi]}" unshare --uts sh -c "hostname host$hi; sleep $delay; exec $wrap env \
+      RANK=$r WORLD_SIZE=4 LOCAL_RANK=$lr LOCAL_WORLD_SIZE=$lw \
       MASTER_ADDR=10.77.0.1 MASTER_PORT=$port DDSTORE_JOB=netns-$id-$port DDSTORE_JOB_TOKEN=netns-$id-$port \
       DDSTORE_LIVENESS=${LIVENESS}s DDSTORE_FABRIC_TIMEOUT=${fabric_timeout}s DDSTORE_TIMEOUT=20s DDSTORE_BOOTSTRAP_TIMEOUT=20s ${EXTRA_ENV:-} \
       bin/train --epochs $epochs --rows-per-rank $ROWS --json" >"$tmp/rank$r.out" 2>"$tmp/rank$r.err" &
@@ -89,7 +108,7 @@ PY
 # loaded 2-core machine can take longer than the liveness deadline.
 bin/ddrun -n 4 bin/train --epochs "$EPOCHS" --rows-per-rank "$ROWS" --json >"$tmp/one.out"
 one=$(losses "$tmp/one.out")
-start_job "$EPOCHS" 10
+RSS=1 start_job "$EPOCHS" 10
 fail=0
 for p in $(cat "$tmp/pids"); do wait "$p" || fail=1; done
 if (( fail )); then
@@ -101,9 +120,11 @@ two=$(losses "$tmp"/rank{0,1,2,3}.out)
 grep -h "fabric\|train:" "$tmp"/rank0.err | head -n 2 || true
 echo "one host:  $one"
 echo "two hosts: $two"
+rss_quiet=$(cat "$tmp"/rank{0,1,2,3}.rss 2>/dev/null | grep -o '[0-9]*' | sort -n | tail -n1)
 [[ "$one" == "$two" ]] || { echo "netns-test: losses differ" >&2; exit 1; }
 
 # 2. Cut host 1's link mid-training.
+if step 2; then
 start_job 1000
 for _ in $(seq 600); do grep -q '"epoch":0' "$tmp/rank0.out" 2>/dev/null && break; sleep 0.1; done
 grep -q '"epoch":0' "$tmp/rank0.out" || { echo "netns-test: no epoch finished before the cut" >&2; exit 1; }
@@ -127,11 +148,13 @@ done
 limit=$(( (LIVENESS + 1) * 1000 ))
 echo "survivors failed within $worst ms of the cut (liveness ${LIVENESS}s, limit $limit ms)"
 (( worst <= limit )) || { echo "netns-test: slower than the liveness deadline + 1 s" >&2; exit 1; }
+for p in $(cat "$tmp/pids"); do kill -9 "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+ip -n "$sw" link set "p1$id" up
+fi
 
 # 3. Loopback offered across hosts: Open fails on every rank, naming both
 # ranks, both hosts, the interface and the key (no timeout later).
-for p in $(cat "$tmp/pids"); do kill -9 "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
-ip -n "$sw" link set "p1$id" up
+if step 3; then
 EXTRA_ENV=FABRIC_IFACE=lo start_job 1
 for r in 0 1 2 3; do
   p=$(sed -n "$((r + 1))p" "$tmp/pids")
@@ -140,4 +163,48 @@ for r in 0 1 2 3; do
     { echo "netns-test: rank $r: unexpected error:" >&2; cat "$tmp/rank$r.err" >&2; exit 1; }
 done
 echo "FABRIC_IFACE=lo across hosts: $(grep -m1 -o 'rank [0-9] on host[0-9] offers[^:]*' "$tmp/rank0.err")"
+fi
+
+# 4. A stranger on the bridge during the bootstrap. Rank 3 runs on a third
+# host whose new connections, but those to the rendezvous, are dropped
+# until the stranger has struck: ranks 0-2 then wait in the mesh's connect
+# with their mesh ports open, as a slow rank would make them.
+if step 4; then
+PORT=$((20000 + RANDOM % 10000))
+ip netns exec "${hosts[3]}" iptables -A OUTPUT -p tcp --syn ! --dport "$PORT" -j DROP
+PORT=$PORT HOST3=1 RSS=1 EXTRA_ENV="DDSTORE_TIMEOUT=120s DDSTORE_BOOTSTRAP_TIMEOUT=120s" start_job "$EPOCHS" 10
+listening() { # the job's listening addresses on host 0 and host 1, comma-separated
+  for hi in 0 1; do
+    ip netns exec "${hosts[$hi]}" ss -Htln | awk '{print $4}' | { grep -v '^127\.\|^\[::1\]' || true; } |
+      sed "s/^\(\*\|0\.0\.0\.0\|\[::\]\):/10.77.0.$((hi + 1)):/"
+  done | sort -u | paste -sd, -
+}
+count() { tr ',' '\n' <<<"$1" | grep -c . || true; }
+targets=""
+for _ in $(seq 300); do
+  targets=$(listening)
+  (( $(count "$targets") >= 4 )) && break
+  sleep 0.1
+done
+echo "stranger (10.77.0.9) targets: $targets (rank 0's rendezvous, the mesh ports of ranks 0-2)"
+(( $(count "$targets") >= 4 )) || { echo "netns-test: found fewer than 4 listening ports of the job" >&2; exit 1; }
+ip netns exec "${hosts[2]}" bin/stranger -refuse "$targets" || { echo "netns-test: a stranger was not refused within 1 s" >&2; exit 1; }
+# The whole flood lands while ranks 0-2 wait in the bootstrap with their
+# ports open; then rank 3 is let through and the job must start.
+ip netns exec "${hosts[2]}" bin/stranger -flood "$targets" -n 1000
+ip netns exec "${hosts[3]}" iptables -F OUTPUT
+fail=0
+for p in $(cat "$tmp/pids"); do wait "$p" || fail=1; done
+if (( fail )); then
+  for r in 0 1 2 3; do echo "rank $r:"; tail -n 5 "$tmp/rank$r.err"; done >&2
+  echo "netns-test: the job with a stranger failed" >&2
+  exit 1
+fi
+three=$(losses "$tmp"/rank{0,1,2,3}.out)
+refusals=$(cat "$tmp"/rank{0,1,2,3}.err | grep -c 'refused a connection' || true)
+rss_flood=$(cat "$tmp"/rank{0,1,2,3}.rss | grep -o '[0-9]*' | sort -n | tail -n1)
+echo "with a stranger: $three ($refusals refusals logged, the first 16 per listener)"
+echo "peak RSS of a rank: ${rss_quiet:-?} KiB undisturbed, $rss_flood KiB under the flood"
+[[ "$one" == "$three" ]] || { echo "netns-test: losses differ with a stranger" >&2; exit 1; }
+fi
 echo "netns-test: ok"

@@ -26,6 +26,7 @@ type result struct {
 	Launcher string  `json:"launcher"`
 	Job      string  `json:"job"`              // the store's job id
 	Boot     string  `json:"bootstrap"`        // how the ranks found each other: pmi, pmi2, tcp, dir
+	Secret   string  `json:"secret"`           // where the job's secret came from (Store.Secret)
 	OpenS    float64 `json:"open_s"`           // slowest rank's Open
 	AddS     float64 `json:"add_s"`            // slowest rank's Add
 	LaunchS  float64 `json:"launch_to_open_s"` // launch → last Open returned (0 without DDSTORE_LAUNCH_NS)
@@ -80,7 +81,7 @@ func run() error {
 		maxAdd = max(maxAdd, time.Duration(binary.LittleEndian.Uint64(b[8:])))
 		lastOpen = max(lastOpen, int64(binary.LittleEndian.Uint64(b[16:])))
 	}
-	r := result{World: st.World(), Job: st.Job(), Boot: st.Bootstrap(), OpenS: maxOpen.Seconds(), AddS: maxAdd.Seconds(), Launcher: launcher()}
+	r := result{World: st.World(), Job: st.Job(), Boot: st.Bootstrap(), Secret: st.Secret(), OpenS: maxOpen.Seconds(), AddS: maxAdd.Seconds(), Launcher: launcher()}
 	if v := configs.LaunchNanos(); v > 0 {
 		r.LaunchS = float64(lastOpen-v) / 1e9
 	}

@@ -35,12 +35,16 @@ EOF
 
 # Which bootstrap each srun variant used (the derived tcp rendezvous, or
 # Slurm's PMI-2 store) and the job id (the step's, "slurm-<job>.<step>").
-boot() { timeout 120 "$@" bin/opentime | python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["bootstrap"], r["job"])'; }
-read -r tcpboot tcpjob < <(boot srun -n 4)
-read -r pmiboot pmijob < <(boot srun --mpi=pmi2 -n 4)
-echo "srun -n 4 bootstrapped by $tcpboot as job $tcpjob; srun --mpi=pmi2 -n 4 by $pmiboot as job $pmijob"
+# The job's secret (README "Security"): the token file with the derived
+# tcp rendezvous, rank 0's random one through the PMI-2 store; every
+# control connection proved it (Open succeeded).
+boot() { timeout 120 "$@" bin/opentime | python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["bootstrap"], r["job"], r["secret"])'; }
+read -r tcpboot tcpjob tcpsecret < <(boot srun -n 4)
+read -r pmiboot pmijob pmisecret < <(boot srun --mpi=pmi2 -n 4)
+echo "srun -n 4 bootstrapped by $tcpboot as job $tcpjob, secret from $tcpsecret; srun --mpi=pmi2 -n 4 by $pmiboot as job $pmijob, secret from $pmisecret"
 [[ $tcpboot == tcp && $pmiboot == pmi2 && $tcpjob == slurm-* && $pmijob == slurm-* ]] ||
   { echo "local-test: unexpected bootstrap" >&2; exit 1; }
+[[ $tcpsecret == tokenfile && $pmisecret == launcher ]] || { echo "local-test: unexpected job secret" >&2; exit 1; }
 
 ddrun=$(run ddrun bin/ddrun -n 4)
 srun=$(run srun srun -n 4)

@@ -27,6 +27,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ddstore/ddstore/configs"
 	"github.com/ddstore/ddstore/fault"
 )
 
@@ -196,12 +197,16 @@ func dropInherited(k string) bool {
 }
 
 // RankEnv is the environment Run gives rank r (after the parent's own).
-func RankEnv(r, n int, host string, port int, job, token string) []string {
+func RankEnv(r, n int, host string, port int, job, token, secret string) []string {
 	return []string{
 		"RANK=" + strconv.Itoa(r), "WORLD_SIZE=" + strconv.Itoa(n),
 		"LOCAL_RANK=" + strconv.Itoa(r), "LOCAL_WORLD_SIZE=" + strconv.Itoa(n),
 		"MASTER_ADDR=" + host, "MASTER_PORT=" + strconv.Itoa(port),
 		"DDSTORE_JOB=" + job, "DDSTORE_JOB_TOKEN=" + token,
+		// The job's secret (engine/auth): the random token, or the user's
+		// own DDSTORE_TOKEN; the ranks' environments are readable only by
+		// this user.
+		"DDSTORE_TOKEN=" + secret,
 	}
 }
 
@@ -241,6 +246,12 @@ func Run(ctx context.Context, s Spec) error {
 	rand.Read(tok[:])
 	job := fmt.Sprintf("local-%d-%d", os.Getpid(), time.Now().UnixNano())
 	token := hex.EncodeToString(tok[:])
+	// A secret the user gave (DDSTORE_TOKEN) is kept: two launches that
+	// meet (a storage join) need the same one.
+	secret := token
+	if l, err := configs.ReadLaunch(); err == nil && l.Token != "" {
+		secret = l.Token
+	}
 
 	var base []string
 	for _, kv := range os.Environ() {
@@ -258,7 +269,7 @@ func Run(ctx context.Context, s Spec) error {
 	for r := range s.N {
 		c := exec.Command(prog, s.Args...)
 		c.Dir = s.Dir
-		c.Env = append(append(append([]string{}, base...), RankEnv(r, s.N, s.Host, port, job, token)...), s.Env...)
+		c.Env = append(append(append([]string{}, base...), RankEnv(r, s.N, s.Host, port, job, token, secret)...), s.Env...)
 		c.Stdout, c.Stderr = stdout, stderr
 		if s.Prefix {
 			po, pe := newPrefixWriter(stdout, r), newPrefixWriter(stderr, r)
