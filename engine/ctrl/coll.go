@@ -89,7 +89,8 @@ func (k *coll) sendAgent(node, step int, body []byte) error {
 		return err
 	}
 	c.nAgentMsg.Add(1)
-	if err := l.send(header{typ: tColl, hops: k.hops + 1, step: uint16(step), seq: k.seq, from: uint32(c.o.Node), tag: k.tag}, body, k.deadline); err != nil {
+	k.hops++ // a step takes a round, whatever arrives
+	if err := l.send(header{typ: tColl, hops: k.hops, step: uint16(step), seq: k.seq, from: uint32(c.o.Node), tag: k.tag}, body, k.deadline); err != nil {
 		return &fault.Error{Op: k.op, Ranks: []int{c.agentRank(node)}, Side: fault.Remote, Kind: fault.ErrPeerDead,
 			Detail: fmt.Sprintf("sending to node %d's agent failed", node), Err: err}
 	}
@@ -112,7 +113,16 @@ func (k *coll) recv(from int, local bool, step int) ([]byte, error) {
 	return m.body, nil
 }
 
-func (k *coll) recvAgent(node, step int) ([]byte, error) { return k.recv(node, false, step) }
+// recvAgent receives from node's agent; the higher of the two dials the
+// link on first use, whichever sends.
+func (k *coll) recvAgent(node, step int) ([]byte, error) {
+	if Dials(k.c.o.Node, node) {
+		if _, err := k.c.linkTo(node, k.deadline, false); err != nil {
+			return nil, err
+		}
+	}
+	return k.recv(node, false, step)
+}
 
 func (k *coll) sendLocal(l *link, step int, body []byte) error {
 	k.c.nLocalMsg.Add(1)

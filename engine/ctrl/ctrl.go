@@ -453,6 +453,11 @@ func (c *Ctrl) linkTo(node int, deadline time.Time, force bool) (*link, error) {
 		if c.nodeIsDead(node) {
 			return nil, c.deadErr("ctrl connect", []int{c.agentRank(node)})
 		}
+		if !force {
+			if err := c.gone("ctrl connect"); err != nil {
+				return nil, err
+			}
+		}
 		t := time.NewTimer(time.Until(deadline))
 		select {
 		case <-ch:
