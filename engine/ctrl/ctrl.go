@@ -529,9 +529,9 @@ func (c *Ctrl) readLoop(l *link) {
 	localWatch := l.local && c.o.agent()
 	for {
 		if localWatch {
-			l.conn.SetReadDeadline(time.Now().Add(c.o.DeadAfter + c.o.Period))
+			l.conn.SetReadDeadline(time.Now().Add(c.localSilence()))
 		}
-		h, body, err := readFrame(l.br, maxBody)
+		h, body, err := c.readFrameLive(l, localWatch)
 		if err != nil {
 			c.linkLost(l, err)
 			return
@@ -545,7 +545,43 @@ func (c *Ctrl) readLoop(l *link) {
 	}
 }
 
+// localSilence is how long an agent waits on a silent local rank (one
+// whose socket is still open: a hung process; a dead one's EOF is
+// immediate): twice DeadAfter, so that a starved machine does not look
+// like a hung rank.
+func (c *Ctrl) localSilence() time.Duration { return 2*c.o.DeadAfter + c.o.Period }
+
+// readFrameLive reads one frame; when watch, the silence deadline is
+// renewed per 64 KiB of a long body (a slow sender is not a dead one).
+func (c *Ctrl) readFrameLive(l *link, watch bool) (header, []byte, error) {
+	var b [hdrLen]byte
+	if _, err := io.ReadFull(l.br, b[:]); err != nil {
+		return header{}, nil, err
+	}
+	h, n := parseHeader(b[:])
+	if n < 0 || n > maxBody {
+		return header{}, nil, fmt.Errorf("ctrl: frame of %d bytes (limit %d)", n, maxBody)
+	}
+	body := make([]byte, n)
+	for off := 0; off < n; {
+		m := min(n-off, 64<<10)
+		if watch {
+			l.conn.SetReadDeadline(time.Now().Add(c.localSilence()))
+		} else if !l.local {
+			c.heard(l.peer) // any traffic is a sign of life
+		}
+		if _, err := io.ReadFull(l.br, body[off:off+m]); err != nil {
+			return header{}, nil, err
+		}
+		off += m
+	}
+	return h, body, nil
+}
+
 func (c *Ctrl) handle(l *link, h header, body []byte) bool {
+	if !l.local && c.o.agent() {
+		c.heard(l.peer)
+	}
 	switch h.typ {
 	case tHB:
 	case tPing:

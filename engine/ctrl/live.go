@@ -53,10 +53,10 @@ func (c *Ctrl) watch() {
 		var ping *link
 		if target >= 0 && now.Sub(lastPing) >= o.Period {
 			lastPing = now
+			ping = c.agentLink(target)
 			if c.live.oldest.IsZero() {
 				c.live.oldest = now
 			}
-			ping = c.agentLink(target)
 		}
 		var suspect, dead bool
 		if !c.live.oldest.IsZero() {
@@ -73,8 +73,13 @@ func (c *Ctrl) watch() {
 		c.live.mu.Unlock()
 		if ping != nil {
 			seq++
-			c.nHB.Add(1)
-			ping.send(header{typ: tPing, seq: seq, from: uint32(o.Node)}, nil, now.Add(o.Period/2))
+			if ping.trySend(header{typ: tPing, seq: seq, from: uint32(o.Node)}, nil, now.Add(o.Period/2)) {
+				c.nHB.Add(1)
+			} else {
+				// A collective is writing to the target: its progress (and
+				// TCP_USER_TIMEOUT if it stalls) stands for the answer.
+				c.heard(target)
+			}
 		}
 		if suspect {
 			for _, h := range c.helpers(target) {
@@ -179,6 +184,9 @@ func (c *Ctrl) gotPong(node int, _ *link) {
 		r.send(header{typ: tProbeAck, from: uint32(node)}, nil, time.Now().Add(c.o.Period))
 	}
 }
+
+// heard: a frame came from node's agent.
+func (c *Ctrl) heard(node int) { c.gotIndirect(node) }
 
 // gotIndirect: a helper reached node.
 func (c *Ctrl) gotIndirect(node int) {

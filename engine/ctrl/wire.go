@@ -96,6 +96,21 @@ func (l *link) send(h header, body []byte, deadline time.Time) error {
 	return err
 }
 
+// trySend sends like send unless another send holds the link (then the
+// link is busy, and false).
+func (l *link) trySend(h header, body []byte, deadline time.Time) bool {
+	if !l.wmu.TryLock() {
+		return false
+	}
+	var b [hdrLen]byte
+	h.put(b[:], len(body))
+	l.conn.SetWriteDeadline(deadline)
+	bufs := net.Buffers{b[:], body}
+	bufs.WriteTo(l.conn)
+	l.wmu.Unlock()
+	return true
+}
+
 // readFrame reads one frame of at most max body bytes.
 func readFrame(r io.Reader, max int) (header, []byte, error) {
 	var b [hdrLen]byte
