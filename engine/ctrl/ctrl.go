@@ -312,8 +312,8 @@ func (c *Ctrl) startPlain(deadline time.Time) error {
 			n, oobn, _, _, err := conn.ReadMsgUnix(hb[got:], oob)
 			if err != nil {
 				conn.Close()
-				return &fault.Error{Op: "ctrl bootstrap", Ranks: []int{o.Rank - o.LocalRank}, Side: fault.Remote, Kind: fault.ErrTimeout,
-					Detail: fmt.Sprintf("rank %d got no table from its agent within %v", o.Rank, o.Timeout), Err: err}
+				return &fault.Error{Op: "ctrl bootstrap", Side: fault.Remote, Kind: fault.ErrTimeout,
+					Detail: fmt.Sprintf("rank %d got no table from node %d's agent within %v", o.Rank, o.Node, o.Timeout), Err: err}
 			}
 			if oobn > 0 && fd < 0 {
 				if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil && len(msgs) > 0 {
@@ -360,7 +360,18 @@ func (c *Ctrl) startPlain(deadline time.Time) error {
 		return fault.New(fault.ErrCorrupt, "ctrl bootstrap", "rank %d cannot map its agent's table: %v", o.Rank, err)
 	}
 	c.table = t
-	c.up = newLink(conn, o.Rank-o.LocalRank, true)
+	agent := -1
+	for r := 0; r < o.World && agent < 0; r++ {
+		if t.Node(r) == o.Node && t.Local(r) == 0 {
+			agent = r
+		}
+	}
+	if agent < 0 {
+		t.close()
+		conn.Close()
+		return fault.New(fault.ErrCorrupt, "ctrl bootstrap", "the table has no agent for node %d", o.Node)
+	}
+	c.up = newLink(conn, agent, true)
 	c.wg.Add(1)
 	go c.readLoop(c.up)
 	return nil
