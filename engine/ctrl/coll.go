@@ -11,6 +11,7 @@ import (
 	"hash/fnv"
 	"math/bits"
 	"sort"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -244,11 +245,24 @@ func (k *coll) run(up []byte, sendUp bool, gather func(from int, b []byte) error
 	if err != nil {
 		return nil, err
 	}
-	for _, l := range locals {
-		if down(l.peer) {
-			if err := k.sendLocal(l, stDown, res); err != nil {
-				return nil, err
-			}
+	// Large results go down to the local ranks in parallel.
+	errs := make([]error, len(locals))
+	var wg sync.WaitGroup
+	for i, l := range locals {
+		if !down(l.peer) {
+			continue
+		}
+		if len(res) < 64<<10 {
+			errs[i] = k.sendLocal(l, stDown, res)
+			continue
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = k.sendLocal(l, stDown, res) }()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
 		}
 	}
 	return res, nil

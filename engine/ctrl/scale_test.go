@@ -26,7 +26,7 @@ var (
 	flagWorlds  = flag.String("ctrl.worlds", "", "scale run: comma-separated world sizes (make ctrl-scale)")
 	flagPPN     = flag.String("ctrl.ppn", "8", "scale run: comma-separated ranks per node")
 	flagPerProc = flag.Int("ctrl.perproc", 2000, "scale run: ranks per worker process")
-	flagBigMax  = flag.Int("ctrl.bigmax", 1024, "scale run: largest world that runs the 800 KB all-reduce (every rank holds 1.6 MB meanwhile)")
+	flagBigMax  = flag.Int("ctrl.bigmax", 256, "scale run: largest world that runs the 800 KB all-reduce (every rank holds 1.6 MB meanwhile)")
 	flagOut     = flag.String("ctrl.out", "", "scale run: write the results as JSON here, and an SVG beside it")
 	flagWorker  = flag.String("ctrl.worker", "", "internal: world,ppn,n0,n1,job of a worker process")
 )
