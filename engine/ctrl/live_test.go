@@ -147,3 +147,66 @@ func TestStoppedRankNotDead(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestDeathDuringCollective: ranks wait in an all-reduce for a rank that
+// then dies; every one of them fails at once with ErrPeerDead naming it,
+// not at the deadline.
+func TestDeathDuringCollective(t *testing.T) {
+	cl, errs := startCluster(t, 20, 4, fast, nil)
+	if err := firstErr(errs); err != nil {
+		t.Fatal(err)
+	}
+	const victim = 13
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		cl.rank(victim).kill()
+	}()
+	t0 := time.Now()
+	res := cl.each(func(k *Ctrl) error {
+		if k.Rank() == victim {
+			<-k.stop
+			return nil
+		}
+		return k.AllReduceFloat32("x", make([]float32, 10), 0)
+	})
+	took := time.Since(t0)
+	for r, err := range res {
+		if r == victim {
+			continue
+		}
+		if !errors.Is(err, fault.ErrPeerDead) || fault.RankOf(err) != victim {
+			t.Fatalf("rank %d: %v, want ErrPeerDead naming %d", r, err, victim)
+		}
+	}
+	if took > 5*time.Second {
+		t.Fatalf("the collective failed after %v (deadline 20 s)", took)
+	}
+	t.Logf("all failed after %v: %v", took, res[0])
+}
+
+func TestOptionsValidate(t *testing.T) {
+	good := Options{Rank: 1, World: 4, Node: 0, Nodes: 2, LocalRank: 1, LocalSize: 2, Job: "j"}
+	good.EnsureDefaults()
+	if err := good.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if good.Arity != DefaultArity || good.DeadAfter != DefaultDeadAfter || good.Probes != 3 {
+		t.Fatalf("defaults not filled: %+v", good)
+	}
+	for name, f := range map[string]func(o *Options){
+		"rank":     func(o *Options) { o.Rank = 4 },
+		"node":     func(o *Options) { o.Node = 2 },
+		"local":    func(o *Options) { o.LocalRank = 2 },
+		"periods":  func(o *Options) { o.DeadAfter = o.SuspectAfter },
+		"job":      func(o *Options) { o.Job = "" },
+		"agents":   func(o *Options) { o.LocalRank = 0 },
+		"blob":     func(o *Options) { o.Blob = make([]byte, maxBlob+1) },
+		"nodes>ws": func(o *Options) { o.Nodes = 5 },
+	} {
+		o := good
+		f(&o)
+		if err := o.Validate(); !errors.Is(err, fault.ErrInvalid) {
+			t.Errorf("%s: %v, want ErrInvalid", name, err)
+		}
+	}
+}
