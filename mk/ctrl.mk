@@ -10,7 +10,7 @@ CTRL_OUT ?= $(CURDIR)/docs/ctrl-scale.json
 # N ranks of the real control plane over loopback sockets, spread over
 # worker processes of 2 000 ranks (one process may hold 20 000 descriptors
 # here); prints one table row per (N, ranks per node), writes CTRL_OUT and
-# the SVG beside it. The 800 KB all-reduce runs up to 256 ranks (every
+# the SVG beside it. The 800 KB all-reduce runs up to 256 ranks, the 80 KB one up to 1 024 (every
 # simulated rank holds 1.6 MB during it). Under the bench lock.
 ctrl-scale: deps
 	flock /tmp/ddstore-bench.lock $(GO) test -count=1 -timeout 60m -run '^TestScaleRun$$' ./engine/ctrl \

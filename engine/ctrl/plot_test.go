@@ -38,14 +38,23 @@ func plotScale(rs []scaleResult, path string) error {
 		{"bootstrap", func(r scaleResult) float64 { return r.BootS * 1000 }, color.RGBA{R: 200, A: 255}},
 		{"all-reduce 80 KB", func(r scaleResult) float64 { return r.AR80Kms }, color.RGBA{B: 200, A: 255}},
 		{"all-reduce 8 B", func(r scaleResult) float64 { return r.AR8us / 1000 }, color.RGBA{G: 150, A: 255}},
-		{"killed agent known by all", func(r scaleResult) float64 { return math0(r.KillKnownMs) }, color.RGBA{R: 150, B: 150, A: 255}},
+		{"killed agent known by all", func(r scaleResult) float64 { return max(r.KillKnownMs, 0.01) }, color.RGBA{R: 150, B: 150, A: 255}},
 	}
 	for _, s := range series {
 		pts := make(plotter.XYs, len(at8))
 		for i, r := range at8 {
 			pts[i].X, pts[i].Y = float64(r.World), s.f(r)
 		}
-		l, sc, err := plotter.NewLinePoints(pts)
+		var kept plotter.XYs
+		for _, pt := range pts {
+			if pt.Y > 0 {
+				kept = append(kept, pt)
+			}
+		}
+		if len(kept) == 0 {
+			continue
+		}
+		l, sc, err := plotter.NewLinePoints(kept)
 		if err != nil {
 			return err
 		}
@@ -56,6 +65,3 @@ func plotScale(rs []scaleResult, path string) error {
 	p.Legend.Top, p.Legend.Left = true, true
 	return p.Save(7*vg.Inch, 4.5*vg.Inch, path)
 }
-
-// math0 keeps log axes away from zero.
-func math0(v float64) float64 { return max(v, 0.01) }
