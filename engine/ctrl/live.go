@@ -16,6 +16,7 @@ type liveState struct {
 	target    int
 	oldest    time.Time // the oldest unanswered ping to target (zero: none)
 	lastProbe time.Time
+	since     time.Time // when target became the target
 	probes    map[int][]*link // suspects this agent probes for others
 }
 
@@ -45,7 +46,7 @@ func (c *Ctrl) watch() {
 		target := RingNext(o.Node, o.Nodes, c.nodeGone)
 		c.live.mu.Lock()
 		if target != c.live.target {
-			c.live.target, c.live.oldest, c.live.lastProbe = target, time.Time{}, time.Time{}
+			c.live.target, c.live.oldest, c.live.lastProbe, c.live.since = target, time.Time{}, time.Time{}, now
 		}
 		if stalled && !c.live.oldest.IsZero() {
 			c.live.oldest = now // our own silence: give the target a new chance
@@ -53,8 +54,13 @@ func (c *Ctrl) watch() {
 		var ping *link
 		if target >= 0 && now.Sub(lastPing) >= o.Period {
 			lastPing = now
-			ping = c.agentLink(target)
-			if c.live.oldest.IsZero() {
+			// The clock starts with the link: a successor still in its
+			// bootstrap has not dialled yet. One that never links within
+			// Timeout is dead.
+			if ping = c.agentLink(target); ping != nil && c.live.oldest.IsZero() {
+				c.live.oldest = now
+			}
+			if ping == nil && c.live.oldest.IsZero() && now.Sub(c.live.since) > o.Timeout-o.DeadAfter {
 				c.live.oldest = now
 			}
 		}
@@ -104,8 +110,11 @@ func (c *Ctrl) watch() {
 // ensureRing dials the ring neighbours this agent is to dial (the higher
 // node dials), in the background.
 func (c *Ctrl) ensureRing(now time.Time) {
-	for _, nb := range []int{RingPrev(c.o.Node, c.o.Nodes, c.nodeGone), RingNext(c.o.Node, c.o.Nodes, c.nodeGone)} {
-		if nb < 0 || !Dials(c.o.Node, nb) {
+	next := RingNext(c.o.Node, c.o.Nodes, c.nodeGone)
+	for _, nb := range []int{RingPrev(c.o.Node, c.o.Nodes, c.nodeGone), next} {
+		// The watcher dials its successor itself when no link is there
+		// (a crossed dial leaves two links, both used).
+		if nb < 0 || (!Dials(c.o.Node, nb) && nb != next) {
 			continue
 		}
 		c.mu.Lock()
@@ -113,7 +122,7 @@ func (c *Ctrl) ensureRing(now time.Time) {
 		c.mu.Unlock()
 		if need {
 			c.bg.Add(1)
-			go func() { defer c.bg.Done(); c.linkTo(nb, now.Add(c.o.DeadAfter), false) }()
+			go func() { defer c.bg.Done(); c.linkTo(nb, now.Add(c.o.DeadAfter), nb == next) }()
 		}
 	}
 }
