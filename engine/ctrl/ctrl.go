@@ -311,7 +311,7 @@ func (c *Ctrl) startPlain(deadline time.Time) error {
 		for got < hdrLen {
 			n, oobn, _, _, err := conn.ReadMsgUnix(hb[got:], oob)
 			if err != nil {
-				conn.Close()
+				byeClose(conn)
 				return &fault.Error{Op: "ctrl bootstrap", Side: fault.Remote, Kind: fault.ErrTimeout,
 					Detail: fmt.Sprintf("rank %d got no table from node %d's agent within %v", o.Rank, o.Node, o.Timeout), Err: err}
 			}
@@ -330,14 +330,14 @@ func (c *Ctrl) startPlain(deadline time.Time) error {
 			break
 		}
 		if n < 0 || n > maxHello {
-			conn.Close()
+			byeClose(conn)
 			return fault.New(fault.ErrCorrupt, "ctrl bootstrap", "rank %d's agent sent a frame of %d bytes", o.Rank, n)
 		}
 		body := make([]byte, n)
 		io.ReadFull(conn, body)
 		switch h.typ {
 		case tAbort:
-			conn.Close()
+			byeClose(conn)
 			_, e := parseAbort("ctrl bootstrap", body)
 			return e
 		case tDead:
@@ -347,7 +347,7 @@ func (c *Ctrl) startPlain(deadline time.Time) error {
 	}
 	conn.SetReadDeadline(time.Time{})
 	if h.typ != tTable || fd < 0 {
-		conn.Close()
+		byeClose(conn)
 		return fault.New(fault.ErrCorrupt, "ctrl bootstrap", "rank %d's agent sent frame type %d instead of the table", o.Rank, h.typ)
 	}
 	t, err := mapTable(fd, int(h.seq))
@@ -356,7 +356,7 @@ func (c *Ctrl) startPlain(deadline time.Time) error {
 		err = checkTable(t.mem, o.World)
 	}
 	if err != nil {
-		conn.Close()
+		byeClose(conn)
 		return fault.New(fault.ErrCorrupt, "ctrl bootstrap", "rank %d cannot map its agent's table: %v", o.Rank, err)
 	}
 	c.table = t
@@ -368,13 +368,21 @@ func (c *Ctrl) startPlain(deadline time.Time) error {
 	}
 	if agent < 0 {
 		t.close()
-		conn.Close()
+		byeClose(conn)
 		return fault.New(fault.ErrCorrupt, "ctrl bootstrap", "the table has no agent for node %d", o.Node)
 	}
 	c.up = newLink(conn, agent, true)
 	c.wg.Add(1)
 	go c.readLoop(c.up)
 	return nil
+}
+
+// byeClose leaves a connection cleanly (a goodbye, so that the far end
+// does not take this rank for dead), then closes it.
+func byeClose(conn net.Conn) {
+	l := &link{conn: conn}
+	l.send(header{typ: tBye}, nil, time.Now().Add(time.Second))
+	conn.Close()
 }
 
 // acceptLoop accepts connections, at most cap(sem) in handshake at once.
