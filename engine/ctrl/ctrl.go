@@ -32,7 +32,7 @@ type Ctrl struct {
 	dialing map[int]bool
 	up      *link // a plain rank's link to its agent
 	table   *Table
-	agentOf []int32 // agent rank by node
+	agentOf atomic.Pointer[[]int32] // agent rank by node (agents, once the table is there)
 
 	mbMu sync.Mutex
 	mb   map[mkey]msg
@@ -103,6 +103,7 @@ func Start(o Options) (*Ctrl, error) {
 	c := &Ctrl{o: o, start: time.Now(), agents: map[int]*link{}, locals: map[int]*link{}, linkCh: make(chan struct{}),
 		dialing: map[int]bool{}, mb: map[mkey]msg{}, wake: make(chan struct{}, 1), dead: newBitset(o.World),
 		nodeDead: newBitset(o.Nodes), nodeLeft: newBitset(o.Nodes), abortSeen: map[int]bool{}, stop: make(chan struct{})}
+	c.live.target, c.live.probes = -1, map[int][]*link{}
 	deadline := c.start.Add(o.Timeout)
 	var err error
 	if o.agent() {
@@ -115,12 +116,6 @@ func Start(o Options) (*Ctrl, error) {
 		return nil, err
 	}
 	if o.agent() {
-		c.agentOf = make([]int32, o.Nodes)
-		for r := 0; r < o.World; r++ {
-			if c.table.Local(r) == 0 {
-				c.agentOf[c.table.Node(r)] = int32(r)
-			}
-		}
 		c.wg.Add(1)
 		go c.watch()
 	} else {
@@ -239,7 +234,16 @@ func (c *Ctrl) startAgent(deadline time.Time) error {
 	if err != nil {
 		return &fault.Error{Op: "ctrl bootstrap", Side: fault.Local, Kind: fault.ErrInvalid, Detail: "cannot map the table", Err: err}
 	}
+	agentOf := make([]int32, o.Nodes)
+	for r := 0; r < o.World; r++ {
+		if t.Local(r) == 0 {
+			agentOf[t.Node(r)] = int32(r)
+		}
+	}
+	c.deadMu.Lock()
 	c.table = t
+	c.deadMu.Unlock()
+	c.agentOf.Store(&agentOf)
 	defer unix.Close(fd)
 	var wg sync.WaitGroup
 	for ch := lo; ch < hi; ch++ {
@@ -359,7 +363,9 @@ func (c *Ctrl) startPlain(deadline time.Time) error {
 		byeClose(conn)
 		return fault.New(fault.ErrCorrupt, "ctrl bootstrap", "rank %d cannot map its agent's table: %v", o.Rank, err)
 	}
+	c.deadMu.Lock()
 	c.table = t
+	c.deadMu.Unlock()
 	agent := -1
 	for r := 0; r < o.World && agent < 0; r++ {
 		if t.Node(r) == o.Node && t.Local(r) == 0 {
@@ -423,6 +429,12 @@ func (c *Ctrl) acceptLoop(ln net.Listener, sem chan struct{}) {
 
 func (c *Ctrl) register(l *link) {
 	c.mu.Lock()
+	if c.closing.Load() || c.killed.Load() {
+		c.mu.Unlock()
+		l.conn.Close()
+		return
+	}
+	c.wg.Add(1)
 	switch {
 	case l.local:
 		c.locals[l.peer] = l
@@ -434,7 +446,6 @@ func (c *Ctrl) register(l *link) {
 	close(c.linkCh)
 	c.linkCh = make(chan struct{})
 	c.mu.Unlock()
-	c.wg.Add(1)
 	go c.readLoop(l)
 }
 
@@ -537,8 +548,8 @@ func setTCP(conn net.Conn, d time.Duration) {
 
 // agentRank is node's agent's rank (-1 before the table).
 func (c *Ctrl) agentRank(node int) int {
-	if c.agentOf != nil && node >= 0 && node < len(c.agentOf) {
-		return int(c.agentOf[node])
+	if a := c.agentOf.Load(); a != nil && node >= 0 && node < len(*a) {
+		return int((*a)[node])
 	}
 	return -1
 }
@@ -1030,6 +1041,8 @@ func (c *Ctrl) kill() {
 }
 
 func (c *Ctrl) shutdown() {
+	c.mu.Lock() // no register after this (it checks the flags under mu)
+	c.mu.Unlock()
 	if c.tcpLn != nil {
 		c.tcpLn.Close()
 	}

@@ -26,8 +26,6 @@ func (c *Ctrl) watch() {
 		return
 	}
 	o := &c.o
-	c.live.target = -1
-	c.live.probes = map[int][]*link{}
 	tick := time.NewTicker(o.Period / 10)
 	defer tick.Stop()
 	lastTick, lastPing := time.Now(), time.Time{}
@@ -157,9 +155,6 @@ func (c *Ctrl) probeFor(suspect int, req *link) {
 		return
 	}
 	c.live.mu.Lock()
-	if c.live.probes == nil {
-		c.live.probes = map[int][]*link{}
-	}
 	c.live.probes[suspect] = append(c.live.probes[suspect], req)
 	first := len(c.live.probes[suspect]) == 1
 	c.live.mu.Unlock()
