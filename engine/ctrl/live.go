@@ -16,7 +16,7 @@ type liveState struct {
 	target    int
 	oldest    time.Time // the oldest unanswered ping to target (zero: none)
 	lastProbe time.Time
-	since     time.Time // when target became the target
+	since     time.Time       // when target became the target
 	probes    map[int][]*link // suspects this agent probes for others
 }
 
