@@ -75,7 +75,7 @@ func TestHandshakeHook(t *testing.T) {
 	}
 	cl.close()
 	refuse := func(o *Options) {
-		o.Timeout = 2 * time.Second
+		o.Timeout = 4 * time.Second
 		o.Handshake = func(c net.Conn, initiator bool) error {
 			if o.Rank == 5 {
 				return errors.New("bad proof")
