@@ -1,0 +1,218 @@
+package ctrl
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ddstore/ddstore/fault"
+)
+
+// learned waits until every live rank but the dead ones knows all of dead,
+// and returns when the last one learned (its FirstDeath).
+func (cl *cluster) learned(t *testing.T, dead []int, within time.Duration) time.Time {
+	t.Helper()
+	isDead := map[int]bool{}
+	for _, r := range dead {
+		isDead[r] = true
+	}
+	limit := time.Now().Add(within)
+	for {
+		var last time.Time
+		missing := -1
+		for _, c := range cl.ctrls {
+			if c == nil || isDead[c.Rank()] {
+				continue
+			}
+			for _, d := range dead {
+				if !c.Dead(d) {
+					missing = c.Rank()
+				}
+			}
+			if f := c.FirstDeath(); f.After(last) {
+				last = f
+			}
+		}
+		if missing < 0 {
+			return last
+		}
+		if time.Now().After(limit) {
+			for _, d := range dead {
+				t.Logf("rank %d knows %d: %v", missing, d, cl.rank(missing).Dead(d))
+			}
+			t.Fatalf("rank %d does not know of %v after %v", missing, dead, within)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestKilledRankKnownEverywhere(t *testing.T) {
+	for _, victim := range []int{10, 9, 0} { // a plain rank, an agent, the root agent
+		t.Run(fmt.Sprint(victim), func(t *testing.T) {
+			cl, errs := startCluster(t, 24, 3, fast, nil)
+			if err := firstErr(errs); err != nil {
+				t.Fatal(err)
+			}
+			if err := firstErr(cl.each(func(k *Ctrl) error { return k.Barrier("warm", 0) })); err != nil {
+				t.Fatal(err)
+			}
+			t0 := time.Now()
+			cl.rank(victim).kill()
+			last := cl.learned(t, []int{victim}, 6*time.Second)
+			t.Logf("rank %d killed: every rank knew after %v", victim, last.Sub(t0))
+			if last.Sub(t0) > 6*time.Second {
+				t.Fatalf("last rank learned after %v", last.Sub(t0))
+			}
+			for _, err := range cl.each(func(k *Ctrl) error { return k.Barrier("after", 0) }) {
+				if err != nil && (!errors.Is(err, fault.ErrPeerDead) || fault.RankOf(err) != victim) {
+					t.Fatalf("barrier after the kill: %v", err)
+				}
+			}
+		})
+	}
+}
+
+// TestSilentAgentDeclaredDead: an agent stopped for good (its process
+// frozen, its sockets open) is found by its ring predecessor through
+// suspicion and indirect probes within 5 s, and known by every rank
+// within 6 s; its whole node is declared dead.
+func TestSilentAgentDeclaredDead(t *testing.T) {
+	cl, errs := startCluster(t, 24, 3, fast, nil)
+	if err := firstErr(errs); err != nil {
+		t.Fatal(err)
+	}
+	if err := firstErr(cl.each(func(k *Ctrl) error { return k.Barrier("warm", 0) })); err != nil {
+		t.Fatal(err)
+	}
+	victim := cl.rank(12) // agent of node 4
+	t0 := time.Now()
+	go victim.pauseFor(9 * time.Second)
+	last := cl.learned(t, []int{12, 13, 14}, 8*time.Second)
+	first := time.Time{}
+	for _, c := range cl.ctrls {
+		if f := c.FirstDeath(); c.Rank() < 12 || c.Rank() > 14 {
+			if first.IsZero() || f.Before(first) {
+				first = f
+			}
+		}
+	}
+	t.Logf("agent stopped: declared dead after %v, known everywhere after %v", first.Sub(t0), last.Sub(t0))
+	// Worst case without load: the first unanswered ping leaves up to one
+	// Period after the freeze, then DeadAfter and one check tick: 4.7 s
+	// (goal 5 s); half a second of slack for a loaded machine.
+	if first.Sub(t0) > 5500*time.Millisecond || last.Sub(t0) > 6*time.Second {
+		t.Fatalf("declared after %v, known everywhere after %v (goals 5 s, 6 s)", first.Sub(t0), last.Sub(t0))
+	}
+	time.Sleep(9*time.Second - time.Since(t0))
+}
+
+// TestStoppedRankNotDead: an agent and a plain rank stopped for 3 s (as
+// by SIGSTOP, then SIGCONT) are never declared dead, and collectives go
+// on afterwards; liveness costs at most 2 messages per agent per second.
+func TestStoppedRankNotDead(t *testing.T) {
+	cl, errs := startCluster(t, 24, 3, fast, nil)
+	if err := firstErr(errs); err != nil {
+		t.Fatal(err)
+	}
+	if err := firstErr(cl.each(func(k *Ctrl) error { return k.Barrier("warm", 0) })); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond) // ring links up, pings flowing
+	before := make([]Stats, len(cl.ctrls))
+	for i, c := range cl.ctrls {
+		before[i] = c.Stats()
+	}
+	q0 := time.Now()
+	time.Sleep(4 * time.Second)
+	window := time.Since(q0).Seconds()
+	worst, plain := 0.0, 0.0
+	for i, c := range cl.ctrls {
+		n := float64(c.Stats().HBSent - before[i].HBSent)
+		if c.Agent() {
+			worst = max(worst, n)
+		} else {
+			plain = max(plain, n)
+		}
+	}
+	t.Logf("liveness messages: at most %.2f per agent per second, %.2f per plain rank, over %.1f s", worst/window, plain/window, window)
+	// One period of slack: the window may hold one more tick than it lasts.
+	if worst > 2*(window+1) || plain > window+1 {
+		t.Fatalf("an agent sent %.0f liveness messages in %.1f s, a plain rank %.0f", worst, window, plain)
+	}
+	t0 := time.Now()
+	go cl.rank(6).pauseFor(3 * time.Second)  // an agent
+	go cl.rank(16).pauseFor(3 * time.Second) // a plain rank
+	time.Sleep(7 * time.Second)
+	for _, c := range cl.ctrls {
+		if f := c.FirstDeath(); !f.IsZero() {
+			t.Fatalf("rank %d learned of a death %v after the stop", c.Rank(), f.Sub(t0))
+		}
+	}
+	if err := firstErr(cl.each(func(k *Ctrl) error { return k.Barrier("after", 0) })); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDeathDuringCollective: ranks wait in an all-reduce for a rank that
+// then dies; every one of them fails at once with ErrPeerDead naming it,
+// not at the deadline.
+func TestDeathDuringCollective(t *testing.T) {
+	cl, errs := startCluster(t, 20, 4, fast, nil)
+	if err := firstErr(errs); err != nil {
+		t.Fatal(err)
+	}
+	const victim = 13
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		cl.rank(victim).kill()
+	}()
+	t0 := time.Now()
+	res := cl.each(func(k *Ctrl) error {
+		if k.Rank() == victim {
+			<-k.stop
+			return nil
+		}
+		return k.AllReduceFloat32("x", make([]float32, 10), 0)
+	})
+	took := time.Since(t0)
+	for r, err := range res {
+		if r == victim {
+			continue
+		}
+		if !errors.Is(err, fault.ErrPeerDead) || fault.RankOf(err) != victim {
+			t.Fatalf("rank %d: %v, want ErrPeerDead naming %d", r, err, victim)
+		}
+	}
+	if took > 5*time.Second {
+		t.Fatalf("the collective failed after %v (deadline 20 s)", took)
+	}
+	t.Logf("all failed after %v: %v", took, res[0])
+}
+
+func TestOptionsValidate(t *testing.T) {
+	good := Options{Rank: 1, World: 4, Node: 0, Nodes: 2, LocalRank: 1, LocalSize: 2, Job: "j"}
+	good.EnsureDefaults()
+	if err := good.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if good.Arity != DefaultArity || good.DeadAfter != DefaultDeadAfter || good.Probes != 3 {
+		t.Fatalf("defaults not filled: %+v", good)
+	}
+	for name, f := range map[string]func(o *Options){
+		"rank":     func(o *Options) { o.Rank = 4 },
+		"node":     func(o *Options) { o.Node = 2 },
+		"local":    func(o *Options) { o.LocalRank = 2 },
+		"periods":  func(o *Options) { o.DeadAfter = o.SuspectAfter },
+		"job":      func(o *Options) { o.Job = "" },
+		"agents":   func(o *Options) { o.LocalRank = 0 },
+		"blob":     func(o *Options) { o.Blob = make([]byte, maxBlob+1) },
+		"nodes>ws": func(o *Options) { o.Nodes = 5 },
+	} {
+		o := good
+		f(&o)
+		if err := o.Validate(); !errors.Is(err, fault.ErrInvalid) {
+			t.Errorf("%s: %v, want ErrInvalid", name, err)
+		}
+	}
+}
