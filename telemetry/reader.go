@@ -163,7 +163,15 @@ func parseHeader(name string, b []byte, fileSize int64) (staticHeader, error) {
 		if maxPeers < 1 || maxPeers > maxMaxPeers {
 			return bad("peer slots %d not in [1, %d]", maxPeers, maxMaxPeers)
 		}
-		g = newGeometry(int64(maxVars), int64(maxReaders), int64(ringSize), int64(maxPeers))
+		if h.version == 2 {
+			g = newGeometryV2(int64(maxVars), int64(maxReaders), int64(ringSize), int64(maxPeers))
+		} else {
+			lanes := u(hPeerLanes)
+			if lanes < 1 || lanes > maxPeerLanes {
+				return bad("peer lanes %d not in [1, %d]", lanes, maxPeerLanes)
+			}
+			g = newGeometry(int64(maxVars), int64(maxReaders), int64(ringSize), int64(maxPeers), int64(lanes))
+		}
 		if got := u(hPeerOff); got != uint64(g.peerOff) {
 			return bad("peer table offset is %d, want %d", got, g.peerOff)
 		}
@@ -525,6 +533,7 @@ func (s *Segment) SnapshotTo(dst *Snapshot) (err error) {
 			RingClaimFails: m.loadI(hRingClaimFails),
 			RingHead:       m.load(hRingHead),
 			MaxPeers:       int(g.maxPeers),
+			PeerLanes:      int(g.peerLanes),
 		},
 		Taken: now,
 		Path:  s.path,
@@ -562,25 +571,54 @@ func (s *Segment) SnapshotTo(dst *Snapshot) (err error) {
 		for i := range snap.Proc {
 			snap.Proc[i] = m.loadI(hProc + int64(i)*8)
 		}
+		lanes := s.lanesUsed()
 		for r := int64(0); r < g.maxPeers; r++ {
-			off := g.peerOff + r*peerSlotBytes
-			calls := m.loadI(off + pCalls) // first: see Counters
-			failed, served := m.loadI(off+pFailed), m.loadI(off+pServed)
-			if calls == 0 && m.loadI(off+pErrors) == 0 && failed == 0 && served == 0 {
-				continue
+			var p PeerCounters
+			seen := false
+			for l := int64(0); l < lanes; l++ {
+				seen = addPeerSlot(m, g.peer(l, r), &p) || seen
 			}
-			p := PeerCounters{Rank: int(r), Calls: calls, Rows: m.loadI(off + pRows), Bytes: m.loadI(off + pBytes),
-				Errors: m.loadI(off + pErrors), Ns: m.loadI(off + pNs), FailedFrom: failed, ServedFor: served}
-			for i := int64(0); i < NumPeerBuckets; i++ {
-				p.Hist[i] = m.load(off + pHist + i*8)
+			if seen {
+				p.Rank = int(r)
+				peers = append(peers, p)
 			}
-			peers = append(peers, p)
 		}
 		if len(peers) > 0 {
 			snap.Peers = peers
 		}
 	}
 	return nil
+}
+
+// addPeerSlot adds the peer slot at off to p and reports whether it had
+// anything to add.
+func addPeerSlot(m mem, off int64, p *PeerCounters) bool {
+	calls := m.loadI(off + pCalls) // first: see Counters
+	errs, failed, served := m.loadI(off+pErrors), m.loadI(off+pFailed), m.loadI(off+pServed)
+	if calls == 0 && errs == 0 && failed == 0 && served == 0 {
+		return false
+	}
+	p.Calls += calls
+	p.Errors += errs
+	p.FailedFrom += failed
+	p.ServedFor += served
+	p.Rows += m.loadI(off + pRows)
+	p.Bytes += m.loadI(off + pBytes)
+	p.Ns += m.loadI(off + pNs)
+	for i := int64(0); i < NumPeerBuckets; i++ {
+		p.Hist[i] += m.load(off + pHist + i*8)
+	}
+	return true
+}
+
+// lanesUsed is how many peer lanes a snapshot reads: those below the
+// writer's mark when it keeps scan marks (lane 0 always), else all.
+func (s *Segment) lanesUsed() int64 {
+	g := &s.h.g
+	if s.h.features&featScanMarks == 0 || g.version < 3 {
+		return g.peerLanes
+	}
+	return int64(min(max(s.m.load(hLanesUsed), 1), uint64(g.peerLanes)))
 }
 
 // varsUsed is how many variable slots a snapshot reads: those below the
