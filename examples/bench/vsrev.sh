@@ -5,8 +5,10 @@
 # median of each side and of the per-round ratios (> 1: here is slower).
 #   examples/bench/vsrev.sh REV PKG N BENCHTIME PATTERN [METRIC]
 #   examples/bench/vsrev.sh 8f7cdb9 ./telemetry 9 2000000x 'BenchmarkRecord$' ns/op
-# METRIC defaults to ns/op. REV must be in the clone's history (not a
-# shallow clone). Builds both binaries first, then runs; the last line
+# METRIC defaults to ns/op; cpu-ns/op is the CPU time (user + system, of
+# examples/bench/cpuof) of a run of BENCHTIME (Nx) less that of a 1x run,
+# over N: far steadier than wall time on a loaded machine. REV must be in
+# the clone's history (not a shallow clone). Builds both binaries first, then runs; the last line
 # names the commits and the load average.
 set -euo pipefail
 [ $# -ge 5 ] || { sed -n '2,10p' "$0" >&2; exit 2; }
@@ -18,8 +20,18 @@ mkdir "$tmp/rev"
 git archive "$rev" | tar -x -C "$tmp/rev"
 (cd "$tmp/rev" && go test -c -o "$tmp/rev.test" "$pkg")
 go test -c -o "$tmp/here.test" "$pkg"
+go build -o "$tmp/cpuof" ./examples/bench/cpuof
+cpu() { # binary, source tree, benchtime: CPU µs of one run
+  (cd "$2/$pkg" && "$tmp/cpuof" "$1" -test.run '^$' -test.bench "$pat" -test.benchtime "$3" 2>&1) | awk '/^cpuof:/ { print $2 }'
+}
 figure() { # binary, source tree: the metric of the one benchmark line
   local out v
+  if [ "$metric" = cpu-ns/op ]; then
+    local a b
+    a=$(cpu "$1" "$2" 1x) b=$(cpu "$1" "$2" "$benchtime")
+    awk -v a="$a" -v b="$b" -v n="${benchtime%x}" 'BEGIN { printf "%.1f\n", (b - a) * 1000 / (n - 1) }'
+    return
+  fi
   out=$(cd "$2/$pkg" && "$1" -test.run '^$' -test.bench "$pat" -test.benchtime "$benchtime" 2>&1) || true
   v=$(awk -v m="$metric" '/^Benchmark/ { for (i = 1; i < NF; i++) if ($(i+1) == m) v = $i } END { print v }' <<<"$out")
   if [ -z "$v" ]; then printf 'no %s figure from %s:\n%s\n' "$metric" "$1" "$out" >&2; exit 1; fi
