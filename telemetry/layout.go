@@ -56,7 +56,7 @@ package telemetry
 //  | 704 features (v2, optional: bit 0 = scan marks kept)          |
 //  | 712 varsUsed (feature 0: highest variable slot ever used + 1) |
 //  | 720 peerLanes (v3: lanes of the peer table, 1..64)            |
-//  | 728 lanesUsed (v3, feature 0: highest peer lane used + 1)     |
+//  | 728 lanesUsed (v3, feature 0: bit l = lane l was written)     |
 //  | 736..1023 reserved (zero)                                     |
 //  +---------------------------------------------------------------+ 1024
 //
@@ -102,7 +102,7 @@ package telemetry
 // entry is odd). A reader that sees the feature bit reads only slots and
 // stripes below the marks: whatever lies above was unused when the mark
 // was loaded, exactly as if the reader had scanned it just then. The same
-// holds for lanesUsed (v3), raised before a peer lane's first store.
+// holds for lanesUsed (v3), a bit per peer lane set before its first store.
 // Readers that do not know the bit ignore the marks and scan everything.
 //
 // Ring slot (192 B in v2, 128 B in v1), slot = position & (RingSize-1):

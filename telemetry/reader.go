@@ -572,11 +572,13 @@ func (s *Segment) SnapshotTo(dst *Snapshot) (err error) {
 			snap.Proc[i] = m.loadI(hProc + int64(i)*8)
 		}
 		lanes := s.lanesUsed()
-		for r := int64(0); r < g.maxPeers; r++ {
+		for r := int64(0); r < g.maxPeers && lanes != 0; r++ {
 			var p PeerCounters
 			seen := false
-			for l := int64(0); l < lanes; l++ {
-				seen = addPeerSlot(m, g.peer(l, r), &p) || seen
+			for l := int64(0); l < g.peerLanes; l++ {
+				if lanes&(1<<uint(l)) != 0 {
+					seen = addPeerSlot(m, g.peer(l, r), &p) || seen
+				}
 			}
 			if seen {
 				p.Rank = int(r)
@@ -611,14 +613,15 @@ func addPeerSlot(m mem, off int64, p *PeerCounters) bool {
 	return true
 }
 
-// lanesUsed is how many peer lanes a snapshot reads: those below the
-// writer's mark when it keeps scan marks (lane 0 always), else all.
-func (s *Segment) lanesUsed() int64 {
+// lanesUsed is the set of peer lanes a snapshot reads (bit l: lane l):
+// those the writer has marked written when it keeps scan marks, else all.
+func (s *Segment) lanesUsed() uint64 {
 	g := &s.h.g
+	all := uint64(1)<<uint(g.peerLanes) - 1 // peerLanes <= 64: 1<<64 is 0 in Go, so all ones
 	if s.h.features&featScanMarks == 0 || g.version < 3 {
-		return g.peerLanes
+		return all
 	}
-	return int64(min(max(s.m.load(hLanesUsed), 1), uint64(g.peerLanes)))
+	return s.m.load(hLanesUsed) & all
 }
 
 // varsUsed is how many variable slots a snapshot reads: those below the

@@ -261,7 +261,6 @@ func (w *Writer) initHeader(o WriterOptions) {
 	m.store(hPeerOff, uint64(g.peerOff))
 	m.store(hPeerSlotBytes, peerSlotBytes)
 	m.store(hPeerLanes, uint64(g.peerLanes))
-	m.store(hLanesUsed, 1) // lane 0, the shared one
 	if t, _, ok := procStart(o.Pid); ok {
 		m.store(hPidStart, t)
 	}
@@ -384,6 +383,18 @@ func (w *Writer) RemoveVar(id int) {
 // markStripe raises variable v's stripesUsed mark to at least r+1 (see
 // the scan marks in layout.go).
 func (w *Writer) markStripe(v, r int64) { w.raise(w.g.varOff(v)+vStripesUsed, r) }
+
+// markLane sets lane's bit of the lanesUsed scan mark (once: a load
+// after that).
+func (w *Writer) markLane(lane int64) {
+	bit := uint64(1) << uint(lane)
+	for {
+		cur := w.m.load(hLanesUsed)
+		if cur&bit != 0 || w.m.cas(hLanesUsed, cur, cur|bit) {
+			return
+		}
+	}
+}
 
 // raise raises the scan mark at off to at least r+1. Concurrent first
 // calls may race: the mark only grows.
@@ -523,6 +534,7 @@ func (w *Writer) Failover(owner, replica int, rows int64) {
 		return
 	}
 	m, g := w.m, &w.g
+	w.markLane(0)
 	m.add(g.peer(0, int64(owner))+pFailed, uint64(rows))
 	m.add(g.peer(0, int64(replica))+pServed, uint64(rows))
 }
@@ -544,9 +556,7 @@ func (w *Writer) recordPeers(c *Call, total uint64, lane int64) {
 		return
 	}
 	shared := lane == 0
-	if !shared && m.load(hLanesUsed) <= uint64(lane) {
-		w.raise(hLanesUsed, lane) // before the lane's first store
-	}
+	w.markLane(lane) // before the lane's first store
 	if blame {
 		m.bump(g.peer(lane, int64(c.ErrPeer-1))+pErrors, 1, shared)
 	}
