@@ -285,3 +285,48 @@ func TestPeerBucketPerRow(t *testing.T) {
 		check(ns, rng.Uint64()>>rng.UintN(64))
 	}
 }
+
+// TestPeerMarks: each peer slot written is marked in its lane's words
+// (ranks at or above MaxPeers in the last slot's bit), a snapshot reads
+// the marked slots only, and it finds the same table as a full scan (a
+// reader that ignores the scan-marks feature).
+func TestPeerMarks(t *testing.T) {
+	w := newTestWriter(t, WriterOptions{World: 200, MaxVars: 1, MaxReaders: 4, RingSize: 8})
+	id, _ := w.AddVar("x", "uint8", 16, 100, 100)
+	c := Call{Var: int32(id), Reader: 1, Rows: 4, Bytes: 64}
+	c.Targets.Add(3, 1)
+	c.Targets.Add(130, 2)
+	c.Targets.Add(500, 1) // slot 199
+	c.Phases[PhaseCopy] = 4000
+	w.Record(&c)
+	w.Failover(64, 65, 1) // lane 0
+	g := &w.g
+	want := map[[2]int64]bool{{2, 3}: true, {2, 130}: true, {2, 199}: true, {0, 64}: true, {0, 65}: true}
+	for l := int64(0); l < g.peerLanes; l++ {
+		for r := int64(0); r < g.maxPeers; r++ {
+			off, bit := g.mark(l, r)
+			if got := w.m.load(off)&bit != 0; got != want[[2]int64{l, r}] {
+				t.Errorf("lane %d rank %d marked %v", l, r, got)
+			}
+		}
+	}
+	b, err := os.ReadFile(w.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	full := filepath.Join(dir, "ddstore-full-0.tel")
+	if err := os.WriteFile(full, put(b, hFeatures, 0), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, scan := snapshot(t, openTest(t, w.Path())).Peers, snapshot(t, openTest(t, full)).Peers
+	ranks := []int{3, 64, 65, 130, 199}
+	if len(got) != len(ranks) || len(scan) != len(got) {
+		t.Fatalf("peers %+v, full scan %+v", got, scan)
+	}
+	for i := range got {
+		if got[i].Rank != ranks[i] || got[i] != scan[i] {
+			t.Errorf("peer %d: %+v, full scan %+v", i, got[i], scan[i])
+		}
+	}
+}

@@ -21,6 +21,10 @@ package telemetry
 //  |   Peer table (v2): PeerLanes lanes (v3; 1 in v2) x MaxPeers   |
 //  |   slots x 192 B, one slot per target rank in each lane        |
 //  |   peer(l, rank) = peerOff + (l*MaxPeers + rank)*192           |
+//  +---------------------------------------------------------------+  markOff (v3)
+//  |   Peer marks (v3): PeerLanes x markWords words, markWords =   |
+//  |   ceil(MaxPeers/64) rounded up to 8; bit r of lane l's words  |
+//  |   = slot (l, r) has been written (scan marks, below)          |
 //  +---------------------------------------------------------------+  ringOff
 //  |   Ring of recent calls: RingSize slots x 192 B (v1: 128 B)    |
 //  +---------------------------------------------------------------+  fileBytes
@@ -102,7 +106,9 @@ package telemetry
 // entry is odd). A reader that sees the feature bit reads only slots and
 // stripes below the marks: whatever lies above was unused when the mark
 // was loaded, exactly as if the reader had scanned it just then. The same
-// holds for lanesUsed (v3), a bit per peer lane set before its first store.
+// holds for lanesUsed (v3), a bit per peer lane set before its first store,
+// and for the peer marks (v3), a bit per peer slot set before its first
+// store: a reader reads only the slots marked in the lanes marked.
 // Readers that do not know the bit ignore the marks and scan everything.
 //
 // Ring slot (192 B in v2, 128 B in v1), slot = position & (RingSize-1):
@@ -267,6 +273,7 @@ type geometry struct {
 	peerLanes                     int64 // 0 in v1, 1 in v2
 	varTableOff, stripeOff        int64
 	loaderOff, peerOff            int64
+	markOff, markWords            int64 // v3 peer marks (0 words before)
 	ringOff, fileBytes            int64
 	slotBytes                     int64 // ring slot size
 }
@@ -279,15 +286,25 @@ func newGeometry(maxVars, maxReaders, ringSize, maxPeers, peerLanes int64) geome
 	g.stripeOff = g.varTableOff + maxVars*varEntryBytes
 	g.loaderOff = g.stripeOff + maxVars*maxReaders*stripeBytes
 	g.peerOff = g.loaderOff + loaderBytes
-	g.ringOff = g.peerOff + peerLanes*maxPeers*peerSlotBytes
+	g.markOff = g.peerOff + peerLanes*maxPeers*peerSlotBytes
+	g.markWords = (maxPeers + 511) / 512 * 8
+	g.ringOff = g.markOff + peerLanes*g.markWords*8
 	g.fileBytes = g.ringOff + ringSize*ringSlotBytes
 	return g
+}
+
+// mark is the offset and bit of peer slot (lane, rank)'s mark; rank <
+// maxPeers.
+func (g *geometry) mark(lane, rank int64) (int64, uint64) {
+	return g.markOff + (lane*g.markWords+rank/64)*8, 1 << uint(rank%64)
 }
 
 // newGeometryV2 is the layout of a version 2 segment: one lane of peers.
 func newGeometryV2(maxVars, maxReaders, ringSize, maxPeers int64) geometry {
 	g := newGeometry(maxVars, maxReaders, ringSize, maxPeers, 1)
-	g.version = 2
+	g.version, g.markWords = 2, 0
+	g.ringOff = g.markOff
+	g.fileBytes = g.ringOff + ringSize*ringSlotBytes
 	return g
 }
 

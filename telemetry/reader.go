@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"math/bits"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -571,20 +572,7 @@ func (s *Segment) SnapshotTo(dst *Snapshot) (err error) {
 		for i := range snap.Proc {
 			snap.Proc[i] = m.loadI(hProc + int64(i)*8)
 		}
-		lanes := s.lanesUsed()
-		for r := int64(0); r < g.maxPeers && lanes != 0; r++ {
-			var p PeerCounters
-			seen := false
-			for l := int64(0); l < g.peerLanes; l++ {
-				if lanes&(1<<uint(l)) != 0 {
-					seen = addPeerSlot(m, g.peer(l, r), &p) || seen
-				}
-			}
-			if seen {
-				p.Rank = int(r)
-				peers = append(peers, p)
-			}
-		}
+		peers = s.readPeers(peers)
 		if len(peers) > 0 {
 			snap.Peers = peers
 		}
@@ -611,6 +599,44 @@ func addPeerSlot(m mem, off int64, p *PeerCounters) bool {
 		p.Hist[i] += m.load(off + pHist + i*8)
 	}
 	return true
+}
+
+// readPeers appends the peer table's ranks that saw anything to peers, by
+// rank, each the sum of its slots over the lanes. With v3's scan marks
+// it reads only marked slots of marked lanes; else every slot.
+func (s *Segment) readPeers(peers []PeerCounters) []PeerCounters {
+	m, g := s.m, &s.h.g
+	lanes := s.lanesUsed()
+	marked := g.markWords > 0 && s.h.features&featScanMarks != 0
+	for w := int64(0); w*64 < g.maxPeers && lanes != 0; w++ {
+		set := ^uint64(0) // ranks 64w.. that some used lane has marked
+		if marked {
+			set = 0
+			for l := int64(0); l < g.peerLanes; l++ {
+				if lanes&(1<<uint(l)) != 0 {
+					set |= m.load(g.markOff + (l*g.markWords+w)*8)
+				}
+			}
+		}
+		for ; set != 0; set &= set - 1 {
+			r := w*64 + int64(bits.TrailingZeros64(set))
+			if r >= g.maxPeers {
+				break
+			}
+			var p PeerCounters
+			seen := false
+			for l := int64(0); l < g.peerLanes; l++ {
+				if lanes&(1<<uint(l)) != 0 {
+					seen = addPeerSlot(m, g.peer(l, r), &p) || seen
+				}
+			}
+			if seen {
+				p.Rank = int(r)
+				peers = append(peers, p)
+			}
+		}
+	}
+	return peers
 }
 
 // lanesUsed is the set of peer lanes a snapshot reads (bit l: lane l):

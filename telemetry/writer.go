@@ -396,6 +396,22 @@ func (w *Writer) markLane(lane int64) {
 	}
 }
 
+// markPeer sets the mark of peer slot (lane, rank) (ranks at or above
+// maxPeers: the last slot's), before the slot's first store; once set, it
+// costs a load of a line the lane's calls keep warm.
+func (w *Writer) markPeer(lane, rank int64) {
+	if uint64(rank) >= uint64(w.g.maxPeers) {
+		rank = w.g.maxPeers - 1
+	}
+	off, bit := w.g.mark(lane, rank)
+	for {
+		cur := w.m.load(off)
+		if cur&bit != 0 || w.m.cas(off, cur, cur|bit) {
+			return
+		}
+	}
+}
+
 // raise raises the scan mark at off to at least r+1. Concurrent first
 // calls may race: the mark only grows.
 func (w *Writer) raise(off, r int64) {
@@ -535,6 +551,8 @@ func (w *Writer) Failover(owner, replica int, rows int64) {
 	}
 	m, g := w.m, &w.g
 	w.markLane(0)
+	w.markPeer(0, int64(owner))
+	w.markPeer(0, int64(replica))
 	m.add(g.peer(0, int64(owner))+pFailed, uint64(rows))
 	m.add(g.peer(0, int64(replica))+pServed, uint64(rows))
 }
@@ -558,6 +576,7 @@ func (w *Writer) recordPeers(c *Call, total uint64, lane int64) {
 	shared := lane == 0
 	w.markLane(lane) // before the lane's first store
 	if blame {
+		w.markPeer(lane, int64(c.ErrPeer-1))
 		m.bump(g.peer(lane, int64(c.ErrPeer-1))+pErrors, 1, shared)
 	}
 	if n == 0 {
@@ -589,6 +608,9 @@ func (w *Writer) recordPeers(c *Call, total uint64, lane int64) {
 			pns = mulDiv(rest, r, restRows)
 		}
 		off := g.peer(lane, int64(t.rank[i]))
+		if m.load(off+pCalls) == 0 { // no call stored yet: maybe unmarked
+			w.markPeer(lane, int64(t.rank[i]))
+		}
 		m.bump(off+pRows, r, shared)
 		m.bump(off+pBytes, pb, shared)
 		m.bump(off+pNs, pns, shared)
