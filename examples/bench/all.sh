@@ -2,7 +2,7 @@
 # Reruns the figures of docs/BENCHMARKS.md that this machine can measure and
 # writes them, with the machine, the commit and the load average before and
 # after each step, to OUT (default docs/bench-runs/<UTC time>-<host>.md).
-#   examples/bench/all.sh                 (make bench-all; about 25 min on 2 vCPUs)
+#   examples/bench/all.sh                 (make bench-all; 11 min on 2 vCPUs at load 3-10)
 #   BENCH_ONLY='telemetry ddtop' examples/bench/all.sh    (some steps only)
 # Steps (the section of docs/BENCHMARKS.md each one reruns):
 #   fabric     Go against the C loop, 3 KB and 1 MiB, tcp and shm    (paired.sh, 5 pairs)
