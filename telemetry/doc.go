@@ -9,7 +9,8 @@
 //     cache-line padded stripe per (variable, reader) that has a single
 //     writer at a time (plain stores, no atomic read-modify-write; the
 //     last stripe, shared by out-of-range reader ids, and calls marked
-//     Call.Concurrent use atomic adds)
+//     Call.Concurrent use atomic adds), the reader's lane of the peer
+//     table (plain stores likewise; shared calls add atomically to lane 0)
 //     and one seqlock-guarded slot in a lossy ring of recent calls (two
 //     atomic operations: claim a position, lock its slot).
 //   - the reader (ddtop side): Discover lists segments with liveness
@@ -23,7 +24,7 @@
 //
 // The byte layout is drawn in layout.go and documented in FORMAT.md.
 // Readers refuse foreign files (ErrForeign), files whose creation has not
-// finished (ErrNotReady), newer formats (ErrVersion; version 1 and 2 files are read), truncated files
+// finished (ErrNotReady), newer formats (ErrVersion; version 1, 2 and 3 files are read), truncated files
 // (ErrTruncated) and inconsistent headers (ErrCorrupt); they never panic
 // on a bad file.
 //

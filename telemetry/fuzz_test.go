@@ -21,6 +21,11 @@ func FuzzOpen(f *testing.F) {
 	f.Add(good)
 	f.Add(good[:headerBytes])
 	f.Add(put(good, hVersion, 2))
+	if v2, err := os.ReadFile(filepath.Join("testdata", "v2-segment.tel")); err == nil {
+		f.Add(v2)
+	}
+	f.Add(put(good, hPeerLanes, maxPeerLanes+1))                                  // too many lanes
+	f.Add(put(put(good, hPeerLanes, 1), hLanesUsed, 1<<63))                       // lanes out of step with the size
 	f.Add(put(put(good, hVarsUsed, 1<<63), headerBytes+vStripesUsed, ^uint64(0))) // scan marks out of range
 	dir := f.TempDir()
 	path := filepath.Join(dir, "ddstore-fuzz-0.tel")
@@ -49,7 +54,7 @@ func TestWriteFuzzSeeds(t *testing.T) {
 		"foreign":       []byte("not a segment at all, just some text\n"),
 		"huge-geometry": put(put(good, hMaxVars, maxMaxVars), hMaxReaders, maxMaxReaders),
 		"odd-var-gen":   put(good, int(headerBytes+vGen), 7),
-		"ring-garbage":  put(put(good, int(newGeometry(2, 2, 4, 2).ringOff+rSeq), 1<<40), hRingHead, 1<<62),
+		"ring-garbage":  put(put(good, int(newGeometry(2, 2, 4, 2, 3).ringOff+rSeq), 1<<40), hRingHead, 1<<62),
 	}
 	dir := filepath.Join("testdata", "fuzz", "FuzzOpen")
 	if err := os.MkdirAll(dir, 0o755); err != nil {

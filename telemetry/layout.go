@@ -1,7 +1,7 @@
 package telemetry
 
-// Segment layout, format version 2 (version 1 files are still read; see
-// FORMAT.md for what differs). All integers are 64-bit, host byte
+// Segment layout, format version 3 (version 1 and 2 files are still read;
+// see FORMAT.md for what differs). All integers are 64-bit, host byte
 // order (little-endian on every supported machine), 8-byte aligned; every
 // block starts on a 64-byte cache line. Strings are NUL-padded UTF-8 in
 // fixed-size fields. Offsets are from the start of the file.
@@ -18,7 +18,13 @@ package telemetry
 //  +---------------------------------------------------------------+  loaderOff
 //  |                  Loader block (704 B)                         |
 //  +---------------------------------------------------------------+  peerOff (v2)
-//  |   Peer table (v2): MaxPeers slots x 192 B, one per target rank|
+//  |   Peer table (v2): PeerLanes lanes (v3; 1 in v2) x MaxPeers   |
+//  |   slots x 192 B, one slot per target rank in each lane        |
+//  |   peer(l, rank) = peerOff + (l*MaxPeers + rank)*192           |
+//  +---------------------------------------------------------------+  markOff (v3)
+//  |   Peer marks (v3): PeerLanes x markWords words, markWords =   |
+//  |   ceil(MaxPeers/64) rounded up to 8; bit r of lane l's words  |
+//  |   = slot (l, r) has been written (scan marks, below)          |
 //  +---------------------------------------------------------------+  ringOff
 //  |   Ring of recent calls: RingSize slots x 192 B (v1: 128 B)    |
 //  +---------------------------------------------------------------+  fileBytes
@@ -53,7 +59,9 @@ package telemetry
 //  +---------------------------------------------------------------+ 704
 //  | 704 features (v2, optional: bit 0 = scan marks kept)          |
 //  | 712 varsUsed (feature 0: highest variable slot ever used + 1) |
-//  | 720..1023 reserved (zero)                                     |
+//  | 720 peerLanes (v3: lanes of the peer table, 1..64)            |
+//  | 728 lanesUsed (v3, feature 0: bit l = lane l was written)     |
+//  | 736..1023 reserved (zero)                                     |
 //  +---------------------------------------------------------------+ 1024
 //
 // Variable table entry (128 B):
@@ -80,8 +88,13 @@ package telemetry
 //  | 40 readerKind (v2: 0 unknown, 1 shared, 2 thread readers) | 48 batchRows (v2) | 56 pad
 //  | 64 waitHist[40] | 384 stepHist[40]
 //
-// Peer slot (192 B, v2), one per target rank (ranks >= MaxPeers share the
-// last); atomic adds from every reader:
+// Peer slot (192 B, v2), one per target rank in each lane (ranks >=
+// MaxPeers share the last slot of a lane). Lane 0 takes atomic adds from
+// every writer (calls marked Concurrent, the last stripe's, reader ids >=
+// PeerLanes-1, Failover). Lane l >= 1 (v3) belongs to reader id l-1 alone
+// (the single-writer rule of Writer.Record): load + store, like an owned
+// stripe. A reader adds a rank's slots over the lanes; either way calls
+// is written last and read first.
 //
 //  | 0 calls | 8 rows | 16 bytes | 24 errors | 32 ns | 40 failedFrom
 //  | 48 servedFor | 56 pad
@@ -92,8 +105,11 @@ package telemetry
 // call is stored (both only grow; AddVar resets stripesUsed while the
 // entry is odd). A reader that sees the feature bit reads only slots and
 // stripes below the marks: whatever lies above was unused when the mark
-// was loaded, exactly as if the reader had scanned it just then. Readers
-// that do not know the bit ignore both words and scan everything.
+// was loaded, exactly as if the reader had scanned it just then. The same
+// holds for lanesUsed (v3), a bit per peer lane set before its first store,
+// and for the peer marks (v3), a bit per peer slot set before its first
+// store: a reader reads only the slots marked in the lanes marked.
+// Readers that do not know the bit ignore the marks and scan everything.
 //
 // Ring slot (192 B in v2, 128 B in v1), slot = position & (RingSize-1):
 //
@@ -119,8 +135,8 @@ const (
 	// Magic is the first 8 bytes of every segment: "DDSTEL\x00\x01".
 	Magic uint64 = 0x01_00_4c_45_54_53_44_44 // little-endian "DDSTEL\0\1"
 	// Version is the format version this package writes; it reads this
-	// one and version 1.
-	Version = 2
+	// one and versions 1 and 2.
+	Version = 3
 
 	headerBytes     = 1024
 	varEntryBytes   = 128
@@ -168,6 +184,8 @@ const (
 	hProc           = 640 // v2: NumProc counters
 	hFeatures       = 704 // v2, optional: featScanMarks
 	hVarsUsed       = 712 // featScanMarks
+	hPeerLanes      = 720 // v3
+	hLanesUsed      = 728 // v3, featScanMarks
 	hostLen         = 64
 	jobLen          = 64
 	provLen         = 32
@@ -244,6 +262,7 @@ const (
 	maxMaxReaders = 4096
 	maxRingSize   = 1 << 20
 	maxMaxPeers   = 1 << 16
+	maxPeerLanes  = 64
 )
 
 // geometry is the derived block layout of a segment.
@@ -251,20 +270,40 @@ type geometry struct {
 	version                       int64
 	maxVars, maxReaders, ringSize int64
 	maxPeers                      int64 // 0 in v1
+	peerLanes                     int64 // 0 in v1, 1 in v2
 	varTableOff, stripeOff        int64
 	loaderOff, peerOff            int64
+	markOff, markWords            int64 // v3 peer marks (0 words before)
 	ringOff, fileBytes            int64
 	slotBytes                     int64 // ring slot size
 }
 
-// newGeometry is the layout of a version 2 segment.
-func newGeometry(maxVars, maxReaders, ringSize, maxPeers int64) geometry {
-	g := geometry{version: 2, maxVars: maxVars, maxReaders: maxReaders, ringSize: ringSize, maxPeers: maxPeers, slotBytes: ringSlotBytes}
+// newGeometry is the layout of a version 3 segment.
+func newGeometry(maxVars, maxReaders, ringSize, maxPeers, peerLanes int64) geometry {
+	g := geometry{version: 3, maxVars: maxVars, maxReaders: maxReaders, ringSize: ringSize,
+		maxPeers: maxPeers, peerLanes: peerLanes, slotBytes: ringSlotBytes}
 	g.varTableOff = headerBytes
 	g.stripeOff = g.varTableOff + maxVars*varEntryBytes
 	g.loaderOff = g.stripeOff + maxVars*maxReaders*stripeBytes
 	g.peerOff = g.loaderOff + loaderBytes
-	g.ringOff = g.peerOff + maxPeers*peerSlotBytes
+	g.markOff = g.peerOff + peerLanes*maxPeers*peerSlotBytes
+	g.markWords = (maxPeers + 511) / 512 * 8
+	g.ringOff = g.markOff + peerLanes*g.markWords*8
+	g.fileBytes = g.ringOff + ringSize*ringSlotBytes
+	return g
+}
+
+// mark is the offset and bit of peer slot (lane, rank)'s mark; rank <
+// maxPeers.
+func (g *geometry) mark(lane, rank int64) (int64, uint64) {
+	return g.markOff + (lane*g.markWords+rank/64)*8, 1 << uint(rank%64)
+}
+
+// newGeometryV2 is the layout of a version 2 segment: one lane of peers.
+func newGeometryV2(maxVars, maxReaders, ringSize, maxPeers int64) geometry {
+	g := newGeometry(maxVars, maxReaders, ringSize, maxPeers, 1)
+	g.version, g.markWords = 2, 0
+	g.ringOff = g.markOff
 	g.fileBytes = g.ringOff + ringSize*ringSlotBytes
 	return g
 }
@@ -272,19 +311,19 @@ func newGeometry(maxVars, maxReaders, ringSize, maxPeers int64) geometry {
 // newGeometryV1 is the layout of a version 1 segment: no peer table,
 // 128-byte ring slots.
 func newGeometryV1(maxVars, maxReaders, ringSize int64) geometry {
-	g := newGeometry(maxVars, maxReaders, ringSize, 0)
+	g := newGeometry(maxVars, maxReaders, ringSize, 0, 0)
 	g.version, g.slotBytes = 1, ringSlotBytesV1
 	g.fileBytes = g.ringOff + ringSize*ringSlotBytesV1
 	return g
 }
 
-// peer is the offset of the peer slot that counts rank (ranks at or
-// above maxPeers share the last slot); maxPeers must be > 0.
-func (g *geometry) peer(rank int64) int64 {
+// peer is the offset of lane's slot that counts rank (ranks at or above
+// maxPeers share the last slot); maxPeers must be > 0, lane < peerLanes.
+func (g *geometry) peer(lane, rank int64) int64 {
 	if uint64(rank) >= uint64(g.maxPeers) {
 		rank = g.maxPeers - 1
 	}
-	return g.peerOff + rank*peerSlotBytes
+	return g.peerOff + (lane*g.maxPeers+rank)*peerSlotBytes
 }
 
 func (g *geometry) varOff(v int64) int64    { return g.varTableOff + v*varEntryBytes }

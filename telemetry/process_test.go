@@ -81,8 +81,9 @@ func readLine(t *testing.T, r *bufio.Reader, timeout time.Duration) string {
 
 // TestConcurrentRecordWithWatcherProcess: goroutines record known work
 // while another process maps the segment read-only, snapshots it over and
-// over and reads the ring. Each owned stripe has exactly one writer
-// goroutine (the single-writer rule of Record), all stripes at once; the
+// over and reads the ring. Each owned reader id has exactly one writer
+// goroutine (the single-writer rule of Record: variable 0 takes the even
+// ids, variable 1 the odd), all at once; the
 // shared last stripe has two writers per variable, one with its own id
 // and one with an id >= MaxReaders folded into it. Final totals must
 // match exactly; no accepted ring record may be torn; every ring position
@@ -93,7 +94,9 @@ func TestConcurrentRecordWithWatcherProcess(t *testing.T) {
 	var jobs []job
 	for v := range int32(2) {
 		for r := range int32(watchReaders - 1) {
-			jobs = append(jobs, job{v, r, r}) // owned: one goroutine per stripe
+			if r%2 == v { // owned: one goroutine per reader id (its stripes and peer lane)
+				jobs = append(jobs, job{v, r, r})
+			}
 		}
 		last := int32(watchReaders - 1)
 		jobs = append(jobs, job{v, last, last}, job{v, watchReaders + 5*v, last}) // shared

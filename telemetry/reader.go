@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"math/bits"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -163,7 +164,15 @@ func parseHeader(name string, b []byte, fileSize int64) (staticHeader, error) {
 		if maxPeers < 1 || maxPeers > maxMaxPeers {
 			return bad("peer slots %d not in [1, %d]", maxPeers, maxMaxPeers)
 		}
-		g = newGeometry(int64(maxVars), int64(maxReaders), int64(ringSize), int64(maxPeers))
+		if h.version == 2 {
+			g = newGeometryV2(int64(maxVars), int64(maxReaders), int64(ringSize), int64(maxPeers))
+		} else {
+			lanes := u(hPeerLanes)
+			if lanes < 1 || lanes > maxPeerLanes {
+				return bad("peer lanes %d not in [1, %d]", lanes, maxPeerLanes)
+			}
+			g = newGeometry(int64(maxVars), int64(maxReaders), int64(ringSize), int64(maxPeers), int64(lanes))
+		}
 		if got := u(hPeerOff); got != uint64(g.peerOff) {
 			return bad("peer table offset is %d, want %d", got, g.peerOff)
 		}
@@ -525,6 +534,7 @@ func (s *Segment) SnapshotTo(dst *Snapshot) (err error) {
 			RingClaimFails: m.loadI(hRingClaimFails),
 			RingHead:       m.load(hRingHead),
 			MaxPeers:       int(g.maxPeers),
+			PeerLanes:      int(g.peerLanes),
 		},
 		Taken: now,
 		Path:  s.path,
@@ -562,25 +572,82 @@ func (s *Segment) SnapshotTo(dst *Snapshot) (err error) {
 		for i := range snap.Proc {
 			snap.Proc[i] = m.loadI(hProc + int64(i)*8)
 		}
-		for r := int64(0); r < g.maxPeers; r++ {
-			off := g.peerOff + r*peerSlotBytes
-			calls := m.loadI(off + pCalls) // first: see Counters
-			failed, served := m.loadI(off+pFailed), m.loadI(off+pServed)
-			if calls == 0 && m.loadI(off+pErrors) == 0 && failed == 0 && served == 0 {
-				continue
-			}
-			p := PeerCounters{Rank: int(r), Calls: calls, Rows: m.loadI(off + pRows), Bytes: m.loadI(off + pBytes),
-				Errors: m.loadI(off + pErrors), Ns: m.loadI(off + pNs), FailedFrom: failed, ServedFor: served}
-			for i := int64(0); i < NumPeerBuckets; i++ {
-				p.Hist[i] = m.load(off + pHist + i*8)
-			}
-			peers = append(peers, p)
-		}
+		peers = s.readPeers(peers)
 		if len(peers) > 0 {
 			snap.Peers = peers
 		}
 	}
 	return nil
+}
+
+// addPeerSlot adds the peer slot at off to p and reports whether it had
+// anything to add.
+func addPeerSlot(m mem, off int64, p *PeerCounters) bool {
+	calls := m.loadI(off + pCalls) // first: see Counters
+	errs, failed, served := m.loadI(off+pErrors), m.loadI(off+pFailed), m.loadI(off+pServed)
+	if calls == 0 && errs == 0 && failed == 0 && served == 0 {
+		return false
+	}
+	p.Calls += calls
+	p.Errors += errs
+	p.FailedFrom += failed
+	p.ServedFor += served
+	p.Rows += m.loadI(off + pRows)
+	p.Bytes += m.loadI(off + pBytes)
+	p.Ns += m.loadI(off + pNs)
+	for i := int64(0); i < NumPeerBuckets; i++ {
+		p.Hist[i] += m.load(off + pHist + i*8)
+	}
+	return true
+}
+
+// readPeers appends the peer table's ranks that saw anything to peers, by
+// rank, each the sum of its slots over the lanes. With v3's scan marks
+// it reads only marked slots of marked lanes; else every slot.
+func (s *Segment) readPeers(peers []PeerCounters) []PeerCounters {
+	m, g := s.m, &s.h.g
+	lanes := s.lanesUsed()
+	marked := g.markWords > 0 && s.h.features&featScanMarks != 0
+	for w := int64(0); w*64 < g.maxPeers && lanes != 0; w++ {
+		set := ^uint64(0) // ranks 64w.. that some used lane has marked
+		if marked {
+			set = 0
+			for l := int64(0); l < g.peerLanes; l++ {
+				if lanes&(1<<uint(l)) != 0 {
+					set |= m.load(g.markOff + (l*g.markWords+w)*8)
+				}
+			}
+		}
+		for ; set != 0; set &= set - 1 {
+			r := w*64 + int64(bits.TrailingZeros64(set))
+			if r >= g.maxPeers {
+				break
+			}
+			var p PeerCounters
+			seen := false
+			for l := int64(0); l < g.peerLanes; l++ {
+				if lanes&(1<<uint(l)) != 0 {
+					seen = addPeerSlot(m, g.peer(l, r), &p) || seen
+				}
+			}
+			if seen {
+				p.Rank = int(r)
+				peers = append(peers, p)
+			}
+		}
+	}
+	return peers
+}
+
+// lanesUsed is the set of peer lanes a snapshot reads (bit l: lane l):
+// those the writer has marked written when it keeps scan marks, else all.
+func (s *Segment) lanesUsed() uint64 {
+	g := &s.h.g
+	all := uint64(1)<<uint(g.peerLanes) - 1 // peerLanes <= 64: 1<<64 is 0 in Go, so all ones
+	if s.h.features&featScanMarks == 0 || g.version < 3 {
+		return all
+	}
+	return s.m.load(hLanesUsed) & all
 }
 
 // varsUsed is how many variable slots a snapshot reads: those below the

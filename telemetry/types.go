@@ -317,6 +317,23 @@ func PeerBucketIndex(v int64) int {
 	return min((bits.Len64(uint64(v))+1)/2, NumPeerBuckets-1)
 }
 
+// peerBucketPerRow is the PeerHistogram bucket of ns/rows (of ns when
+// rows is 0) without a division: the quotient's bit length is that of ns
+// less that of rows, or one more when ns >= rows<<(that difference).
+func peerBucketPerRow(ns, rows uint64) int {
+	if rows <= 1 {
+		return min((bits.Len64(ns)+1)/2, NumPeerBuckets-1)
+	}
+	k := bits.Len64(ns) - bits.Len64(rows)
+	if k < 0 {
+		return 0
+	}
+	if ns >= rows<<uint(k) {
+		k++
+	}
+	return min((k+1)/2, NumPeerBuckets-1)
+}
+
 // PeerBucketBounds is the range [lo, hi) of bucket i in ns.
 func PeerBucketBounds(i int) (lo, hi int64) { return logBounds(i, NumPeerBuckets, 2) }
 
@@ -404,6 +421,9 @@ type Header struct {
 	RingHead uint64
 	// MaxPeers is the number of peer slots (0 in v1 files).
 	MaxPeers int
+	// PeerLanes is the number of lanes of the peer table (v3; 1 in v2
+	// files, 0 in v1): Peers adds a rank's slots over them.
+	PeerLanes int
 	// Proc holds the process counters (ProcNames; zero in v1 files).
 	Proc [NumProc]int64
 }

@@ -44,6 +44,12 @@ type WriterOptions struct {
 	// MaxPeers is the number of peer-table slots (one per target rank;
 	// ranks >= MaxPeers share the last). Default World, at most 65536.
 	MaxPeers int
+	// PeerLanes is the number of lanes of the peer table: lane 0 takes
+	// atomic adds from any goroutine, lane l >= 1 belongs to reader id
+	// l-1 and takes plain stores (cheaper; see Record). Default
+	// min(DefaultPeerLanes, MaxReaders+1), fewer where the lanes would
+	// pass DefaultPeerLaneBytes (at least 1); at most 64.
+	PeerLanes int
 }
 
 // Defaults of WriterOptions.
@@ -53,6 +59,10 @@ const (
 	DefaultMaxVars    = 64
 	DefaultMaxReaders = 64
 	DefaultRingSize   = 4096
+	DefaultPeerLanes  = 16
+	// DefaultPeerLaneBytes bounds the default peer table's size: a world
+	// of more than 1365 ranks gets fewer lanes than DefaultPeerLanes.
+	DefaultPeerLaneBytes = 4 << 20
 )
 
 func (o WriterOptions) withDefaults() WriterOptions {
@@ -83,6 +93,9 @@ func (o WriterOptions) withDefaults() WriterOptions {
 	if o.MaxPeers == 0 {
 		o.MaxPeers = min(max(o.World, 1), maxMaxPeers)
 	}
+	if o.PeerLanes == 0 && o.MaxPeers > 0 && o.MaxReaders > 0 {
+		o.PeerLanes = max(1, min(DefaultPeerLanes, o.MaxReaders+1, DefaultPeerLaneBytes/(o.MaxPeers*peerSlotBytes)))
+	}
 	return o
 }
 
@@ -102,6 +115,8 @@ func (o WriterOptions) Validate() error {
 		return fmt.Errorf("%w: RingSize %d not a power of two in [1, %d]", ErrOptions, o.RingSize, maxRingSize)
 	case o.MaxPeers < 1 || o.MaxPeers > maxMaxPeers:
 		return fmt.Errorf("%w: MaxPeers %d not in [1, %d]", ErrOptions, o.MaxPeers, maxMaxPeers)
+	case o.PeerLanes < 1 || o.PeerLanes > maxPeerLanes:
+		return fmt.Errorf("%w: PeerLanes %d not in [1, %d]", ErrOptions, o.PeerLanes, maxPeerLanes)
 	}
 	return nil
 }
@@ -170,7 +185,7 @@ func Create(o WriterOptions) (*Writer, error) {
 			ErrInUse, path, info.Pid, info.Host, info.HeartbeatAge.Round(time.Millisecond))
 	}
 
-	g := newGeometry(int64(o.MaxVars), int64(o.MaxReaders), int64(o.RingSize), int64(o.MaxPeers))
+	g := newGeometry(int64(o.MaxVars), int64(o.MaxReaders), int64(o.RingSize), int64(o.MaxPeers), int64(o.PeerLanes))
 	tmp := filepath.Join(o.Dir, fmt.Sprintf(".%s.%d.tmp", filepath.Base(path), os.Getpid()))
 	_ = os.Remove(tmp)
 	// A directory that does not exist yet is made, private to the user
@@ -245,6 +260,7 @@ func (w *Writer) initHeader(o WriterOptions) {
 	m.store(hMaxPeers, uint64(g.maxPeers))
 	m.store(hPeerOff, uint64(g.peerOff))
 	m.store(hPeerSlotBytes, peerSlotBytes)
+	m.store(hPeerLanes, uint64(g.peerLanes))
 	if t, _, ok := procStart(o.Pid); ok {
 		m.store(hPidStart, t)
 	}
@@ -365,10 +381,40 @@ func (w *Writer) RemoveVar(id int) {
 }
 
 // markStripe raises variable v's stripesUsed mark to at least r+1 (see
-// the scan marks in layout.go). Concurrent first calls on several stripes
-// may race: the mark only grows.
-func (w *Writer) markStripe(v, r int64) {
-	off := w.g.varOff(v) + vStripesUsed
+// the scan marks in layout.go).
+func (w *Writer) markStripe(v, r int64) { w.raise(w.g.varOff(v)+vStripesUsed, r) }
+
+// markLane sets lane's bit of the lanesUsed scan mark (once: a load
+// after that).
+func (w *Writer) markLane(lane int64) {
+	bit := uint64(1) << uint(lane)
+	for {
+		cur := w.m.load(hLanesUsed)
+		if cur&bit != 0 || w.m.cas(hLanesUsed, cur, cur|bit) {
+			return
+		}
+	}
+}
+
+// markPeer sets the mark of peer slot (lane, rank) (ranks at or above
+// maxPeers: the last slot's), before the slot's first store; once set, it
+// costs a load of a line the lane's calls keep warm.
+func (w *Writer) markPeer(lane, rank int64) {
+	if uint64(rank) >= uint64(w.g.maxPeers) {
+		rank = w.g.maxPeers - 1
+	}
+	off, bit := w.g.mark(lane, rank)
+	for {
+		cur := w.m.load(off)
+		if cur&bit != 0 || w.m.cas(off, cur, cur|bit) {
+			return
+		}
+	}
+}
+
+// raise raises the scan mark at off to at least r+1. Concurrent first
+// calls may race: the mark only grows.
+func (w *Writer) raise(off, r int64) {
 	for {
 		cur := w.m.load(off)
 		if cur > uint64(r) || w.m.cas(off, cur, uint64(r+1)) {
@@ -389,21 +435,25 @@ func clampNs(v int64) uint64 {
 // ignores the call.
 //
 // Single-writer rule: at most one goroutine at a time may record for a
-// given (c.Var, c.Reader) pair (a Reader belongs to one goroutine), unless
-// c.Concurrent is set. Handing a pair from one goroutine to another needs
-// the usual synchronization (mutex, channel). Such an owned stripe is
-// updated with plain loads and stores, no atomic read-modify-write, so two
-// unsynchronized writers of one pair would lose counts. Calls with
-// c.Concurrent set (the store's shared path, which several goroutines use
-// at once) and calls on the last stripe, reader id MaxReaders-1, which
-// also counts every reader id >= MaxReaders, are updated with atomic adds
-// (slower): any number of goroutines may record them at once. A pair must
-// not mix the two: if any writer of it records Concurrent, all must (the
-// last stripe always is). Different pairs may always record concurrently.
+// given c.Reader id, whatever the variable (a Reader belongs to one
+// goroutine), unless c.Concurrent is set. Handing a reader id from one
+// goroutine to another needs the usual synchronization (mutex, channel).
+// Such an owned reader's stripes and peer lane are updated with plain
+// loads and stores, no atomic read-modify-write, so two unsynchronized
+// writers of one reader id would lose counts. Calls with c.Concurrent set
+// (the store's shared path, which several goroutines use at once) and
+// calls on the last stripe, reader id MaxReaders-1, which also counts
+// every reader id >= MaxReaders, are updated with atomic adds (slower):
+// any number of goroutines may record them at once. A reader id must not
+// mix the two: if any writer of it records Concurrent, all must (the last
+// stripe always is). Different reader ids may always record concurrently.
+// Reader ids >= PeerLanes-1 own their stripes but share peer lane 0
+// (atomic adds there).
 //
 // Cost: two atomic read-modify-writes (claiming a ring position and
 // locking its slot) and plain stores; one clock read if c.EndNano is 0;
-// one compare-and-swap on a stripe's first call (its scan mark).
+// one compare-and-swap on a stripe's or peer lane's first call (its scan
+// mark); atomic adds to peer lane 0 for shared calls.
 func (w *Writer) Record(c *Call) {
 	if w == nil || c == nil || w.closed.Load() {
 		return
@@ -445,7 +495,11 @@ func (w *Writer) Record(c *Call) {
 		m.bump(s+sRowHist+int64(bucketU(total/rows))*8, 1, shared)
 	}
 	m.bump(s+sCalls, 1, shared) // last: readers load calls first
-	w.recordPeers(c, total)
+	var lane int64              // shared
+	if !shared && r+1 < g.peerLanes {
+		lane = r + 1
+	}
+	w.recordPeers(c, total, lane)
 
 	// Ring: claim a position, lock its slot, fill it, publish.
 	p := atomic.AddUint64(m.p(hRingHead), 1) - 1
@@ -476,13 +530,9 @@ func (w *Writer) Record(c *Call) {
 	m.put(slot+rNTargets, uint64(t.n))
 	m.put(slot+rMRRegs, uint64(c.MRRegs))
 	for i := int64(0); i < MaxCallTargets; i += 2 {
-		lo, hi := uint64(0xFFFFFFFF), uint64(0xFFFFFFFF)
-		if i < int64(t.n) {
-			lo = uint64(uint32(t.rank[i]))
-		}
-		if i+1 < int64(t.n) {
-			hi = uint64(uint32(t.rank[i+1]))
-		}
+		// Ranks past the named ones read as -1: all ones.
+		lo := uint64(uint32(t.rank[i])) | uint64(uint32((int32(t.n)-1-int32(i))>>31))
+		hi := uint64(uint32(t.rank[i+1])) | uint64(uint32((int32(t.n)-2-int32(i))>>31))
 		m.put(slot+rFirst+i*4, lo|hi<<32)
 	}
 	for i, ph := range c.Phases {
@@ -500,40 +550,49 @@ func (w *Writer) Failover(owner, replica int, rows int64) {
 		return
 	}
 	m, g := w.m, &w.g
-	m.add(g.peer(int64(owner))+pFailed, uint64(rows))
-	m.add(g.peer(int64(replica))+pServed, uint64(rows))
+	w.markLane(0)
+	w.markPeer(0, int64(owner))
+	w.markPeer(0, int64(replica))
+	m.add(g.peer(0, int64(owner))+pFailed, uint64(rows))
+	m.add(g.peer(0, int64(replica))+pServed, uint64(rows))
 }
 
-// recordPeers adds the call's share to the peer slot of each named
-// target (atomic adds: every reader of the process may read from the same
-// rank at once). A target with a measured service time (TargetSet.Served:
-// when the last of its reads completed) gets that time; the call's time
-// less lock wait, GPU sync and the measured times is split among the
-// others by rows. Bytes are split by rows. Rows of targets beyond the
-// first MaxCallTargets are not attributed to a peer.
-func (w *Writer) recordPeers(c *Call, total uint64) {
+// recordPeers adds the call's share to the peer slot of each named target
+// in lane (0: atomic adds, every reader of the process may read from the
+// same rank at once; else the reader's own lane, plain stores). A target
+// with a measured service time (TargetSet.Served: when the last of its
+// reads completed) gets that time; the call's time less lock wait, GPU
+// sync and the measured times is split among the others by rows. Bytes
+// are split by rows. Rows of targets beyond the first MaxCallTargets are
+// not attributed to a peer.
+func (w *Writer) recordPeers(c *Call, total uint64, lane int64) {
 	m, g := w.m, &w.g
 	t := &c.Targets
-	if c.Err && c.ErrPeer > 0 {
-		m.add(g.peer(int64(c.ErrPeer-1))+pErrors, 1)
-	}
 	n := t.Named()
+	blame := c.Err && c.ErrPeer > 0
+	if n == 0 && !blame {
+		return
+	}
+	shared := lane == 0
+	w.markLane(lane) // before the lane's first store
+	if blame {
+		w.markPeer(lane, int64(c.ErrPeer-1))
+		m.bump(g.peer(lane, int64(c.ErrPeer-1))+pErrors, 1, shared)
+	}
 	if n == 0 {
 		return
 	}
-	var rows uint64
-	for i := 0; i < n; i++ {
-		rows += clampNs(t.rows[i])
-	}
-	rows += clampNs(t.other)
-	ns := total - min(total, clampNs(c.Phases[PhaseLockWait])+clampNs(c.Phases[PhaseGPUSync]))
+	rows := clampNs(t.other)
 	var measured, mrows uint64
 	for i := 0; i < n; i++ {
+		r := clampNs(t.rows[i])
+		rows += r
 		if t.ns[i] > 0 {
 			measured += uint64(t.ns[i])
-			mrows += clampNs(t.rows[i])
+			mrows += r
 		}
 	}
+	ns := total - min(total, clampNs(c.Phases[PhaseLockWait])+clampNs(c.Phases[PhaseGPUSync]))
 	rest, restRows := ns-min(ns, measured), rows-mrows
 	bytes := clampNs(c.Bytes)
 	for i := 0; i < n; i++ {
@@ -548,16 +607,15 @@ func (w *Writer) recordPeers(c *Call, total uint64) {
 		case n > 1 || t.other > 0 || measured > 0:
 			pns = mulDiv(rest, r, restRows)
 		}
-		off := g.peer(int64(t.rank[i]))
-		m.add(off+pRows, r)
-		m.add(off+pBytes, pb)
-		m.add(off+pNs, pns)
-		per := pns
-		if r > 0 {
-			per = pns / r
+		off := g.peer(lane, int64(t.rank[i]))
+		if m.load(off+pCalls) == 0 { // no call stored yet: maybe unmarked
+			w.markPeer(lane, int64(t.rank[i]))
 		}
-		m.add(off+pHist+int64(PeerBucketIndex(int64(per)))*8, 1)
-		m.add(off+pCalls, 1) // last, as for stripes
+		m.bump(off+pRows, r, shared)
+		m.bump(off+pBytes, pb, shared)
+		m.bump(off+pNs, pns, shared)
+		m.bump(off+pHist+int64(peerBucketPerRow(pns, r))*8, 1, shared)
+		m.bump(off+pCalls, 1, shared) // last, as for stripes
 	}
 }
 

@@ -399,17 +399,19 @@ func Straggler(job string, ranks []*data.Rank, t *Thresholds) []Finding {
 		perNs       float64
 		rows, calls int64
 	}
-	host := map[int]string{}
 	type vote struct {
 		readers, slow int
 		ratios        []float64
 		rows, ns      int64
 		otherNs       []float64
 	}
-	votes := map[int]*vote{}
+	// Sized once: a refresh over many ranks would otherwise grow them
+	// (and rehash) step by step; ts and others are reused across ranks.
+	votes := make(map[int]*vote, len(ranks))
+	var ts []tgt
+	var others []float64
 	for _, r := range ranks {
-		host[r.Rank] = r.Host
-		var ts []tgt
+		ts = ts[:0]
 		for _, p := range r.Peers {
 			w := p.Window()
 			if p.Total.Rank == r.Rank || w.Calls < t.MinPeerCalls || w.Rows <= 0 {
@@ -421,13 +423,13 @@ func Straggler(job string, ranks []*data.Rank, t *Thresholds) []Finding {
 			continue
 		}
 		for i, x := range ts {
-			others := make([]float64, 0, len(ts)-1)
+			others = others[:0]
 			for j, y := range ts {
 				if j != i {
 					others = append(others, y.perNs)
 				}
 			}
-			med := median(others)
+			med := medianInPlace(others)
 			v := votes[x.rank]
 			if v == nil {
 				v = &vote{}
@@ -456,11 +458,12 @@ func Straggler(job string, ranks []*data.Rank, t *Thresholds) []Finding {
 		}
 		ratio := median(v.ratios)
 		per := float64(v.ns) / float64(v.rows)
-		hs := host[rank]
+		host := hostOf(ranks, rank)
+		hs := host
 		if hs == "" {
 			hs = "host unknown (no segment of that rank here)"
 		}
-		f := Finding{Rule: RuleStraggler, Job: job, Rank: rank, Host: host[rank], Reader: -1}
+		f := Finding{Rule: RuleStraggler, Job: job, Rank: rank, Host: host, Reader: -1}
 		f.Severity = math.Min(0.3+ratio/20, 1)
 		f.Evidence = fmt.Sprintf("reads from rank %d (%s) take %s/row over %d rows; %d of %d readers see it %.1f× slower (median) than their other targets' %s/row (threshold %.1f×)",
 			rank, hs, us(per), v.rows, v.slow, v.readers, ratio, us(median(v.otherNs)), t.StragglerRatio)
@@ -470,8 +473,24 @@ func Straggler(job string, ranks []*data.Rank, t *Thresholds) []Finding {
 	return out
 }
 
+// hostOf is the host of rank's segment among ranks ("" when none; the
+// last one listed, as a map filled in order would give).
+func hostOf(ranks []*data.Rank, rank int) string {
+	h := ""
+	for _, r := range ranks {
+		if r.Rank == rank {
+			h = r.Host
+		}
+	}
+	return h
+}
+
 func median(v []float64) float64 {
-	s := append([]float64(nil), v...)
+	return medianInPlace(append([]float64(nil), v...))
+}
+
+// medianInPlace is median, sorting v.
+func medianInPlace(s []float64) float64 {
 	sort.Float64s(s)
 	n := len(s)
 	if n == 0 {
