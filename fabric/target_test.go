@@ -216,6 +216,20 @@ func skipOrRequire(tb testing.TB, format string, args ...any) {
 	tb.Skipf(format, args...)
 }
 
+// requireRootEnv set to 1 (make test) says the tests run as root where
+// namespaces and mounts work: a test that needs them fails instead of
+// skipping.
+const requireRootEnv = "DDSTORE_REQUIRE_ROOT"
+
+// skipOrRequireRoot skips the test, or fails it when requireRootEnv=1.
+func skipOrRequireRoot(tb testing.TB, format string, args ...any) {
+	tb.Helper()
+	if os.Getenv(requireRootEnv) == "1" {
+		tb.Fatalf(requireRootEnv+"=1: "+format, args...)
+	}
+	tb.Skipf(format, args...)
+}
+
 func openOrSkip(tb testing.TB, o Options) *Fabric {
 	tb.Helper()
 	f, err := Open(o)
