@@ -46,7 +46,6 @@ $(foreach v,$(REQUIRE),$(eval test: export $(v) := 1))
 test: deps $(TEST_EXTRA)
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 20m ./...
-	$(GO) test -race -count=1 -timeout 10m -run 'Concurrent|Race' ./engine ./telemetry ./ui
 
 # The README's main job: a 4-rank trainer on the embedded default config, with ddtop attached.
 demo: build

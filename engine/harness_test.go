@@ -91,7 +91,7 @@ func storeOptions(mode string, params map[string]string) Options {
 	o := DefaultOptions()
 	o.Timeout = 30 * time.Second
 	o.Bootstrap.Timeout = 30 * time.Second
-	o.Fabric.Timeout = 10 * time.Second
+	o.Fabric.Timeout = 10 * time.Second * raceScale
 	switch mode {
 	case "tcp", "tcp-rma", "tcp-gather":
 		// tcp: the default read mode (auto: gather on tcp); tcp-rma and
@@ -116,13 +116,13 @@ func storeOptions(mode string, params map[string]string) Options {
 	}
 	if v := params["FTIMEOUT"]; v != "" {
 		if d, err := time.ParseDuration(v); err == nil {
-			o.Fabric.Timeout = d
+			o.Fabric.Timeout = d * raceScale
 		}
 	}
 	if v := params["TIMEOUT"]; v != "" {
 		if d, err := time.ParseDuration(v); err == nil {
-			o.Timeout = d
-			o.Bootstrap.Timeout = d
+			o.Timeout = d * raceScale
+			o.Bootstrap.Timeout = d * raceScale
 		}
 	}
 	if v := params["LIVENESS"]; v != "" {
@@ -206,7 +206,7 @@ func spawnRanks(t testing.TB, n int, scenario string, params map[string]string, 
 	port := freePort(t)
 	job := testJob(scenario)
 	teldir := t.TempDir()
-	timeout *= hangGuardScale
+	timeout *= hangGuardScale * raceScale
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cmds := make([]*exec.Cmd, n)

@@ -29,7 +29,7 @@ func setup(t *testing.T, o Options, size int, busy bool) (*Fabric, *Reader, *tar
 func setupRank(t *testing.T, o Options, timeout time.Duration, size int, busy bool, rank int) (Options, *Fabric, *Reader, *target, Peer) {
 	t.Helper()
 	if timeout != 0 {
-		o.Timeout = timeout
+		o.Timeout = timeout * raceScale
 	}
 	f := openOrSkip(t, o)
 	r, tgs, peers := readerWith(t, f, o, size, busy, rank)
@@ -241,14 +241,14 @@ func TestBusyTarget(t *testing.T) {
 // these tests: on a loaded 2-core machine the caller can be descheduled and
 // the endpoint's teardown after the deadline takes a second or more
 // (make test-stress saw 4.05 s for a 3 s deadline). A hang is what the
-// checks catch.
-const deadlineSlack = 5 * time.Second
+// checks catch. Stretched under the race detector, as the deadlines are.
+const deadlineSlack = 5 * time.Second * raceScale
 
 func TestKilledTarget(t *testing.T) {
 	for _, pc := range provCases {
 		t.Run(pc.name, func(t *testing.T) {
 			o := pc.opts
-			o.Timeout = 3 * time.Second
+			o.Timeout = 3 * time.Second * raceScale
 			f := openOrSkip(t, o)
 			k := newKillRig(t, f, o, 1<<20) // 64 rows in the 64 MiB region
 			r := k.r

@@ -185,9 +185,9 @@ func startTarget(tb testing.TB, o Options, size int, busy bool) *target {
 			tb.Fatalf("target said %q: %v", s, err)
 		}
 		fmt.Sscanf(hexAddr, "%x", &tg.addr)
-	case <-time.After(20 * time.Second):
+	case <-time.After(20 * time.Second * raceScale):
 		tg.kill()
-		tb.Fatal("target did not report within 20s")
+		tb.Fatalf("target did not report within %v", 20*time.Second*raceScale)
 	}
 	return tg
 }
