@@ -121,8 +121,8 @@ func storeOptions(mode string, params map[string]string) Options {
 	}
 	if v := params["TIMEOUT"]; v != "" {
 		if d, err := time.ParseDuration(v); err == nil {
-			o.Timeout = d * raceScale
-			o.Bootstrap.Timeout = d * raceScale
+			o.Timeout = d
+			o.Bootstrap.Timeout = d
 		}
 	}
 	if v := params["LIVENESS"]; v != "" {

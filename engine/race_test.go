@@ -2,8 +2,8 @@
 
 package engine
 
-// raceScale stretches the ranks' deadlines (the fabric's and the store's
-// timeouts, the hang guards) under the race detector, which make test
-// runs every package with: its instrumentation slows each rank several
-// times over.
+// raceScale stretches the ranks' fabric deadlines (FTIMEOUT) and the hang
+// guards under the race detector, which make test runs every package
+// with: its instrumentation slows each rank several times over. The
+// store's own Timeout is not stretched: scenarios time ranks against it.
 const raceScale = 4
