@@ -32,7 +32,7 @@ python-deps:
 PYTEST := /usr/bin/python3 -m pytest -q -p no:cacheprovider $(CURDIR)/python/tests
 # Open MPI on one node: shared memory between the ranks (no tcp probing of
 # every interface), more ranks than cores, and root allowed (CI runs as root).
-OMPIRUN := OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none \
+OMPIRUN := env OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none \
 	mpirun.openmpi --oversubscribe $(if $(SUDO),,--allow-run-as-root)
 
 python-test: python-deps python-lib
