@@ -868,36 +868,51 @@ func TestKilledRank(t *testing.T) {
 	}
 }
 
-// TestMPIExec runs the matrix scenario under MPICH's mpiexec (PMI exchange).
+// TestMPIExec runs the matrix scenario under MPICH's mpiexec (PMI exchange)
+// and under Open MPI's mpirun (its environment; the node's session
+// directory as the exchange). Both by their full names: with both
+// installed, a bare mpiexec is whichever the alternatives chose.
 func TestMPIExec(t *testing.T) {
-	mpiexec, err := exec.LookPath("mpiexec")
-	if err != nil {
-		t.Skip("mpiexec not installed")
+	mpirun := []string{"-n", "4", "--oversubscribe", "-x", workerEnv, "-x", "DDT_MODE", "-x", "DDT_ROWS", "-x", "DDT_TELDIR"}
+	if os.Geteuid() == 0 {
+		mpirun = append(mpirun, "--allow-run-as-root")
 	}
-	cmd := exec.Command(mpiexec, "-n", "4", os.Args[0], "-test.run=^$")
-	cmd.Env = append(cleanEnv(), workerEnv+"=matrix", "DDT_MODE=tcp", "DDT_ROWS=3072,12800", "DDT_TELDIR="+t.TempDir())
-	done := make(chan struct{})
-	timer := time.AfterFunc(90*time.Second, func() {
-		if cmd.Process != nil {
-			cmd.Process.Kill()
-		}
-		close(done)
-	})
-	out, err := cmd.CombinedOutput()
-	timer.Stop()
-	if err != nil {
-		t.Fatalf("mpiexec: %v\n%s", err, out)
+	for _, l := range []struct {
+		name, prog, pkg string
+		args            []string
+	}{
+		{"mpich", "mpiexec.mpich", "mpich", []string{"-n", "4"}},
+		{"openmpi", "mpirun.openmpi", "openmpi-bin", mpirun},
+	} {
+		t.Run(l.name, func(t *testing.T) {
+			prog, err := exec.LookPath(l.prog)
+			if err != nil {
+				skipOrRequire(t, "DDSTORE_REQUIRE_MPI", "%s not installed (Debian package %s)", l.prog, l.pkg)
+			}
+			cmd := exec.Command(prog, append(l.args, os.Args[0], "-test.run=^$")...)
+			cmd.Env = append(cleanEnv(), workerEnv+"=matrix", "DDT_MODE=tcp", "DDT_ROWS=3072,12800", "DDT_TELDIR="+t.TempDir())
+			timer := time.AfterFunc(90*time.Second, func() {
+				if cmd.Process != nil {
+					cmd.Process.Kill()
+				}
+			})
+			out, err := cmd.CombinedOutput()
+			timer.Stop()
+			if err != nil {
+				t.Fatalf("%s: %v\n%s", l.prog, err, out)
+			}
+			jobs := regexp.MustCompile(`JOB=(\S+)`).FindAllStringSubmatch(string(out), -1)
+			if len(jobs) != 4 {
+				t.Fatalf("want 4 ranks reporting their job, got %d:\n%s", len(jobs), out)
+			}
+			for _, j := range jobs {
+				if j[1] != jobs[0][1] {
+					t.Errorf("ranks disagree on the job id: %q vs %q", j[1], jobs[0][1])
+				}
+			}
+			checkNoShardFiles(t, jobs[0][1])
+		})
 	}
-	jobs := regexp.MustCompile(`JOB=(\S+)`).FindAllStringSubmatch(string(out), -1)
-	if len(jobs) != 4 {
-		t.Fatalf("want 4 ranks reporting their job, got %d:\n%s", len(jobs), out)
-	}
-	for _, j := range jobs {
-		if j[1] != jobs[0][1] {
-			t.Errorf("ranks disagree on the job id: %q vs %q", j[1], jobs[0][1])
-		}
-	}
-	checkNoShardFiles(t, jobs[0][1])
 }
 
 // fileBarrier waits until ranks [0, n) have each created dir/tag.<rank>.

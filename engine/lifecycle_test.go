@@ -138,7 +138,7 @@ func TestLifecycleShardNoSpace(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=1m"); err != nil {
-		t.Skipf("cannot mount a 1 MiB tmpfs on %s (needs root/CAP_SYS_ADMIN): %v", dir, err)
+		skipOrRequire(t, "DDSTORE_REQUIRE_ROOT", "cannot mount a 1 MiB tmpfs on %s (needs root/CAP_SYS_ADMIN): %v", dir, err)
 	}
 	t.Cleanup(func() {
 		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {

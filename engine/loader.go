@@ -161,7 +161,8 @@ type Loader struct {
 	readers    []rowReader // per worker (ThreadReaders); else the store for all
 	owned      []*Reader
 	poolMu     sync.Mutex
-	pool       []*Batch // unreferenced batches, cap = pool size
+	pool       []*Batch // unreferenced batches, cap = poolSize
+	poolSize   int      // set at New: PoolSize reads it without poolMu
 	poolClosed bool
 	recorder   loaderRecorder
 	dev        *gpu.Device // Device: the store's GPU
@@ -224,7 +225,8 @@ func (s *Store) NewLoader(o LoaderOptions) (*Loader, error) {
 			return nil, err
 		}
 	}
-	l.pool = make([]*Batch, 0, o.Prefetch+o.Workers+1)
+	l.poolSize = o.Prefetch + o.Workers + 1
+	l.pool = make([]*Batch, 0, l.poolSize)
 	if t := s.Telemetry(); t != nil {
 		l.recorder = t
 		lc := telemetry.LoaderConfig{Workers: int64(o.Workers), Readers: telemetry.LoaderReadersShared, BatchRows: int64(o.BatchSize)}

@@ -131,7 +131,8 @@ func (l *Loader) getBatch() (*Batch, error) {
 // PoolSize is the number of batches the loader keeps for reuse: the
 // batches in flight (Prefetch, plus one per worker) and one held by the
 // consumer. Batches leased beyond it are allocated and freed as needed.
-func (l *Loader) PoolSize() int { return cap(l.pool) }
+// (Not cap(l.pool): the workers rewrite that slice under poolMu.)
+func (l *Loader) PoolSize() int { return l.poolSize }
 
 // closePool frees the pooled batches; batches still leased are freed at
 // their last Release.

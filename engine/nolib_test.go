@@ -25,10 +25,10 @@ func TestSingleRankWithoutLibfabric(t *testing.T) {
 	}
 	lib, err := fabric.LibraryPath()
 	if err != nil {
-		t.Skipf("libfabric not loadable here: %v", err)
+		skipOrRequire(t, "DDSTORE_REQUIRE_FABRIC", "libfabric not loadable here: %v", err)
 	}
 	if out, err := exec.Command("unshare", "-m", "true").CombinedOutput(); err != nil {
-		t.Skipf("cannot create a mount namespace here (%v: %s)", err, out)
+		skipOrRequire(t, "DDSTORE_REQUIRE_ROOT", "cannot create a mount namespace here (%v: %s)", err, out)
 	}
 	exe, err := os.Executable()
 	if err != nil {

@@ -226,7 +226,7 @@ func TestOptionsEnv(t *testing.T) {
 // option and from DDSTORE_FABRIC; a provider it has opens.
 func TestOpenUnknownProvider(t *testing.T) {
 	if _, err := fabric.LibraryVersion(); err != nil {
-		t.Skipf("libfabric not loadable: %v", err)
+		skipOrRequire(t, "DDSTORE_REQUIRE_FABRIC", "libfabric not loadable: %v", err)
 	}
 	t.Setenv("DDSTORE_FABRIC", "")
 	open := func(provider string) (*Store, error) {

@@ -8,7 +8,7 @@
 #      median over REPS runs, its ratio to ddrun's, and the per-epoch
 #      losses, which must be identical under every launcher (exit 1 if not).
 #
-# Launchers: ddrun (always), MPICH mpiexec (when on PATH), srun (a running
+# Launchers: ddrun (always), MPICH mpiexec.mpich (when on PATH), srun (a running
 # Slurm, else, as root, a one-machine Slurm started for the run by
 # examples/slurm/local-slurm.sh; SRUN_ARGS adds flags, e.g. --mpi=pmi2). The runs
 # alternate launchers within each repetition, so that all see the same load.
@@ -21,7 +21,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 launchers=(ddrun)
-command -v mpiexec >/dev/null && launchers+=(mpiexec)
+command -v mpiexec.mpich >/dev/null && launchers+=(mpiexec)
 if command -v srun >/dev/null; then
   # No Slurm running (SLURM_CONF unset or dead): start a one-machine one
   # for the duration, as root (examples/slurm/local-slurm.sh).
@@ -39,7 +39,7 @@ launch() {
   shift 2
   case $l in
     ddrun) bin/ddrun -n "$n" "$@" ;;
-    mpiexec) mpiexec -n "$n" "$@" ;;
+    mpiexec) mpiexec.mpich -n "$n" "$@" ;;
     srun) srun ${SRUN_ARGS:-} -n "$n" "$@" ;;
   esac
 }

@@ -41,7 +41,7 @@ func TestDoneAfterStoppedPeer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tgs[1].cmd.Process.Signal(syscall.SIGCONT)
-	r.SetTimeout(700 * time.Millisecond)
+	r.SetTimeout(700 * time.Millisecond * raceScale)
 	first := true
 	for _, m := range []struct {
 		name string
@@ -55,8 +55,8 @@ func TestDoneAfterStoppedPeer(t *testing.T) {
 		if !errors.Is(err, ErrTimeout) || fault.RankOf(err) != 2 || !fault.IsRemote(err) {
 			t.Fatalf("%s: want a timeout naming peer 2, got %v", m.name, err)
 		}
-		if el > 10*time.Second {
-			t.Fatalf("%s: returned after %v: SetTimeout(700ms) was not used", m.name, el)
+		if el > 10*time.Second*raceScale {
+			t.Fatalf("%s: returned after %v: SetTimeout(%v) was not used", m.name, el, 700*time.Millisecond*raceScale)
 		}
 		healthy := 0
 		for i, op := range ops {

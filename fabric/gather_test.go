@@ -44,7 +44,7 @@ func checkOps(t *testing.T, what string, ops []ReadOp, tgs []*target, peers []Pe
 func openGather(t *testing.T, timeout time.Duration) (Options, *Fabric) {
 	t.Helper()
 	o := provCases[0].opts // tcp
-	o.Timeout = timeout
+	o.Timeout = timeout * raceScale
 	f := openOrSkip(t, o)
 	needSoftRMA(t, f)
 	return o, f

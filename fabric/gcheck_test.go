@@ -23,7 +23,7 @@ func TestGatherCheckC(t *testing.T) {
 		cc = "gcc"
 	}
 	if _, err := exec.LookPath(cc); err != nil {
-		t.Skipf("no C compiler (%s) to build the C tests", cc)
+		skipOrRequire(t, "no C compiler (%s) to build the C tests", cc)
 	}
 	bin := filepath.Join(t.TempDir(), "gcheck")
 	args := []string{"-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-I.", "testdata/ctest/gcheck_test.c", "dd_gcheck.c", "-o", bin}

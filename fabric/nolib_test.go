@@ -16,7 +16,7 @@ func libfabricPath(t *testing.T) string {
 	t.Helper()
 	p, err := LibraryPath()
 	if err != nil {
-		t.Skipf("libfabric not loadable here: %v", err)
+		skipOrRequire(t, "libfabric not loadable here: %v", err)
 	}
 	return p
 }
@@ -48,10 +48,10 @@ func TestNoLibfabric(t *testing.T) {
 	}
 	lib := libfabricPath(t)
 	if _, err := exec.LookPath("unshare"); err != nil {
-		t.Skip("unshare not found: cannot hide libfabric in a mount namespace")
+		skipOrRequireRoot(t, "unshare not found: cannot hide libfabric in a mount namespace")
 	}
 	if out, err := exec.Command("unshare", "-m", "true").CombinedOutput(); err != nil {
-		t.Skipf("cannot create a mount namespace here (%v: %s)", err, out)
+		skipOrRequireRoot(t, "cannot create a mount namespace here (%v: %s)", err, out)
 	}
 	cmd := exec.Command("unshare", "-m", "sh", "-c", `mount --bind /dev/null "$1" && exec "$2" -test.run '^TestNoLibfabric$' -test.v`, "sh", lib, exe)
 	cmd.Env = append(os.Environ(), "DDSTORE_TEST_NOLIB=1")

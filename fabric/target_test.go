@@ -126,9 +126,9 @@ func startTarget(tb testing.TB, o Options, size int, busy bool) *target {
 			tb.Fatal(err)
 		}
 		tg.addr, tg.key, tg.base = ti.Addr, ti.Key, ti.Base
-	case <-time.After(20 * time.Second):
+	case <-time.After(20 * time.Second * raceScale):
 		tg.kill()
-		tb.Fatal("target did not report within 20s")
+		tb.Fatalf("target did not report within %v", 20*time.Second*raceScale)
 	}
 	return tg
 }
@@ -153,6 +153,20 @@ func skipOrRequire(tb testing.TB, format string, args ...any) {
 	tb.Helper()
 	if os.Getenv(requireFabricEnv) == "1" {
 		tb.Fatalf(requireFabricEnv+"=1: "+format, args...)
+	}
+	tb.Skipf(format, args...)
+}
+
+// requireRootEnv set to 1 (make test) says the tests run as root where
+// namespaces and mounts work: a test that needs them fails instead of
+// skipping.
+const requireRootEnv = "DDSTORE_REQUIRE_ROOT"
+
+// skipOrRequireRoot skips the test, or fails it when requireRootEnv=1.
+func skipOrRequireRoot(tb testing.TB, format string, args ...any) {
+	tb.Helper()
+	if os.Getenv(requireRootEnv) == "1" {
+		tb.Fatalf(requireRootEnv+"=1: "+format, args...)
 	}
 	tb.Skipf(format, args...)
 }

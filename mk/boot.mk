@@ -1,7 +1,7 @@
 # Multi-node bootstrap (issue 9): a real one-machine Slurm for the launcher
 # test, and the launcher comparison.
 
-DEPS += slurmctld:slurm-wlm slurmd:slurm-wlm srun:slurm-wlm munged:munge
+DEPS += slurmctld:slurm-wlm slurmd:slurm-wlm srun:slurm-wlm munged:munge ip:iproute2 unshare:util-linux
 
 TEST_EXTRA += test-slurm
 
@@ -25,7 +25,7 @@ TEST_EXTRA += test-netns
 # between them): same loss as one host over the veth link (not lo), a cut
 # link found within the liveness deadline + 1 s naming the rank, and
 # FABRIC_IFACE=lo refused at Open. Skips (exit 0, with the reason) without
-# root or the ip tool.
+# root or the ip tool; fails instead under DDSTORE_REQUIRE_ROOT=1, as in make test).
 test-netns: deps
 	bash examples/netns/netns-test.sh
 

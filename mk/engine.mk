@@ -1,8 +1,9 @@
 # The engine's sturdiness targets: the suite under load (test-stress), the
-# soak over every read path (soak), and the telemetry reader's fuzz target
-# (fuzz-telemetry, one of make fuzz). None of them is part of make test.
+# soak over every read path and through a replica owner's death (soak; its
+# short form test-soak is part of make test), and the telemetry reader's
+# fuzz target (fuzz-telemetry, one of make fuzz).
 
-.PHONY: test-stress soak fuzz-telemetry
+.PHONY: test-stress soak test-soak fuzz-telemetry
 
 DEPS += stress-ng:stress-ng
 FUZZ_TARGETS += fuzz-telemetry
@@ -40,11 +41,19 @@ test-stress: deps
 
 # 4 ranks read random batches over every path (same-node mapping, tcp
 # one-sided reads, shm, tcp gather), SOAK_ROWS rows per path, every row
-# checked against its pattern; prints the rows and the time per path.
+# checked against its pattern; then 4 ranks in 2 replica groups (width 2)
+# over tcp, rank 1 (a replica owner) killed mid-run, the 3 survivors read
+# SOAK_ROWS rows between them: 0 mismatches, and the rows that failed over
+# to the replica are counted. Prints the rows and the time per path.
 SOAK_ROWS ?= 10000000
 soak: deps
 	DDSTORE_SOAK_ROWS=$(SOAK_ROWS) $(GO) test -count=1 -timeout 120m -run '^TestSoak$$' -v ./engine 2>&1 | \
 	  grep -E '^(soak|--- |ok|FAIL|panic)|FAIL:'; exit $${PIPESTATUS[0]}
+
+# The soak's short form in make test: 1 M rows per path, the kill included.
+TEST_EXTRA += test-soak
+test-soak: deps
+	$(MAKE) --no-print-directory soak SOAK_ROWS=1000000
 
 # FuzzTelemetryReader (corrupted segments through Discover, Open,
 # Snapshot, ReadRing: typed errors, no panic) and FuzzTelemetryModel (a

@@ -1,7 +1,8 @@
 # python/: the C ABI (libddstore.so, go build -buildmode=c-shared) and the
 # ddstore Python package over it (ctypes). Tests run with Debian's
-# /usr/bin/python3 and python3-numpy, python3-torch, python3-pytest, which
-# python-deps installs with apt when /usr/bin/python3 cannot import them.
+# /usr/bin/python3 and python3-numpy, python3-torch, python3-pytest,
+# python3-mpi4py, which python-deps installs with apt when /usr/bin/python3
+# cannot import them.
 
 .PHONY: python-lib python-ctest python-deps python-test
 
@@ -17,20 +18,28 @@ python-ctest: python-lib
 	cd /tmp && env -u RANK -u WORLD_SIZE -u PMI_FD -u PMI_RANK -u PMI_SIZE $(CURDIR)/$(BIN)/ctest
 
 python-deps:
-	@/usr/bin/python3 -c 'import numpy, torch, pytest' 2>/dev/null || { \
-	  echo "installing: python3-numpy python3-torch python3-pytest"; \
+	@/usr/bin/python3 -c 'import numpy, torch, pytest, mpi4py' 2>/dev/null || { \
+	  echo "installing: python3-numpy python3-torch python3-pytest python3-mpi4py"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq \
-	    python3-numpy python3-torch python3-pytest; }
+	    python3-numpy python3-torch python3-pytest python3-mpi4py; }
 
 # The package's tests: single rank, then 4 real ranks under MPICH's mpiexec
-# (PMI bootstrap) and under ddrun (TCP rendezvous). pytest exits non-zero
-# when it collects nothing, so an empty run fails too.
+# (PMI bootstrap), under ddrun (TCP rendezvous) and under Open MPI's mpirun
+# with mpi4py's real MPI.COMM_WORLD (Debian's python3-mpi4py is built on
+# Open MPI). Launchers by their full names: with both MPIs installed a bare
+# mpiexec is whichever the alternatives chose. pytest exits non-zero when it
+# collects nothing, so an empty run fails too.
 PYTEST := /usr/bin/python3 -m pytest -q -p no:cacheprovider $(CURDIR)/python/tests
+# Open MPI on one node: shared memory between the ranks (no tcp probing of
+# every interface), more ranks than cores, and root allowed (CI runs as root).
+OMPIRUN := env OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none \
+	mpirun.openmpi --oversubscribe $(if $(SUDO),,--allow-run-as-root)
 
 python-test: python-deps python-lib
 	$(GO) build -o $(BIN)/ ./cmd/ddrun
 	cd /tmp && timeout 300 $(PYTEST)
-	cd /tmp && timeout 300 mpiexec -n 4 $(PYTEST)
+	cd /tmp && timeout 300 mpiexec.mpich -n 4 $(PYTEST)
 	cd /tmp && timeout 300 $(CURDIR)/$(BIN)/ddrun -n 4 $(PYTEST)
+	cd /tmp && timeout 300 $(OMPIRUN) -n 4 $(PYTEST)
 
 TEST_EXTRA += python-ctest python-test

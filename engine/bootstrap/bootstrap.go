@@ -59,7 +59,9 @@ type Options struct {
 	// PMI_JOBID is set too, as under srun --mpi=pmi2); else tcp if Addr, DDSTORE_BOOTSTRAP_ADDR or
 	// MASTER_ADDR/MASTER_PORT is set, or under srun (SlurmRendezvous); else dir if Dir or
 	// DDSTORE_BOOTSTRAP_DIR is set; else single when the world has one rank;
-	// else an error saying what to set.
+	// else, under Open MPI's mpirun with every rank on one node, dir in
+	// that node's session directory (OpenMPIDir); else an error saying
+	// what to set.
 	Method string
 	// Addr is the tcp rendezvous "host:port" where rank 0 listens and the
 	// others connect. Default DDSTORE_BOOTSTRAP_ADDR, else MASTER_ADDR:MASTER_PORT,
@@ -193,6 +195,14 @@ func (o Options) resolve() (resolved, error) {
 			m = "tcp"
 		case o.Dir != "":
 			m = "dir"
+		case o.Env.Launcher == "openmpi" && o.Env.World > 1:
+			// Open MPI's mpirun has no PMI-1 server: one node's ranks
+			// meet in a directory of that node.
+			dir, err := OpenMPIDir(lookupEnv, o.Env)
+			if err != nil {
+				return resolved{}, err
+			}
+			o.Dir, m = dir, "dir"
 		case o.Env.World == 1:
 			m = "single"
 		default:

@@ -26,8 +26,10 @@
 // from the job and step ids); MASTER_ADDR/MASTER_PORT override it.
 //
 // "auto" picks pmi when PMI_FD is set, else tcp when an address is known,
-// else dir when a directory is known, else the trivial exchanger of a single
-// rank job. Every wait has a deadline; a timeout names the ranks that never
+// else dir when a directory is known, else, under Open MPI's mpirun (which
+// serves PMIx, not PMI-1) with every rank on this node, dir in the node's
+// PMIx session directory (OpenMPIDir; over several nodes an error says what
+// to set), else the trivial exchanger of a single rank job. Every wait has a deadline; a timeout names the ranks that never
 // arrived (errors.Is(err, ErrTimeout), RanksOf(err)); a job token
 // (Options.Token or DDSTORE_JOB_TOKEN) keeps two jobs that
 // share an address or a directory apart; the job's secret (secret.go:

@@ -202,6 +202,36 @@ func detectOMPI(look lookupFunc) (Env, error) {
 	return e, nil
 }
 
+// OpenMPIDir is the exchange directory that "auto" uses for a job of e
+// under Open MPI's mpirun when nothing else is given: the node's PMIx
+// session directory (PMIX_SERVER_TMPDIR, which mpirun removes when the
+// job ends), else os.TempDir(). A directory of one node serves only a job
+// whose ranks all run there (OMPI_COMM_WORLD_LOCAL_SIZE equal to
+// OMPI_COMM_WORLD_SIZE, and OMPI_MCA_orte_num_nodes at most 1 where set);
+// any other job gets an ErrEnv error saying what to set instead.
+func OpenMPIDir(look func(string) (string, bool), e Env) (string, error) {
+	if e.Launcher != "openmpi" {
+		return "", envErr("launcher %q is not Open MPI", e.Launcher)
+	}
+	nodes, hasNodes, err := envInt(look, "OMPI_MCA_orte_num_nodes", false, 1)
+	if err != nil {
+		return "", err
+	}
+	if e.LocalWorld != e.World || (hasNodes && nodes > 1) {
+		span := fmt.Sprintf("OMPI_COMM_WORLD_LOCAL_SIZE=%d of OMPI_COMM_WORLD_SIZE=%d", e.LocalWorld, e.World)
+		if hasNodes {
+			span += fmt.Sprintf(", OMPI_MCA_orte_num_nodes=%d", nodes)
+		}
+		return "", envErr("Open MPI job over more than one node (%s) and no way to exchange: "+
+			"pass an mpi4py communicator (DDStore(comm=MPI.COMM_WORLD)), or set MASTER_ADDR and MASTER_PORT "+
+			"(or DDSTORE_BOOTSTRAP_ADDR) for tcp, or DDSTORE_BOOTSTRAP_DIR to a directory every node sees", span)
+	}
+	if d := nonEmpty(look, "PMIX_SERVER_TMPDIR"); d != "" {
+		return d, nil
+	}
+	return os.TempDir(), nil
+}
+
 // detectHydra: MPICH's Hydra mpiexec. It exports no job id that every
 // rank shares: the job stays unnamed (""), and the PMI exchanger names it
 // from the KVS name (see JobOf). Set DDSTORE_JOB to use the dir method

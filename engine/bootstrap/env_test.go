@@ -2,6 +2,7 @@ package bootstrap
 
 import (
 	"errors"
+	"os"
 	"strings"
 	"testing"
 )
@@ -121,5 +122,45 @@ func TestPMIJobName(t *testing.T) {
 		if got := pmiJobName(kvs); got != want {
 			t.Errorf("pmiJobName(%q) = %q, want %q", kvs, got, want)
 		}
+	}
+}
+
+// OpenMPIDir: the node's PMIx session directory for a one-node job, a
+// clear error naming the variables for a job over several nodes.
+func TestOpenMPIDir(t *testing.T) {
+	one := Env{Rank: 1, World: 4, LocalRank: 1, LocalWorld: 4, Launcher: "openmpi"}
+	cases := []struct {
+		name string
+		e    Env
+		env  map[string]string
+		want string // the directory, or a substring of the error
+		err  bool
+	}{
+		{"session dir", one, map[string]string{"PMIX_SERVER_TMPDIR": "/tmp/ompi.n1.0/pid.7", "OMPI_MCA_orte_num_nodes": "1"},
+			"/tmp/ompi.n1.0/pid.7", false},
+		{"no session dir", one, map[string]string{}, os.TempDir(), false},
+		{"ranks on other nodes", Env{Rank: 1, World: 4, LocalRank: 1, LocalWorld: 2, Launcher: "openmpi"},
+			map[string]string{"PMIX_SERVER_TMPDIR": "/tmp/x"}, "OMPI_COMM_WORLD_LOCAL_SIZE=2 of OMPI_COMM_WORLD_SIZE=4", true},
+		{"local size unknown", Env{Rank: 1, World: 4, LocalRank: 1, Launcher: "openmpi"},
+			map[string]string{}, "OMPI_COMM_WORLD_LOCAL_SIZE=0 of OMPI_COMM_WORLD_SIZE=4", true},
+		{"two nodes", one, map[string]string{"OMPI_MCA_orte_num_nodes": "2"}, "OMPI_MCA_orte_num_nodes=2", true},
+		{"bad node count", one, map[string]string{"OMPI_MCA_orte_num_nodes": "many"}, `OMPI_MCA_orte_num_nodes="many"`, true},
+		{"not open mpi", Env{Rank: 0, World: 2, LocalWorld: 2, Launcher: "hydra"}, map[string]string{}, `launcher "hydra"`, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			look := func(k string) (string, bool) { v, ok := c.env[k]; return v, ok }
+			dir, err := OpenMPIDir(look, c.e)
+			switch {
+			case c.err && err == nil:
+				t.Fatalf("got %q, want an error with %q", dir, c.want)
+			case c.err && (!errors.Is(err, ErrEnv) || !strings.Contains(err.Error(), c.want)):
+				t.Fatalf("error %v, want ErrEnv with %q", err, c.want)
+			case c.err && strings.Contains(c.want, " of ") && !strings.Contains(err.Error(), "mpi4py"):
+				t.Fatalf("error %v does not say what to do instead", err)
+			case !c.err && (err != nil || dir != c.want):
+				t.Fatalf("got %q, %v; want %q", dir, err, c.want)
+			}
+		})
 	}
 }

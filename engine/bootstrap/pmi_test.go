@@ -12,23 +12,61 @@ import (
 	"time"
 )
 
+// requireMPIEnv set to 1 (make test sets it) turns the skip for a missing
+// MPI launcher into a failure.
+const requireMPIEnv = "DDSTORE_REQUIRE_MPI"
+
+// lookLauncher finds an MPI launcher by its full name (with MPICH and Open
+// MPI both installed, a bare mpiexec is whichever the alternatives chose),
+// or skips naming the package, or fails under DDSTORE_REQUIRE_MPI=1.
+func lookLauncher(t *testing.T, name, pkg string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		if os.Getenv(requireMPIEnv) == "1" {
+			t.Fatalf("%s not found (%s=1): install %s", name, requireMPIEnv, pkg)
+		}
+		t.Skipf("%s not found: install %s", name, pkg)
+	}
+	return p
+}
+
 // runMPIExec runs n ranks of a scenario under MPICH's real Hydra mpiexec.
 func runMPIExec(t *testing.T, n int, role string, timeout time.Duration, need int, env ...string) map[int]rankResult {
 	t.Helper()
-	mpiexec, err := exec.LookPath("mpiexec")
-	if err != nil {
-		t.Skip("mpiexec not found: install MPICH (Debian package mpich) to test the PMI method")
+	mpiexec := lookLauncher(t, "mpiexec.mpich", "MPICH (Debian package mpich) to test the PMI method")
+	return runLauncher(t, []string{mpiexec, "-n", strconv.Itoa(n)}, role, timeout, need, env...)
+}
+
+// runOpenMPI runs n ranks of a scenario under Open MPI's real mpirun.
+func runOpenMPI(t *testing.T, n int, role string, timeout time.Duration, need int, env ...string) map[int]rankResult {
+	t.Helper()
+	mpirun := lookLauncher(t, "mpirun.openmpi", "Open MPI (Debian package openmpi-bin)")
+	args := []string{mpirun, "-n", strconv.Itoa(n), "--oversubscribe"}
+	if os.Geteuid() == 0 {
+		args = append(args, "--allow-run-as-root")
 	}
+	// -x: mpirun passes only these of our variables to the ranks.
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		args = append(args, "-x", k)
+	}
+	return runLauncher(t, args, role, timeout, need, env...)
+}
+
+// runLauncher runs a scenario under the launcher command line launch.
+func runLauncher(t *testing.T, launch []string, role string, timeout time.Duration, need int, env ...string) map[int]rankResult {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, mpiexec, "-n", strconv.Itoa(n), os.Args[0], "-test.run=^$")
-	cmd.Env = append(cleanEnv(), "BSTEST_ROLE="+role, "BSTEST_METHOD=auto", "BSTEST_TIMEOUT="+timeout.String())
+	cmd := exec.CommandContext(ctx, launch[0], append(launch[1:], os.Args[0], "-test.run=^$")...)
 	// Ranks also write their results to files: Hydra can die of its own
 	// assertion (control_cb: assert (!closed)) when a rank leaves without
 	// PMI finalize under load, before it relays the ranks' stdout.
 	dir := t.TempDir()
-	cmd.Env = append(cmd.Env, "BSTEST_RESULT_DIR="+dir)
-	cmd.Env = append(cmd.Env, env...)
+	env = append([]string{"BSTEST_ROLE=" + role, "BSTEST_METHOD=auto", "BSTEST_TIMEOUT=" + timeout.String(),
+		"BSTEST_RESULT_DIR=" + dir}, env...)
+	cmd.Env = append(cleanEnv(), env...)
 	out, err := cmd.CombinedOutput()
 	res := map[int]rankResult{}
 	found := strings.Split(string(out), "\n")
@@ -50,7 +88,7 @@ func runMPIExec(t *testing.T, n int, role string, timeout time.Duration, need in
 		}
 	}
 	if len(res) < need {
-		t.Fatalf("mpiexec: %v; %d of %d results; output:\n%s", err, len(res), need, out)
+		t.Fatalf("%s: %v; %d of %d results; output:\n%s", launch[0], err, len(res), need, out)
 	}
 	return res
 }
@@ -105,4 +143,26 @@ func TestPMIMismatchViaRoot(t *testing.T) {
 	wantKind(t, res, 0, "collective mismatch", []int{1}, msg)
 	wantKind(t, res, 1, "collective mismatch", []int{1}, "rank 0 reports: "+msg)
 	wantKind(t, res, 2, "collective mismatch", []int{1}, "rank 0 reports: "+msg)
+}
+
+// Open MPI's mpirun on one node, with no address or directory given: auto
+// picks the dir method in the node's PMIx session directory, and the job
+// is named after the PMIx namespace on every rank.
+func TestOpenMPIAllGather(t *testing.T) {
+	res := runOpenMPI(t, 4, "gather", 10*time.Second, 4)
+	wantAllOK(t, res)
+	job := res[0].Job
+	if !strings.HasPrefix(job, "ompi-") {
+		t.Errorf("job %q is not named after Open MPI's PMIx namespace", job)
+	}
+	for r, rr := range res {
+		if rr.Job != job {
+			t.Errorf("rank %d job %q, rank 0 %q", r, rr.Job, job)
+		}
+	}
+}
+
+func TestOpenMPIMismatch(t *testing.T) {
+	res := runOpenMPI(t, 3, "mismatch", 5*time.Second, 3)
+	wantKind(t, res, 0, "collective mismatch", []int{1}, `rank 1 called "shard-sizes" (#1), rank 0 called "fabric-addr" (#1)`)
 }

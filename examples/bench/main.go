@@ -16,7 +16,7 @@
 //     and 4 workers over tcp, every rank training: fetch (time waiting in
 //     Next) and compute seconds per epoch on rank 0.
 //
-// It runs as ≥ 2 ranks under any launcher (ddrun -n 2 bench, mpiexec -n 2
+// It runs as ≥ 2 ranks under any launcher (ddrun -n 2 bench, mpiexec.mpich -n 2
 // bench, srun); rank 0 prints. --json prints one JSON object instead of the
 // tables; --quick makes a fast sanity run.
 package main
@@ -163,7 +163,7 @@ func run(o options, stdout io.Writer) error {
 		}
 		if st.World() < 2 {
 			st.Close()
-			return errors.New("run as ≥ 2 ranks (ddrun -n 2 bench, mpiexec -n 2 bench)")
+			return errors.New("run as ≥ 2 ranks (ddrun -n 2 bench, mpiexec.mpich -n 2 bench)")
 		}
 		rank, rep.World = st.Rank(), st.World()
 		if rank == 0 && !o.json {

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # life-test.sh: a job's whole life under real launchers (issue 31).
 #  - Go (examples/train --exit-without-close) and Python (noclose.py) programs
-#    that never close their store exit 0, RUNS times each, under mpiexec -n 4,
+#    that never close their store exit 0, RUNS times each, under mpiexec.mpich -n 4,
 #    srun -n 4 (a one-machine Slurm started here) and ddrun -n 4, and train to
 #    the loss of a run that closes;
 #  - a Python program leaves no telemetry segment (its store is closed at
 #    exit); a Go program's segments, whose writers are gone, are removed by
 #    the next job's Open once their heartbeat is stale;
-#  - wrappers: mpiexec -n 4 sh -c '…', mpiexec -n 4 env X=1 …, srun -n 4
+#  - wrappers: mpiexec.mpich -n 4 sh -c '…', mpiexec.mpich -n 4 env X=1 …, srun -n 4
 #    numactl --localalloc … start and train to the same loss;
 #  - Ctrl-C (SIGINT to the launcher's process group, as a terminal sends it)
 #    while the ranks train, or wait in a collective that rank 0 never joins:
@@ -51,10 +51,10 @@ job() {
 
 segments() { find "$DDSTORE_TELEMETRY_DIR" -name 'ddstore-*.tel' 2>/dev/null | wc -l; }
 
-ref=$(job ref mpiexec -n 4 "${TRAIN[@]}" && loss "$work/ref.out")
+ref=$(job ref mpiexec.mpich -n 4 "${TRAIN[@]}" && loss "$work/ref.out")
 echo "reference loss (mpiexec, store closed): $ref"
 
-declare -A launch=([mpiexec]="mpiexec -n 4" [srun]="srun -n 4" [ddrun]="bin/ddrun -n 4")
+declare -A launch=([mpiexec]="mpiexec.mpich -n 4" [srun]="srun -n 4" [ddrun]="bin/ddrun -n 4")
 for l in mpiexec srun ddrun; do
   for i in $(seq "$RUNS"); do
     job "go-$l" ${launch[$l]} "${TRAIN[@]}" --exit-without-close
@@ -65,7 +65,7 @@ done
 left=$(segments)
 [[ $left -gt 0 ]] || fail "Go runs without Close left no segment: the sweep below would prove nothing"
 sleep 6 # telemetry.StaleAfter (5 s) after the last heartbeat
-job sweep mpiexec -n 4 "${TRAIN[@]}"
+job sweep mpiexec.mpich -n 4 "${TRAIN[@]}"
 [[ $(segments) == 0 ]] || fail "the next job's Open left $(segments) of $left leftover segments: $(ls "$DDSTORE_TELEMETRY_DIR")"
 echo "the $left segments of Go runs without Close were removed by the next job's Open"
 
@@ -79,16 +79,16 @@ for l in mpiexec srun ddrun; do
 done
 
 for w in "sh -c 'exec ${TRAIN[*]}'" "env X=1 ${TRAIN[*]}"; do
-  job wrap bash -c "mpiexec -n 4 $w"
-  [[ $(loss "$work/wrap.out") == "$ref" ]] || fail "mpiexec -n 4 $w: loss $(loss "$work/wrap.out"), want $ref"
-  echo "mpiexec -n 4 $w: same loss"
+  job wrap bash -c "mpiexec.mpich -n 4 $w"
+  [[ $(loss "$work/wrap.out") == "$ref" ]] || fail "mpiexec.mpich -n 4 $w: loss $(loss "$work/wrap.out"), want $ref"
+  echo "mpiexec.mpich -n 4 $w: same loss"
 done
 job wrap srun -n 4 numactl --localalloc "${TRAIN[@]}"
 [[ $(loss "$work/wrap.out") == "$ref" ]] || fail "srun numactl: loss $(loss "$work/wrap.out"), want $ref"
 echo "srun -n 4 numactl --localalloc: same loss"
-job wrap mpiexec -n 4 sh -c "$PY examples/life/noclose.py"
+job wrap mpiexec.mpich -n 4 sh -c "$PY examples/life/noclose.py"
 [[ $(grep -c '^ok ' "$work/wrap.out") == 4 ]] || fail "mpiexec sh -c python: $(cat "$work/wrap.out")"
-echo "mpiexec -n 4 sh -c 'python3 …': 4 ranks read every row right"
+echo "mpiexec.mpich -n 4 sh -c 'python3 …': 4 ranks read every row right"
 
 # interrupt NAME PATTERN N CMD...: starts CMD in a process group of its own,
 # waits until N lines of its output match PATTERN, then sends SIGINT to the
@@ -126,9 +126,9 @@ interrupt() {
 # own SIGINT; a fabric read of the vanished peer does not wait).
 go=0 py=0 goerr=0
 for i in $(seq "$CTRLC"); do
-  [[ $(interrupt ctrlc-go '^{' 1 mpiexec -n 4 bin/train --epochs 1000 --rows-per-rank 256 --json) == clean ]] && go=$((go + 1))
+  [[ $(interrupt ctrlc-go '^{' 1 mpiexec.mpich -n 4 bin/train --epochs 1000 --rows-per-rank 256 --json) == clean ]] && go=$((go + 1))
   grep -v '^train: 4 ranks' "$work/ctrlc-go.out" | grep -q '^train: ' && goerr=$((goerr + 1))
-  [[ $(interrupt ctrlc-py '^ready' 4 mpiexec -n 4 $PY examples/life/noclose.py --block) == clean ]] && py=$((py + 1))
+  [[ $(interrupt ctrlc-py '^ready' 4 mpiexec.mpich -n 4 $PY examples/life/noclose.py --block) == clean ]] && py=$((py + 1))
   grep -q '^KeyboardInterrupt' "$work/ctrlc-py.out" ||
     { cat "$work/ctrlc-py.out" >&2; fail "Ctrl-C run $i (Python): no KeyboardInterrupt"; }
 done

@@ -10,7 +10,7 @@ one record per __getitem__ (pyddstore's way: one read per sample); the
 batch path reads a whole batch of records with one get_ranges call.
 Every decoded value is checked against the sample's pattern.
 
-    mpiexec -n 4 /usr/bin/python3 examples/torch/ragged.py
+    mpiexec.mpich -n 4 /usr/bin/python3 examples/torch/ragged.py
     bin/ddrun -n 4 /usr/bin/python3 examples/torch/ragged.py --node-mode fabric
 """
 import argparse

@@ -7,7 +7,7 @@ batches through ddstore.Loader (Go workers, prefetch, zero-copy tensors),
 and averages gradients with torch.distributed (gloo) through
 DistributedDataParallel. Run it with any launcher the engine knows:
 
-    mpiexec -n 4 /usr/bin/python3 examples/torch/train.py
+    mpiexec.mpich -n 4 /usr/bin/python3 examples/torch/train.py
     bin/ddrun -n 4 /usr/bin/python3 examples/torch/train.py
 
 The loss depends only on the data order, so it is identical to the last

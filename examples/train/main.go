@@ -13,7 +13,7 @@
 // node mode. DDSTORE_PROFILE=1 (config key profile) makes every rank's
 // store print its per-phase profile table to stderr at Close.
 //
-// Run it under any launcher: ddrun -n 4 train, mpiexec -n 4 train, srun train.
+// Run it under any launcher: ddrun -n 4 train, mpiexec.mpich -n 4 train, srun train.
 //
 // Switches that cause the pathologies ddtop diagnoses, for real (README):
 // --workers 4 --thread-readers=false (lock wait on the shared reader),

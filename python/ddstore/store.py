@@ -162,8 +162,10 @@ class DDStore:
     DDStore(comm=None, method=0, **options). comm is an optional mpi4py
     communicator: its ranks form the store (bootstrap through a TCP
     rendezvous that rank 0 broadcasts). Without it the engine's own
-    bootstrap reads the launcher's environment (mpiexec's PMI, srun, torchrun
-    variables, ddrun), or makes a single-rank store. method is accepted for
+    bootstrap reads the launcher's environment (MPICH mpiexec's PMI, srun,
+    torchrun variables, ddrun; Open MPI's mpirun on one node, where the
+    ranks meet in the node's session directory), or makes a single-rank
+    store. method is accepted for
     pyddstore compatibility; the engine chooses its transport (shared memory
     on a node, libfabric between nodes).
 

@@ -1,5 +1,6 @@
 """Fixtures: one store per session, opened from the launcher's environment
-(single rank without a launcher; mpiexec -n 4 or ddrun -n 4 for real ranks)."""
+(single rank without a launcher; mpiexec.mpich -n 4 or ddrun -n 4 for real
+ranks), or over mpi4py's MPI.COMM_WORLD under mpirun.openmpi -n 4."""
 import os
 import sys
 
@@ -46,9 +47,19 @@ def add_pattern(store, name, row_shape, dtype, base=37):
     return sum(local_rows(r, base) for r in range(width))
 
 
+def world_comm():
+    """MPI.COMM_WORLD from mpi4py under Open MPI's mpirun (Debian's mpi4py is
+    built on Open MPI), else None: the store then bootstraps from the
+    launcher's environment (MPICH's PMI, ddrun's tcp rendezvous)."""
+    if "OMPI_COMM_WORLD_SIZE" not in os.environ:
+        return None
+    from mpi4py import MPI
+    return MPI.COMM_WORLD
+
+
 @pytest.fixture(scope="session")
 def store():
-    s = ddstore.DDStore(timeout=60)
+    s = ddstore.DDStore(world_comm(), timeout=60)
     yield s
     if not s.closed:
         s.close()
@@ -65,4 +76,4 @@ def clean_env():
     """This environment without the launcher's variables, for jobs the tests start."""
     return {k: v for k, v in os.environ.items()
             if not (k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "DDSTORE_JOB", "LOCAL_RANK",
-                          "LOCAL_WORLD_SIZE") or k.startswith(("PMI_", "SLURM_", "OMPI_", "HYDRA_")))}
+                          "LOCAL_WORLD_SIZE") or k.startswith(("PMI_", "SLURM_", "OMPI_", "HYDRA_", "PMIX_")))}

@@ -18,7 +18,7 @@ DDRUN = os.path.join(ROOT, "bin", "ddrun")
 
 
 def run(launcher, script, *args):
-    cmd = (["mpiexec", "-n", "4"] if launcher == "mpiexec" else [DDRUN, "-n", "4"]) + \
+    cmd = (["mpiexec.mpich", "-n", "4"] if launcher == "mpiexec" else [DDRUN, "-n", "4"]) + \
         ["/usr/bin/python3", script] + list(args)
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=clean_env(), cwd="/tmp")
     assert p.returncode == 0, p.stdout + p.stderr
@@ -51,7 +51,7 @@ def test_train_visible_in_ddtop(single, tmp_path):
         subprocess.run(["go", "build", "-o", os.path.join(ROOT, "bin") + "/", "./cmd/ddtop"], cwd=ROOT, check=True,
                        env=dict(os.environ, PATH="/usr/local/go/bin:" + os.environ["PATH"]))
     env = dict(clean_env(), DDSTORE_TELEMETRY_DIR=str(tmp_path))
-    p = subprocess.Popen(["mpiexec", "-n", "4", "/usr/bin/python3", TRAIN, "--rows", "1024", "--epochs", "1",
+    p = subprocess.Popen(["mpiexec.mpich", "-n", "4", "/usr/bin/python3", TRAIN, "--rows", "1024", "--epochs", "1",
                           "--hold", "20"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                          cwd="/tmp")
     try:

@@ -18,7 +18,7 @@ from conftest import clean_env, local_rows
 HERE = os.path.dirname(os.path.abspath(__file__))
 NO_CLOSE = os.path.join(HERE, "_no_close.py")
 DDRUN = os.path.join(HERE, "..", "..", "bin", "ddrun")
-LAUNCHERS = {"mpiexec": ["mpiexec", "-n", "2"], "ddrun": [DDRUN, "-n", "2"]}
+LAUNCHERS = {"mpiexec": ["mpiexec.mpich", "-n", "2"], "ddrun": [DDRUN, "-n", "2"]}
 TIMEOUT = 120  # s for a whole job, far above what it takes on a loaded machine
 
 

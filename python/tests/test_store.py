@@ -9,7 +9,7 @@ import torch
 
 import ddstore
 from ddstore.store import free_port
-from conftest import add_pattern, local_rows, pattern
+from conftest import world_comm, add_pattern, local_rows, pattern
 
 DTYPES = ["int32", "int64", "uint8", "float32", "float64", "bool"]
 
@@ -201,9 +201,23 @@ def test_free_all_and_barrier(store):
     assert ddstore.PyDDStore is ddstore.DDStore
 
 
+def test_mpi4py_world(store):
+    """Under mpirun.openmpi the session store met over mpi4py's real
+    MPI.COMM_WORLD: same ranks, and every rank's rows read by every rank
+    sum (MPI allreduce) to the pattern's total."""
+    comm = world_comm()
+    if comm is None:
+        pytest.skip("not under mpirun.openmpi: the session store uses the launcher's environment")
+    assert (store.rank, store.size) == (comm.Get_rank(), comm.Get_size()) and store.size > 1
+    n = add_pattern(store, "w", (1,), "int64")
+    got = int(store.get_batch("w", np.arange(n)).sum())
+    assert comm.allreduce(got) == store.size * int(pattern(np.arange(n), (1,), np.int64).sum())
+    store.free("w")
+
+
 class OneRankComm:
-    """The part of an mpi4py communicator DDStore uses (mpi4py itself is
-    not installable next to MPICH here): one rank."""
+    """The part of an mpi4py communicator DDStore uses: one rank (the
+    real MPI.COMM_WORLD is tested under mpirun.openmpi)."""
 
     def Get_rank(self):
         return 0
@@ -243,6 +257,20 @@ def test_second_store_on_the_same_rendezvous(store):
         with ddstore.DDStore(telemetry=False) as s:
             s.add("two", pattern(np.arange(15), (2,), np.int32))
             np.testing.assert_array_equal(s.get_batch("two", [14, 3]), pattern([14, 3], (2,), np.int32))
+        return
+    comm = world_comm()
+    if comm is not None:
+        # the session store met over mpi4py (tcp at rank 0's address): the
+        # launcher's own rendezvous (Open MPI: the node's session
+        # directory) is free, and a second store over the communicator
+        # gets an address of its own
+        for second in (lambda: ddstore.DDStore(telemetry=False), lambda: ddstore.DDStore(comm, telemetry=False)):
+            with second() as s:
+                assert (s.rank, s.size) == (comm.Get_rank(), comm.Get_size())
+                n = add_pattern(s, "two", (2,), "int32")
+                idx = [n - 1, 0, (7 * s.rank + 3) % n]
+                np.testing.assert_array_equal(s.get_batch("two", idx), pattern(idx, (2,), np.int32))
+                s.barrier()
         return
     # the launcher's rendezvous (ddrun: tcp; mpiexec: PMI) is the session store's
     t0 = time.monotonic()
