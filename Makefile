@@ -18,7 +18,7 @@ FUZZ_TARGETS :=
 
 -include mk/*.mk
 
-.PHONY: deps build test test-race demo bench fuzz clean
+.PHONY: deps build test demo bench fuzz clean
 
 deps:
 	@missing=""; \

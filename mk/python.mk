@@ -37,9 +37,9 @@ OMPIRUN := env OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=
 
 python-test: python-deps python-lib
 	$(GO) build -o $(BIN)/ ./cmd/ddrun
-	cd /tmp && timeout 300 $(PYTEST)
-	cd /tmp && timeout 300 mpiexec.mpich -n 4 $(PYTEST)
-	cd /tmp && timeout 300 $(CURDIR)/$(BIN)/ddrun -n 4 $(PYTEST)
-	cd /tmp && timeout 300 $(OMPIRUN) -n 4 $(PYTEST)
+	cd /tmp && timeout 900 $(PYTEST)
+	cd /tmp && timeout 900 mpiexec.mpich -n 4 $(PYTEST)
+	cd /tmp && timeout 900 $(CURDIR)/$(BIN)/ddrun -n 4 $(PYTEST)
+	cd /tmp && timeout 900 $(OMPIRUN) -n 4 $(PYTEST)
 
 TEST_EXTRA += python-ctest python-test
