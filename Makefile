@@ -18,7 +18,7 @@ FUZZ_TARGETS :=
 
 -include mk/*.mk
 
-.PHONY: deps build test demo bench fuzz clean
+.PHONY: deps build test test-plain demo bench fuzz clean
 
 deps:
 	@missing=""; \
@@ -43,8 +43,14 @@ REQUIRE := DDSTORE_REQUIRE_FABRIC DDSTORE_REQUIRE_MPI DDSTORE_REQUIRE_ROOT DDTOP
 $(foreach v,$(REQUIRE),$(eval test: export $(v) := 1))
 
 # The README's test command.
+# Every test runs once, under the race detector (test-race-all, mk/race.mk),
+# except those that measure: they run here, without it. make test-plain runs
+# the whole suite without the detector.
 test: deps $(TEST_EXTRA)
 	$(GO) vet ./...
+	$(GO) test -count=1 -timeout 20m -run '^($(PLAIN_ONLY))$$' ./examples/train ./engine/ctrl
+
+test-plain: deps
 	$(GO) test -count=1 -timeout 20m ./...
 
 # The README's main job: a 4-rank trainer on the embedded default config, with ddtop attached.

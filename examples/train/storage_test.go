@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -44,9 +45,11 @@ func storageMain() bool {
 }
 
 // storageEnv is the environment both launches of a job with storage
-// ranks share.
+// ranks share, one DDSTORE_TOKEN included: launches that meet prove one
+// secret (each ddrun launch would otherwise make its own).
 func storageEnv(t testing.TB, dir string, trainers, ranks, width int) []string {
 	return []string{"DDSTORE_STORAGE_JOB=" + fmt.Sprintf("st%d-%d", os.Getpid(), time.Now().UnixNano()),
+		"DDSTORE_TOKEN=" + rand.Text(),
 		"DDSTORE_STORAGE_ADDR=127.0.0.1:" + strconv.Itoa(freeTCPPort(t)), "DDSTORE_STORAGE_DATA=" + dir,
 		"DDSTORE_STORAGE_RANKS=" + strconv.Itoa(ranks), "DDSTORE_STORAGE_TRAINERS=" + strconv.Itoa(trainers),
 		"DDSTORE_STORAGE_WIDTH=" + strconv.Itoa(width)}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package ctrl
+
+const raceEnabled = false
