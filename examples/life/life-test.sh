@@ -103,7 +103,7 @@ interrupt() {
     sleep 0.1
     ((t++ < 1200)) || { kill -9 -- -$pid; fail "$name: not started in 120 s: $(cat "$work/$name.out")"; }
   done
-  kill -INT -- -$pid
+  kill -INT -- -$pid 2>/dev/null || true # the job may have just ended
   local rc=0
   timeout 60 tail --pid=$pid -f /dev/null || { kill -9 -- -$pid; fail "$name: still running 60 s after Ctrl-C"; }
   wait $pid || rc=$?
