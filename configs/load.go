@@ -49,6 +49,7 @@ const (
 	kindBool
 	kindDuration
 	kindBytes
+	kindPrefetch // an integer or "auto" (PrefetchAuto)
 )
 
 // key is one documented key: its YAML path, its environment variable and
@@ -93,7 +94,7 @@ var keys = []key{
 	{"bootstrap.dir", "DDSTORE_BOOTSTRAP_DIR", kindString, func(c *Config, v any) { c.Bootstrap.Dir = v.(string) }},
 	{"bootstrap.timeout", "DDSTORE_BOOTSTRAP_TIMEOUT", kindDuration, func(c *Config, v any) { c.Bootstrap.Timeout = v.(time.Duration) }},
 	{"loader.workers", "DDSTORE_LOADER_WORKERS", kindInt, func(c *Config, v any) { c.Loader.Workers = v.(int) }},
-	{"loader.prefetch", "DDSTORE_LOADER_PREFETCH", kindInt, func(c *Config, v any) { c.Loader.Prefetch = v.(int) }},
+	{"loader.prefetch", "DDSTORE_LOADER_PREFETCH", kindPrefetch, func(c *Config, v any) { c.Loader.Prefetch = v.(int) }},
 	{"ddtop.interval", "", kindDuration, func(c *Config, v any) { c.Ddtop.Interval = v.(time.Duration) }},
 	{"ddtop.history", "", kindInt, func(c *Config, v any) { c.Ddtop.History = v.(int) }},
 	{"ddtop.job", "", kindString, func(c *Config, v any) { c.Ddtop.Job = v.(string) }},
@@ -306,6 +307,15 @@ func parse(kind keyKind, raw any) (any, error) {
 		return nil, fmt.Errorf("%q is not a duration (e.g. 10s, 500ms, or seconds)", s)
 	case kindBytes:
 		return ParseBytes(s)
+	case kindPrefetch:
+		if strings.EqualFold(s, "auto") {
+			return PrefetchAuto, nil
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is neither an integer ≥ 1 nor auto", s)
+		}
+		return n, nil
 	}
 	return nil, fmt.Errorf("unknown kind %d", kind)
 }
@@ -408,8 +418,8 @@ func (c Config) Validate() error {
 		return bad("bootstrap.timeout", "%v must be > 0", c.Bootstrap.Timeout)
 	case c.Loader.Workers < 0:
 		return bad("loader.workers", "%d < 0", c.Loader.Workers)
-	case c.Loader.Prefetch < 1:
-		return bad("loader.prefetch", "%d < 1", c.Loader.Prefetch)
+	case c.Loader.Prefetch < 1 && c.Loader.Prefetch != PrefetchAuto:
+		return bad("loader.prefetch", "%d < 1 (auto lets the loader choose)", c.Loader.Prefetch)
 	case c.Machine.RanksPerNode < 0 || c.Machine.CoresPerRank < 0:
 		return bad("machine", "negative ranks_per_node or cores_per_rank")
 	case c.Ddtop.Interval < MinDdtopInterval:

@@ -107,6 +107,8 @@ func TestLoadErrorsNameKeyAndSource(t *testing.T) {
 		{"bad read mode env", "", [2]string{"DDSTORE_READ_MODE", "telepathy"}, []string{"reads.mode", "telepathy"}},
 		{"zero window env", "", [2]string{"DDSTORE_FABRIC_WINDOW", "0"}, []string{"fabric.window", "DDSTORE_FABRIC_WINDOW"}},
 		{"bad progress env", "", [2]string{"DDSTORE_FABRIC_PROGRESS", "busy"}, []string{"fabric.progress", "DDSTORE_FABRIC_PROGRESS"}},
+		{"bad prefetch env", "", [2]string{"DDSTORE_LOADER_PREFETCH", "deep"}, []string{"loader.prefetch", "DDSTORE_LOADER_PREFETCH", "auto"}},
+		{"negative prefetch file", write("p.yaml", "loader:\n  prefetch: -1\n"), [2]string{}, []string{"loader.prefetch", "p.yaml"}},
 		{"missing file", filepath.Join(dir, "nope.yaml"), [2]string{}, []string{"nope.yaml"}},
 		{"broken yaml", write("y.yaml", "fabric: [\n"), [2]string{}, []string{"y.yaml"}},
 	} {
@@ -128,6 +130,26 @@ func TestLoadErrorsNameKeyAndSource(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// loader.prefetch takes a number or auto, from a file or the environment.
+func TestPrefetchAuto(t *testing.T) {
+	clearEnv(t)
+	p := filepath.Join(t.TempDir(), "a.yaml")
+	if err := os.WriteFile(p, []byte("loader:\n  prefetch: auto\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := Load(p); err != nil || c.Loader.Prefetch != PrefetchAuto {
+		t.Fatalf("file auto: %d, %v", c.Loader.Prefetch, err)
+	}
+	t.Setenv("DDSTORE_LOADER_PREFETCH", " AUTO ")
+	if c, err := Load(""); err != nil || c.Loader.Prefetch != PrefetchAuto {
+		t.Fatalf("env auto: %d, %v", c.Loader.Prefetch, err)
+	}
+	t.Setenv("DDSTORE_LOADER_PREFETCH", "6")
+	if c, err := Load(p); err != nil || c.Loader.Prefetch != 6 {
+		t.Fatalf("env 6 over file auto: %d, %v", c.Loader.Prefetch, err)
 	}
 }
 

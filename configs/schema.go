@@ -79,8 +79,12 @@ type BootstrapConfig struct {
 // LoaderConfig is the loader section.
 type LoaderConfig struct {
 	Workers  int // worker goroutines; 0 = reads on the caller's goroutine
-	Prefetch int // batches in flight ahead of the consumer
+	Prefetch int // batches in flight ahead of the consumer; PrefetchAuto ("auto"): the loader chooses
 }
+
+// PrefetchAuto is LoaderConfig.Prefetch for "auto": the loader chooses its
+// depth from the fetch and step times it measures (engine.PrefetchAuto).
+const PrefetchAuto = -1
 
 // DdtopConfig is the ddtop section: the monitor's settings. Its directory
 // is telemetry.dir, the trainers' own.

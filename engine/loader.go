@@ -11,6 +11,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ddstore/ddstore/gpu"
@@ -53,7 +54,8 @@ type LoaderOptions struct {
 	Workers int
 	// Prefetch is the number of batches in flight ahead of the consumer
 	// (being read or ready) when Workers > 0. Default 2; raised to Workers
-	// so that every worker can be busy.
+	// so that every worker can be busy. PrefetchAuto lets the loader
+	// choose it from the fetch and step times it measures (Loader.Depth).
 	Prefetch int
 	// BatchGet reads a batch with one GetBatch per variable; false makes one
 	// Get per sample (the seed's DDSTORE_BATCH_GET=0).
@@ -86,13 +88,13 @@ type LoaderOptions struct {
 const DefaultLoaderTimeout = 2 * time.Minute
 
 // EnsureDefaults fills the zero fields with their documented defaults
-// (Prefetch 2, and never fewer than Workers; Timeout 2m) and returns o; it
-// checks nothing (Validate does). NewLoader calls it.
+// (Prefetch 2, and never fewer than Workers unless PrefetchAuto; Timeout
+// 2m) and returns o; it checks nothing (Validate does). NewLoader calls it.
 func (o *LoaderOptions) EnsureDefaults() *LoaderOptions {
 	if o.Prefetch == 0 {
 		o.Prefetch = 2
 	}
-	if o.Prefetch < o.Workers {
+	if o.Prefetch != PrefetchAuto && o.Prefetch < o.Workers {
 		o.Prefetch = o.Workers
 	}
 	if o.Timeout == 0 {
@@ -111,8 +113,8 @@ func (o *LoaderOptions) Validate() error {
 		return loaderErr("", nil, "BatchSize %d must be > 0", o.BatchSize)
 	case o.Workers < 0:
 		return loaderErr("", nil, "Workers %d is negative", o.Workers)
-	case o.Prefetch < 0:
-		return loaderErr("", nil, "Prefetch %d is negative", o.Prefetch)
+	case o.Prefetch < 0 && o.Prefetch != PrefetchAuto:
+		return loaderErr("", nil, "Prefetch %d is negative (PrefetchAuto is %d)", o.Prefetch, PrefetchAuto)
 	case o.Replicas < 0 || (o.Replicas > 0 && (o.Rank < 0 || o.Rank >= o.Replicas)):
 		return loaderErr("", nil, "Rank %d outside [0, Replicas %d)", o.Rank, o.Replicas)
 	case o.Timeout < 0:
@@ -167,14 +169,21 @@ type Loader struct {
 	recorder   loaderRecorder
 	dev        *gpu.Device // Device: the store's GPU
 	rings      []*devRing  // Device: per worker (one without workers)
+	depthLo    int         // PrefetchAuto: bounds of the depth
+	depthHi    int
+	depth      atomic.Int64 // prefetch depth in use (PrefetchAuto: chosen, kept across epochs)
 
 	mu     sync.Mutex
 	cur    *Epoch
 	closed bool
 }
 
-// loaderRecorder is the telemetry hook (telemetry.Writer.RecordLoader).
-type loaderRecorder interface{ RecordLoader(waitNs, stepNs int64) }
+// loaderRecorder is the telemetry hook (telemetry.Writer.RecordLoader,
+// SetLoaderPrefetch).
+type loaderRecorder interface {
+	RecordLoader(waitNs, stepNs int64)
+	SetLoaderPrefetch(depth int64)
+}
 
 // NewLoader returns a loader over o.Vars.
 func (s *Store) NewLoader(o LoaderOptions) (*Loader, error) {
@@ -182,6 +191,11 @@ func (s *Store) NewLoader(o LoaderOptions) (*Loader, error) {
 		return nil, err
 	}
 	l := &Loader{s: s, o: o, direct: sharedPath{}, rowBytes: make([]int, len(o.Vars)), vars: make([]*Var, len(o.Vars))}
+	l.depth.Store(int64(o.Prefetch))
+	if o.Prefetch == PrefetchAuto {
+		l.depthLo, l.depthHi = max(o.Workers, 1), max(MaxAutoPrefetch, o.Workers)
+		l.depth.Store(int64(max(2, l.depthLo)))
+	}
 	for i, name := range o.Vars {
 		v, err := s.Var(name)
 		if err != nil {
@@ -225,13 +239,14 @@ func (s *Store) NewLoader(o LoaderOptions) (*Loader, error) {
 			return nil, err
 		}
 	}
-	l.poolSize = o.Prefetch + o.Workers + 1
+	l.poolSize = l.maxDepth() + o.Workers + 1
 	l.pool = make([]*Batch, 0, l.poolSize)
 	if t := s.Telemetry(); t != nil {
 		l.recorder = t
 		lc := telemetry.LoaderConfig{Workers: int64(o.Workers), Readers: telemetry.LoaderReadersShared, BatchRows: int64(o.BatchSize)}
 		if o.Workers > 0 {
-			lc.Prefetch = int64(o.Prefetch)
+			lc.Prefetch = l.depth.Load()
+			lc.PrefetchMax = int64(l.depthHi) // 0 unless PrefetchAuto
 		}
 		if o.ThreadReaders {
 			lc.Readers = telemetry.LoaderReadersThread
@@ -243,6 +258,19 @@ func (s *Store) NewLoader(o LoaderOptions) (*Loader, error) {
 
 // Options returns the options in use (defaults filled).
 func (l *Loader) Options() LoaderOptions { return l.o }
+
+// Depth returns the prefetch depth in use: Prefetch, or with PrefetchAuto
+// the one the loader chose last (it is kept from one epoch to the next).
+func (l *Loader) Depth() int { return int(l.depth.Load()) }
+
+// maxDepth is the deepest prefetch the loader may use: what slots, the
+// batch pool and device rings are sized for.
+func (l *Loader) maxDepth() int {
+	if l.o.Prefetch == PrefetchAuto {
+		return l.depthHi
+	}
+	return l.o.Prefetch
+}
 
 // Rows returns the global rows of the served variables.
 func (l *Loader) Rows() int64 { return l.rows }

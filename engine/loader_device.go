@@ -42,7 +42,7 @@ type devRing struct {
 // worker never waits for a consumer that releases each batch before its
 // next Next (Prefetch batches in flight, one being filled, one held, one
 // spare for a consumer that releases just after Next).
-func (l *Loader) deviceRingSlots() int { return l.o.Prefetch + 3 }
+func (l *Loader) deviceRingSlots() int { return l.maxDepth() + 3 }
 
 // newDeviceRings makes a ring per worker (one for the caller's goroutine
 // without workers) with its own Reader; slots are allocated at first use.

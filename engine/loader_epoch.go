@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ddstore/ddstore/telemetry"
 )
 
 // EpochStats are the consumer-side timings of an epoch so far.
@@ -20,8 +22,9 @@ type EpochStats struct {
 }
 
 type result struct {
-	b   *Batch
-	err error
+	b       *Batch
+	err     error
+	fetchNs int64 // the worker's time filling b
 }
 
 // Epoch iterates over one epoch's batches in order. One consumer goroutine
@@ -34,9 +37,13 @@ type Epoch struct {
 	n       int // batches
 
 	// workers
-	k        int
+	k        int // slots: the deepest prefetch (Loader.maxDepth)
 	slots    []chan result
-	tokens   chan struct{}
+	tokens   chan struct{} // depth tokens circulate (fewer while owe > 0)
+	owe      int           // tokens to withhold: the depth was lowered
+	auto     bool          // PrefetchAuto: ds decides the depth
+	ds       depthState
+	win      depthStats
 	next     atomic.Int64
 	stop     chan struct{} // closed once (stopOnce) by Close or a failing Next
 	stopOnce sync.Once
@@ -90,14 +97,19 @@ func (l *Loader) epoch(e int, idx []int64) (*Epoch, error) {
 	ep := &Epoch{l: l, epoch: e, indices: idx}
 	ep.n = numBatches(len(ep.indices), l.o.BatchSize, l.o.DropLast)
 	if l.o.Workers > 0 {
-		ep.k = l.o.Prefetch
+		ep.k = l.maxDepth()
 		ep.slots = make([]chan result, ep.k)
 		for i := range ep.slots {
 			ep.slots[i] = make(chan result, 1)
 		}
 		ep.tokens = make(chan struct{}, ep.k)
-		for range ep.k {
+		depth := l.Depth()
+		for range depth {
 			ep.tokens <- struct{}{}
+		}
+		if l.o.Prefetch == PrefetchAuto {
+			ep.auto = true
+			ep.ds = depthState{Depth: depth, Lo: l.depthLo, Hi: l.depthHi}
 		}
 		ep.stop = make(chan struct{})
 		ep.timer = time.NewTimer(time.Hour)
@@ -138,8 +150,8 @@ func (e *Epoch) batchIdx(b int) []int64 {
 
 // work is one worker: it takes a token (a free prefetch slot), the next
 // batch number, fills the batch and parks it in slot number%k. Batch
-// numbers in flight are always a contiguous run of at most k after the
-// consumer's position, so slots never collide.
+// numbers in flight are always a contiguous run of at most depth <= k
+// after the consumer's position, so slots never collide.
 func (e *Epoch) work(w int) {
 	defer e.wg.Done()
 	for {
@@ -159,14 +171,22 @@ func (e *Epoch) work(w int) {
 			return
 		}
 		b, err := e.l.lease(w, e.stop)
+		var fetch int64
 		if err == nil {
 			b.Epoch, b.Number = e.epoch, num
+			var t0 int64
+			if e.auto {
+				t0 = telemetry.Nanotime()
+			}
 			if err = e.l.fillFor(w, b, e.batchIdx(num)); err != nil {
 				b.Release()
 				b = nil
 			}
+			if e.auto {
+				fetch = telemetry.Nanotime() - t0
+			}
 		}
-		e.slots[num%e.k] <- result{b, err}
+		e.slots[num%e.k] <- result{b, err, fetch}
 		if err != nil {
 			return
 		}
@@ -251,12 +271,20 @@ func (e *Epoch) nextWithin(slice time.Duration) (*Batch, error) {
 			return nil, r.err
 		}
 		b = r.b
-		e.tokens <- struct{}{}
+		if e.owe > 0 {
+			e.owe-- // the depth was lowered: this token leaves circulation
+		} else {
+			e.tokens <- struct{}{}
+		}
+		if e.auto {
+			e.win.MaxFetchNs = max(e.win.MaxFetchNs, r.fetchNs)
+		}
 	}
 	e.cur++
 	wait := now.Sub(t0)
 	step := wait
-	if !e.lastReturn.IsZero() {
+	first := e.lastReturn.IsZero()
+	if !first {
 		step = now.Sub(e.lastReturn)
 	}
 	e.lastReturn = now
@@ -267,7 +295,42 @@ func (e *Epoch) nextWithin(slice time.Duration) (*Batch, error) {
 	if e.l.recorder != nil {
 		e.l.recorder.RecordLoader(int64(wait), int64(step))
 	}
+	if e.auto && !first { // the first batch's wait is the epoch's start-up: no depth hides it
+		e.tune(wait, step)
+	}
 	return b, nil
+}
+
+// tune adds a batch's timings to the window and, every depthWindow
+// batches, applies nextDepth's answer: a deeper prefetch puts tokens into
+// circulation at once, a shallower one withholds returned tokens.
+func (e *Epoch) tune(wait, step time.Duration) {
+	e.win.Batches++
+	e.win.WaitNs += int64(wait)
+	e.win.StepNs += int64(step)
+	if e.win.Batches < depthWindow {
+		return
+	}
+	old := e.ds.Depth
+	e.ds = nextDepth(e.ds, e.win)
+	e.win = depthStats{}
+	for d := old; d < e.ds.Depth; d++ {
+		if e.owe > 0 {
+			e.owe--
+			continue
+		}
+		select {
+		case e.tokens <- struct{}{}: // never blocks: at most k tokens exist
+		default:
+		}
+	}
+	e.owe += max(old-e.ds.Depth, 0)
+	if e.ds.Depth != old {
+		e.l.depth.Store(int64(e.ds.Depth))
+		if e.l.recorder != nil {
+			e.l.recorder.SetLoaderPrefetch(int64(e.ds.Depth))
+		}
+	}
 }
 
 func (e *Epoch) errClosed() error {

@@ -162,7 +162,11 @@ func imgVal(g int64, j int) float32 { return float32(g)*0.5 + float32(j) }
 
 func TestLoaderMultiRank(t *testing.T) {
 	if os.Getenv(loaderEnvRank) != "" {
-		if err := loaderRankMain(); err != nil {
+		main := loaderRankMain
+		if os.Getenv(loaderEnvAuto) != "" {
+			main = autoPrefetchRankMain
+		}
+		if err := main(); err != nil {
 			fmt.Fprintln(os.Stderr, "RANK FAILED:", err)
 			os.Exit(1)
 		}
@@ -178,7 +182,13 @@ func TestLoaderMultiRank(t *testing.T) {
 	}
 }
 
-func runLoaderRanks(t *testing.T, mode string) {
+func runLoaderRanks(t *testing.T, mode string) { runLoaderRanksEnv(t, mode, nil, nil) }
+
+// runLoaderRanksEnv runs loaderWorld ranks of TestLoaderMultiRank's child
+// with env added; started, when not nil, gets the processes once all run
+// and returns what to call once they have ended. It returns each rank's
+// output.
+func runLoaderRanksEnv(t *testing.T, mode string, env []string, started func([]*exec.Cmd) (stop func())) []string {
 	dir := t.TempDir()
 	// Under stress-ng and the rest of the suite, both modes together took
 	// 150 s in one passing run here, and one mode overran 90 s in another.
@@ -201,10 +211,14 @@ func runLoaderRanks(t *testing.T, mode string) {
 			"DDSTORE_LOADER_TEST_JOB="+job,
 			"DDSTORE_TELEMETRY_DIR="+dir,
 		)
+		cmd.Env = append(cmd.Env, env...)
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
 		cmds[r] = cmd
+	}
+	if started != nil {
+		defer started(cmds)()
 	}
 	failed := false
 	for r, cmd := range cmds {
@@ -216,6 +230,11 @@ func runLoaderRanks(t *testing.T, mode string) {
 	if failed && ctx.Err() != nil {
 		t.Fatal("ranks did not finish within 240s")
 	}
+	out := make([]string, len(outs))
+	for r, b := range outs {
+		out[r] = b.String()
+	}
+	return out
 }
 
 func openLoaderTestStore() (*Store, error) {
@@ -450,33 +469,13 @@ func loaderRankMain() error {
 	}
 
 	// Every delivered batch was recorded in this rank's telemetry segment.
-	segs, err := telemetry.Discover(os.Getenv("DDSTORE_LOADER_TEST_DIR"))
+	lc, err := ownLoaderCounters()
 	if err != nil {
 		return err
 	}
-	found := false
-	for _, si := range segs {
-		if si.Pid != os.Getpid() {
-			continue
-		}
-		seg, err := telemetry.Open(si.Path)
-		if err != nil {
-			return err
-		}
-		snap, err := seg.Snapshot()
-		seg.Close()
-		if err != nil {
-			return err
-		}
-		lc := snap.Loader
-		if lc.Batches != int64(delivered) || lc.WaitNs <= 0 || lc.StepNs < lc.WaitNs {
-			return fmt.Errorf("telemetry loader counters %d batches, wait %d ns, step %d ns; want %d batches, 0 < wait ≤ step",
-				lc.Batches, lc.WaitNs, lc.StepNs, delivered)
-		}
-		found = true
-	}
-	if !found {
-		return fmt.Errorf("no telemetry segment of pid %d in %s", os.Getpid(), os.Getenv("DDSTORE_LOADER_TEST_DIR"))
+	if lc.Batches != int64(delivered) || lc.WaitNs <= 0 || lc.StepNs < lc.WaitNs {
+		return fmt.Errorf("telemetry loader counters %d batches, wait %d ns, step %d ns; want %d batches, 0 < wait ≤ step",
+			lc.Batches, lc.WaitNs, lc.StepNs, delivered)
 	}
 
 	// Fast collate with batched reads reuses the batch buffers: no heap
@@ -577,6 +576,32 @@ func loaderRankMain() error {
 		return fmt.Errorf("leases: %w", err)
 	}
 	return closeWakesNext(s, global, rank)
+}
+
+// ownLoaderCounters reads the loader block of this process's telemetry
+// segment, as ddtop does.
+func ownLoaderCounters() (telemetry.LoaderCounters, error) {
+	dir := os.Getenv("DDSTORE_LOADER_TEST_DIR")
+	segs, err := telemetry.Discover(dir)
+	if err != nil {
+		return telemetry.LoaderCounters{}, err
+	}
+	for _, si := range segs {
+		if si.Pid != os.Getpid() {
+			continue
+		}
+		seg, err := telemetry.Open(si.Path)
+		if err != nil {
+			return telemetry.LoaderCounters{}, err
+		}
+		snap, err := seg.Snapshot()
+		seg.Close()
+		if err != nil {
+			return telemetry.LoaderCounters{}, err
+		}
+		return snap.Loader, nil
+	}
+	return telemetry.LoaderCounters{}, fmt.Errorf("no telemetry segment of pid %d in %s", os.Getpid(), dir)
 }
 
 // stalledLoader is a one-worker loader of "img" whose worker stalls on

@@ -57,7 +57,8 @@ package telemetry
 //  | 640 proc[8]: process counters (v2): 0 quarantinedReaders,     |
 //  |     1 leakedBuffers, 2..7 reserved for other engine counters  |
 //  +---------------------------------------------------------------+ 704
-//  | 704 features (v2, optional: bit 0 = scan marks kept)          |
+//  | 704 features (v2, optional: bit 0 = scan marks kept,          |
+//  |     bit 1 = loader prefetchMax kept)                          |
 //  | 712 varsUsed (feature 0: highest variable slot ever used + 1) |
 //  | 720 peerLanes (v3: lanes of the peer table, 1..64)            |
 //  | 728 lanesUsed (v3, feature 0: bit l = lane l was written)     |
@@ -85,7 +86,8 @@ package telemetry
 // Loader block (704 B):
 //
 //  | 0 batches | 8 waitNs | 16 stepNs | 24 workers (v2) | 32 prefetch (v2)
-//  | 40 readerKind (v2: 0 unknown, 1 shared, 2 thread readers) | 48 batchRows (v2) | 56 pad
+//  | 40 readerKind (v2: 0 unknown, 1 shared, 2 thread readers) | 48 batchRows (v2)
+//  | 56 prefetchMax (feature 1: prefetch auto's upper bound, 0 = prefetch fixed)
 //  | 64 waitHist[40] | 384 stepHist[40]
 //
 // Peer slot (192 B, v2), one per target rank in each lane (ranks >=
@@ -225,6 +227,7 @@ const (
 	lPrefetch = 32 // v2
 	lReaders  = 40 // v2
 	lBatchRow = 48 // v2
+	lPrefMax  = 56 // featLoaderDepth
 	lWaitHist = 64
 	lStepHist = 384
 
@@ -256,6 +259,10 @@ const (
 	// featScanMarks: the writer keeps varsUsed and each variable's
 	// stripesUsed (see Scan marks above).
 	featScanMarks = 1 << 0
+	// featLoaderDepth: the loader block's prefetchMax word (its padding
+	// before) is kept, and prefetch is the depth in use, which the
+	// loader changes when prefetchMax > 0 (prefetch auto).
+	featLoaderDepth = 1 << 1
 
 	// limits accepted by readers (and writers)
 	maxMaxVars    = 4096

@@ -569,6 +569,9 @@ func (s *Segment) SnapshotTo(dst *Snapshot) (err error) {
 			Workers: m.loadI(l + lWorkers), Prefetch: m.loadI(l + lPrefetch),
 			Readers: m.loadI(l + lReaders), BatchRows: m.loadI(l + lBatchRow),
 		}
+		if s.h.features&featLoaderDepth != 0 {
+			snap.Loader.Config.PrefetchMax = m.loadI(l + lPrefMax)
+		}
 		for i := range snap.Proc {
 			snap.Proc[i] = m.loadI(hProc + int64(i)*8)
 		}

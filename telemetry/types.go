@@ -276,9 +276,13 @@ const (
 // with Writer.SetLoaderConfig (v2; zero in v1 files).
 type LoaderConfig struct {
 	Workers   int64 // worker goroutines (0: the consumer reads)
-	Prefetch  int64 // batches in flight ahead of the consumer
+	Prefetch  int64 // batches in flight ahead of the consumer (the depth in use)
 	Readers   int64 // LoaderReaders*
 	BatchRows int64 // rows per batch
+	// PrefetchMax is, with prefetch auto, the deepest prefetch the loader
+	// may choose (Prefetch is its current choice); 0 when the prefetch is
+	// fixed, and in files without the loader-depth feature.
+	PrefetchMax int64 `json:",omitempty"`
 }
 
 // LoaderCounters is the loader block: one batch per RecordLoader call.

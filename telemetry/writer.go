@@ -270,7 +270,7 @@ func (w *Writer) initHeader(o WriterOptions) {
 	m.putString(hProvider, provLen, o.Provider)
 	m.putString(hReaderMode, modeLen, o.ReaderMode)
 	m.putString(hMethod, methodLen, o.Method)
-	m.store(hFeatures, featScanMarks)
+	m.store(hFeatures, featScanMarks|featLoaderDepth)
 	m.store(hVersion, Version) // last: readers refuse version 0
 }
 
@@ -643,6 +643,17 @@ func (w *Writer) SetLoaderConfig(lc LoaderConfig) {
 	w.m.store(l+lPrefetch, uint64(lc.Prefetch))
 	w.m.store(l+lReaders, uint64(lc.Readers))
 	w.m.store(l+lBatchRow, uint64(lc.BatchRows))
+	w.m.store(l+lPrefMax, uint64(lc.PrefetchMax))
+}
+
+// SetLoaderPrefetch stores the prefetch depth the loader now uses (with
+// prefetch auto it changes while the loader runs). Never blocks or
+// allocates.
+func (w *Writer) SetLoaderPrefetch(depth int64) {
+	if w == nil || w.closed.Load() {
+		return
+	}
+	w.m.store(w.g.loaderOff+lPrefetch, uint64(depth))
 }
 
 // AddProc adds d to process counter i (Proc*). Never blocks or allocates;

@@ -110,8 +110,12 @@ func (d *detail) content(off int) string {
 			dur(l.MeanWaitNs()), dur(l.MeanStepNs()), pct(l.WaitShare()), l.Total.Batches))
 	}
 	if c := r.Loader.Total.Config; c != (telemetry.LoaderConfig{}) {
-		line(fmt.Sprintf("loader config: workers %d  prefetch %d  readers %s  batch %d rows",
-			c.Workers, c.Prefetch, loaderReaders(c.Readers), c.BatchRows))
+		pre := fmt.Sprint(c.Prefetch)
+		if c.PrefetchMax > 0 {
+			pre = fmt.Sprintf("%d (auto, max %d)", c.Prefetch, c.PrefetchMax)
+		}
+		line(fmt.Sprintf("loader config: workers %d  prefetch %s  readers %s  batch %d rows",
+			c.Workers, pre, loaderReaders(c.Readers), c.BatchRows))
 	}
 	if pc := procLine(r.Proc); pc != "" {
 		line(styles.Warn.Render(pc))

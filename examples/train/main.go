@@ -235,8 +235,12 @@ func run(cmd *cobra.Command, f flags, stdout, stderr io.Writer) (err error) {
 	m := model.New(px, f.hidden, f.seed)
 	tty := rank == 0 && !f.json && !f.noProgress && isTerminal(os.Stderr)
 	if rank == 0 && !f.json {
-		fmt.Fprintf(stderr, "train: %d ranks, %d rows of %d B, batch %d, workers %d, prefetch %d, batch-get %v, thread-readers %v, fast-collate %v, node-mode %s; config %s\n",
-			st.World(), ld.Rows(), px*4, f.batchSize, cfg.Loader.Workers, cfg.Loader.Prefetch,
+		pre := fmt.Sprint(cfg.Loader.Prefetch)
+		if cfg.Loader.Prefetch == engine.PrefetchAuto {
+			pre = "auto"
+		}
+		fmt.Fprintf(stderr, "train: %d ranks, %d rows of %d B, batch %d, workers %d, prefetch %s, batch-get %v, thread-readers %v, fast-collate %v, node-mode %s; config %s\n",
+			st.World(), ld.Rows(), px*4, f.batchSize, cfg.Loader.Workers, pre,
 			cfg.Reads.BatchGet, cfg.Reads.ThreadReaders, cfg.Reads.FastCollate, cfg.Store.NodeMode, cfg.Source)
 	}
 	step := 0

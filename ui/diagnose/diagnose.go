@@ -275,7 +275,10 @@ func MRChurn(r *data.Rank, t *Thresholds) []Finding {
 // LoaderWait: the consumer waits for batches for at least LoaderWait of
 // its step time (wait / time between batches): the loader's fetch is not
 // hidden behind the step. Fix: more workers, a deeper prefetch; the
-// finding gives the numbers to set.
+// finding gives the numbers to set. With prefetch auto below its bound
+// the loader is still deepening the prefetch itself, so the finding names
+// only the workers; at the bound, or with the prefetch fixed by hand, it
+// names loader.prefetch too.
 func LoaderWait(r *data.Rank, t *Thresholds) []Finding {
 	l := r.Loader
 	w := l.Window()
@@ -291,6 +294,10 @@ func LoaderWait(r *data.Rank, t *Thresholds) []Finding {
 	f.Severity = math.Min(ratio*2, 1)
 	f.Evidence = fmt.Sprintf("consumer waits %s of step time (threshold %s): %s/batch wait vs %s/batch step over %d batches; workers %d, prefetch %d",
 		pct(ratio), pct(t.LoaderWait), us(l.MeanWaitNs()), us(l.MeanStepNs()), w.Batches, c.Workers, c.Prefetch)
+	autoCan := c.PrefetchMax > 0 && c.Workers > 0 && c.Prefetch < c.PrefetchMax
+	if c.PrefetchMax > 0 {
+		f.Evidence += fmt.Sprintf(" (auto, at most %d)", c.PrefetchMax)
+	}
 	// A batch takes about wait + (step - wait) = step to fetch when the
 	// consumer waits; workers that fetch in parallel hide it when
 	// workers >= fetch time / compute time.
@@ -304,11 +311,16 @@ func LoaderWait(r *data.Rank, t *Thresholds) []Finding {
 	want := min(max(int64(math.Ceil(fetch/compute))+1, c.Workers+1, 2), max(2*c.Workers, 2))
 	pre := max(2*want, c.Prefetch+1)
 	f.Fix = fmt.Sprintf("raise loader workers to %d and prefetch to %d", want, pre)
+	f.Key = fmt.Sprintf("loader.workers: %d, loader.prefetch: %d", want, pre)
+	f.Env = fmt.Sprintf("DDSTORE_LOADER_WORKERS=%d DDSTORE_LOADER_PREFETCH=%d", want, pre)
+	if autoCan {
+		f.Fix = fmt.Sprintf("raise loader workers to %d; prefetch auto is deepening the prefetch itself", want)
+		f.Key = fmt.Sprintf("loader.workers: %d", want)
+		f.Env = fmt.Sprintf("DDSTORE_LOADER_WORKERS=%d", want)
+	}
 	if c.Readers == telemetry.LoaderReadersShared && c.Workers > 1 {
 		f.Fix += ", each with its own reader (DDSTORE_THREAD_READERS=1)"
 	}
-	f.Key = fmt.Sprintf("loader.workers: %d, loader.prefetch: %d", want, pre)
-	f.Env = fmt.Sprintf("DDSTORE_LOADER_WORKERS=%d DDSTORE_LOADER_PREFETCH=%d", want, pre)
 	return []Finding{f}
 }
 

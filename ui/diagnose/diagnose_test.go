@@ -278,6 +278,20 @@ func TestLoaderWait(t *testing.T) {
 	if f.Env != "DDSTORE_LOADER_WORKERS=4 DDSTORE_LOADER_PREFETCH=8" || !strings.HasSuffix(f.Fix, "each with its own reader (DDSTORE_THREAD_READERS=1)") {
 		t.Fatalf("%+v", f)
 	}
+	// Prefetch auto below its bound deepens the prefetch itself: the
+	// finding names the workers only.
+	wl.config.Prefetch, wl.config.PrefetchMax = 5, 16
+	f = one(t, runOne(t, 2, 64, 0, wl).diagnose(), RuleLoaderWait)
+	contains(t, "evidence", f.Evidence, "workers 2, prefetch 5 (auto, at most 16)")
+	if f.Env != "DDSTORE_LOADER_WORKERS=4" || f.Key != "loader.workers: 4" || strings.Contains(f.Fix, "prefetch to") {
+		t.Fatalf("auto below its bound: %+v", f)
+	}
+	// At its bound auto cannot go deeper: the prefetch key is named.
+	wl.config.Prefetch = 16
+	f = one(t, runOne(t, 2, 64, 0, wl).diagnose(), RuleLoaderWait)
+	if f.Env != "DDSTORE_LOADER_WORKERS=4 DDSTORE_LOADER_PREFETCH=17" || f.Key != "loader.workers: 4, loader.prefetch: 17" {
+		t.Fatalf("auto at its bound: %+v", f)
+	}
 }
 
 func TestRankStateAndMissing(t *testing.T) {
