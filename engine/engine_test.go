@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/ddstore/ddstore/engine/bootstrap"
+	"github.com/ddstore/ddstore/fabric"
 	"github.com/ddstore/ddstore/telemetry"
 )
 
@@ -273,6 +274,14 @@ func scenarioMatrix(w *worker) error {
 	// A batch of up to the fabric's 4096-op chunk is one fabric call.
 	if r.c.fr != nil && cap(r.c.ops) < queueOps {
 		return fmt.Errorf("reader queue holds %d ops, want %d", cap(r.c.ops), queueOps)
+	}
+	// With a secret the fabric has the job's gather key, and no rank of the
+	// job was taken for a stranger.
+	if s.fab != nil && s.Secret() != bootstrap.SecretInsecure && s.opts.Fabric.GatherKey == 0 {
+		return fmt.Errorf("secret from %q but no gather key", s.Secret())
+	}
+	if n := fabric.GatherStrangers(); n != 0 {
+		return fmt.Errorf("%d gather requests of the job dropped as strangers'", n)
 	}
 	// The read mode decides the path of the reader's batches.
 	if r.c.fr != nil {

@@ -122,6 +122,10 @@ func Open(o Options) (*Store, error) {
 		readers: map[*Reader]struct{}{}}
 	s.job, s.bootMethod = bootstrap.JobOf(ex, env.Job), bootstrap.MethodOf(ex)
 	s.secretSrc = bootstrap.SecretSource(ex)
+	if s.opts.Fabric.GatherKey == 0 {
+		// The targets answer only gather requests with the job's key.
+		s.opts.Fabric.GatherKey = gatherKey(bootstrap.SecretOf(ex))
+	}
 	if s.job == "" {
 		s.job = fmt.Sprintf("p%d", os.Getpid())
 	}
@@ -418,15 +422,16 @@ func (s *Store) SameNode(rank int) bool {
 
 // heartbeat keeps the telemetry segment's heartbeat fresh (ddtop tells a
 // live writer from a stale one by it) and publishes the fabric's
-// quarantined readers, until Close.
+// quarantined readers and gather strangers, until Close.
 func (s *Store) heartbeat() {
 	defer close(s.hbDone)
 	t := time.NewTicker(500 * time.Millisecond)
 	defer t.Stop()
 	s.tel.Heartbeat()
 	// Readers the fabric quarantined (a provider call that never returned)
-	// since this store opened; process-wide, published with the heartbeat.
-	quar := fabric.QuarantinedReaders()
+	// and gather requests with another key dropped by the targets, since
+	// this store opened; process-wide, published with the heartbeat.
+	quar, strangers := fabric.QuarantinedReaders(), fabric.GatherStrangers()
 	for {
 		select {
 		case <-s.hbStop:
@@ -436,6 +441,10 @@ func (s *Store) heartbeat() {
 			if q := fabric.QuarantinedReaders(); q > quar {
 				s.tel.AddProc(telemetry.ProcQuarantinedReaders, int64(q-quar))
 				quar = q
+			}
+			if g := fabric.GatherStrangers(); g > strangers {
+				s.tel.AddProc(telemetry.ProcGatherStrangers, int64(g-strangers))
+				strangers = g
 			}
 		}
 	}

@@ -47,6 +47,7 @@ const (
 	ddGmaxBytes        = C.DD_GMAX_BYTES
 	ddGmaxEnt          = C.DD_GMAX_ENT
 	ddGmaxName         = C.DD_GMAX_NAME
+	ddGreqStranger     = C.DD_GREQ_STRANGER
 	ddGtext            = C.DD_GTEXT
 	ddLibfabric        = C.DD_LIBFABRIC
 	ddNoep             = C.DD_NOEP
@@ -110,9 +111,10 @@ func ddGetinfo(out **C.struct_fi_info, threading C.int) C.int { return C.dd_geti
 func ddGreqCheck(v *C.dd_greq_view, ex *C.dd_gexport, nex C.int, max_bytes C.uint64_t, total *C.uint64_t, bad *C.uint32_t, text *C.char, textlen C.size_t) C.int {
 	return C.dd_greq_check(v, ex, nex, max_bytes, total, bad, text, textlen)
 }
-func ddGreqParse(buf *C.char, len_ C.size_t, want_namelen C.uint32_t, v *C.dd_greq_view) C.int {
-	return C.dd_greq_parse(buf, len_, want_namelen, v)
+func ddGreqParse(buf *C.char, len_ C.size_t, want_namelen C.uint32_t, gkey C.uint64_t, v *C.dd_greq_view) C.int {
+	return C.dd_greq_parse(buf, len_, want_namelen, gkey, v)
 }
+func ddGatherStrangersCount() C.uint64_t { return C.dd_gather_strangers_count() }
 func ddGrepSize(status C.int, total C.uint64_t, text *C.char) C.size_t {
 	return C.dd_grep_size(status, total, text)
 }

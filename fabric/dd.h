@@ -113,7 +113,7 @@ typedef struct dd_gsrv {
 	uint64_t stag[DD_GSRV_SENDS];
 	dd_gexport *ex; int nex, capex;
 	dd_gpeer *peers; int npeers, cappeers, victim;
-	atomic_ullong served, rejected;
+	atomic_ullong served, rejected, strangers;
 } dd_gsrv;
 
 typedef struct dd_server {
@@ -131,6 +131,7 @@ typedef struct dd_server {
 	int64_t min_sleep_ns, max_sleep_ns; // back-off while recently active
 	int64_t idle_after_ns, idle_sleep_ns; // and once idle this long
 	struct dd_gsrv *g;    // gather service (software-RMA providers), else NULL
+	uint64_t gkey;        // gather: the job's key requests must carry (0: no check); set before dd_server_open
 	int mode;             // DD_PROGRESS_*
 	int64_t spin_ns;      // adaptive: keep polling this long after activity
 	pthread_t thread;     // the progress thread (dd_server_run), once thread_set
@@ -218,6 +219,7 @@ typedef struct dd_reader {
 	dd_gslot *gslots;
 	int ngslots;
 	uint64_t gnext_id;
+	uint64_t gkey;      // gather: the job's key, sent with every request
 	int giov;           // gather: receive iovecs the provider takes (0 or 1: bounce only)
 	// watchdog (dd_watchdog.c): set while a guarded call is inside the provider
 	int guarded, wd_slot;
@@ -298,6 +300,9 @@ int dd_gsrv_progress(dd_server *s, struct fi_cq_tagged_entry *e, ssize_t n);
 int dd_gsrv_error(dd_server *s, struct fi_cq_err_entry *err);
 uint64_t dd_gsrv_served(dd_server *s);
 uint64_t dd_gsrv_rejected(dd_server *s);
+uint64_t dd_gsrv_strangers(dd_server *s);
+extern atomic_ullong dd_gather_strangers;
+uint64_t dd_gather_strangers_count(void);
 
 // dd_drive.c: the helpers of the one batch loop (dd_drive.h).
 void dd_active_enter(dd_reader *r);

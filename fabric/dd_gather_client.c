@@ -125,7 +125,7 @@ static int gc_post(dd_reader *r, void *st, int64_t *t, int64_t deadline) {
 		}
 		dd_greq_hdr *h = (dd_greq_hdr *)g->req;
 		h->magic = DD_GMAGIC_REQ; h->nent = cnt; h->id = ++r->gnext_id & 0x0000ffffffffffffULL;
-		h->namelen = (uint32_t)r->namelen; h->pad = 0; h->total = bytes;
+		h->namelen = (uint32_t)r->namelen; h->pad = 0; h->total = bytes; h->gkey = r->gkey;
 		memcpy(g->req + sizeof *h, r->name, r->namelen);
 		dd_gent *ent = (dd_gent *)(g->req + sizeof *h + DD_ALIGN8(r->namelen));
 		for (int k = 0; k < cnt; k++) {

@@ -106,7 +106,14 @@ void dd_gsrv_handle(dd_server *s, int i, int k) {
 	dd_gsrv *g = s->g;
 	dd_greq_view v;
 	g->rstate[i] = DD_R_REPOST;
-	if (dd_greq_parse(g->rbuf[i], g->rlen[i], g->namelen, &v) != 0) {
+	int prc = dd_greq_parse(g->rbuf[i], g->rlen[i], g->namelen, s->gkey, &v);
+	if (prc == DD_GREQ_STRANGER) {
+		// Not the job's key: no reply, and its name never enters the AV.
+		atomic_fetch_add(&g->strangers, 1);
+		atomic_fetch_add(&dd_gather_strangers, 1);
+		return;
+	}
+	if (prc != 0) {
 		atomic_fetch_add(&g->rejected, 1); // not ours, or garbled: nobody to answer
 		return;
 	}
@@ -183,3 +190,10 @@ int dd_gsrv_error(dd_server *s, struct fi_cq_err_entry *err) {
 
 uint64_t dd_gsrv_served(dd_server *s) { return s->g ? atomic_load(&s->g->served) : 0; }
 uint64_t dd_gsrv_rejected(dd_server *s) { return s->g ? atomic_load(&s->g->rejected) : 0; }
+uint64_t dd_gsrv_strangers(dd_server *s) { return s->g ? atomic_load(&s->g->strangers) : 0; }
+
+// dd_gather_strangers counts, process-wide, the gather requests every
+// server of this process dropped for a wrong key (telemetry's
+// gather_strangers).
+atomic_ullong dd_gather_strangers;
+uint64_t dd_gather_strangers_count(void) { return atomic_load(&dd_gather_strangers); }

@@ -9,11 +9,14 @@
 #include <stdio.h>
 #include <string.h>
 
-int dd_greq_parse(const char *buf, size_t len, uint32_t want_namelen, dd_greq_view *v) {
+int dd_greq_parse(const char *buf, size_t len, uint32_t want_namelen, uint64_t gkey, dd_greq_view *v) {
 	dd_greq_hdr h;
 	if (!buf || len < sizeof h) return -1;
 	memcpy(&h, buf, sizeof h); // buf may be unaligned (fuzzing)
 	if (h.magic != DD_GMAGIC_REQ) return -1;
+	// One compare of the whole word (constant time: no early exit on the
+	// first differing byte, as memcmp may take).
+	if (gkey != 0 && (h.gkey ^ gkey) != 0) return DD_GREQ_STRANGER;
 	if (h.namelen == 0 || h.namelen > DD_GMAX_NAME) return -1;
 	if (want_namelen && h.namelen != want_namelen) return -1;
 	if (h.nent > DD_GMAX_ENT) return -1;

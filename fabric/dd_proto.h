@@ -14,10 +14,18 @@
 // On software-RMA providers (tcp, sockets, udp, net) every fi_read is a
 // request the target's progress thread answers anyway, so a batch is cheaper
 // as one tagged request per peer: the reader sends its endpoint name, a
-// request id and the (key, address, length) list to the server endpoint; the
-// server validates every entry against its exports, packs the rows into a
-// send buffer and fi_tsend's them back with tag DD_GREP_BIT|id. An invalid
-// entry gets an error reply naming it, never an out-of-bounds copy.
+// request id, the job's gather key and the (key, address, length) list to
+// the server endpoint; the server validates every entry against its
+// exports, packs the rows into a send buffer and fi_tsend's them back with
+// tag DD_GREP_BIT|id. An invalid entry gets an error reply naming it, never
+// an out-of-bounds copy.
+//
+// The gather key (gkey) is a per-job 64-bit value (the engine derives it
+// from the job's secret) that every request carries; a server with a
+// non-zero key answers only requests that carry it: any other request is
+// dropped without a reply and without touching the address vector, and
+// counted as a stranger. Key 0 means no check. It travels in the clear (as
+// MR keys do): it keeps out other users and jobs, not an on-path sniffer.
 
 #define DD_GREQ_TAG   0x0DD0000000000000ULL // requests (to server endpoints)
 #define DD_GREP_BIT   0x4000000000000000ULL // replies: DD_GREP_BIT | request id
@@ -34,7 +42,7 @@
 // so no gather reply goes by rendezvous (see dd_lib.c).
 #define DD_RXM_EAGER_LIMIT (DD_GMAX_BYTES + 4096)
 
-typedef struct dd_greq_hdr { uint32_t magic, nent; uint64_t id; uint32_t namelen, pad; uint64_t total; } dd_greq_hdr;
+typedef struct dd_greq_hdr { uint32_t magic, nent; uint64_t id; uint32_t namelen, pad; uint64_t total, gkey; } dd_greq_hdr;
 typedef struct dd_gent { uint64_t key, addr, len; } dd_gent;
 typedef struct dd_grep_hdr { uint32_t magic; int32_t status; uint64_t id; uint64_t bytes; uint32_t textlen, entry; } dd_grep_hdr;
 
@@ -52,12 +60,16 @@ typedef struct dd_greq_view {
 	uint32_t nent;
 } dd_greq_view;
 
-// dd_greq_parse checks the framing of a request of len bytes at buf (magic,
-// name length, entry count, and that header, name and entries lie within
-// len, exactly). want_namelen, when not 0, is the only name length
-// accepted (every endpoint of a provider has the same address length).
-// Returns 0 and fills *v, or -1: a garbled request nobody can be answered for.
-int dd_greq_parse(const char *buf, size_t len, uint32_t want_namelen, dd_greq_view *v);
+// dd_greq_parse checks a request of len bytes at buf: its magic, then its
+// gather key against gkey (unless gkey is 0; compared in constant time),
+// then its framing (name length, entry count, and that header, name and
+// entries lie within len, exactly). want_namelen, when not 0, is the only
+// name length accepted (every endpoint of a provider has the same address
+// length). Returns 0 and fills *v; DD_GREQ_STRANGER: a request of another
+// key (not the job's: drop it, count it); -1: a garbled request nobody can
+// be answered for.
+#define DD_GREQ_STRANGER (-2)
+int dd_greq_parse(const char *buf, size_t len, uint32_t want_namelen, uint64_t gkey, dd_greq_view *v);
 
 // dd_greq_check validates every entry of a parsed request against the
 // exports ex[0..nex): a known key, a non-empty range inside the region, and

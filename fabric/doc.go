@@ -46,10 +46,12 @@
 //   - Gather reads (Reader.ReadGather) for software-RMA providers
 //     (Info.SoftwareRMA: tcp, sockets, udp, net), where every fi_read is a
 //     message the target's CPU answers anyway: the reader sends each peer one
-//     tagged request per round (its endpoint name, a request id and the
-//     key/address/length list, at most Options.GatherMaxBytes of rows,
-//     default 2 MiB, Options.GatherRounds rounds in flight, default 4); the
-//     peer's progress thread validates every entry against its exports
+//     tagged request per round (its endpoint name, a request id, the job's
+//     gather key and the key/address/length list, at most
+//     Options.GatherMaxBytes of rows, default 2 MiB, Options.GatherRounds
+//     rounds in flight, default 4); a peer with a gather key
+//     (Options.GatherKey) drops a request with another key unanswered and
+//     counts it (GatherStrangers); its progress thread validates every entry against its exports
 //     (unknown key or range outside the region: an error reply naming the
 //     entry, ErrRejected), packs the rows into one reply, and the reader
 //     copies them from an off-heap, grow-only bounce buffer into the

@@ -396,6 +396,7 @@ func Open(o Options) (*Fabric, error) {
 	}
 	f.srv.fabric = f.fab
 	f.srv.domain = f.dom
+	f.srv.gkey = cUint64T(f.opts.GatherKey)
 	var name [256]cChar
 	namelen := cSizeT(len(name))
 	var stage *cChar

@@ -175,8 +175,11 @@ func TestGatherKilledTarget(t *testing.T) {
 	readChecked(t, "live peer after failure", r.ReadGather, ops, []*target{k.alive}, []Peer{k.pa})
 }
 
+// TestGatherAllocs: a gather with the job's key (target and reader) costs
+// no allocation once warm, and reads every row.
 func TestGatherAllocs(t *testing.T) {
 	o := provCases[0].opts // tcp
+	o.GatherKey = 0x5eed5eed5eed
 	_, r, tg, p := setup(t, o, 16<<20, false)
 	needSoftRMA(t, r.f)
 	const row, n = 3072, 128

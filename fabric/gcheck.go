@@ -23,12 +23,13 @@ type gatherExport struct {
 // gatherVerdict is what the target's validator decided about a request,
 // and the reply it built.
 type gatherVerdict struct {
-	Parsed  bool   // framing accepted (else the request is dropped unanswered)
-	Status  int    // 0, FI_EINVAL or FI_EMSGSIZE
-	Bad     uint32 // first bad entry when Status != 0
-	Total   uint64 // reply bytes when Status == 0
-	Entries []gatherEnt
-	Reply   []byte // the reply as sent: header, then rows or text
+	Parsed   bool   // key and framing accepted (else the request is dropped unanswered)
+	Stranger bool   // dropped for another gather key (DD_GREQ_STRANGER)
+	Status   int    // 0, FI_EINVAL or FI_EMSGSIZE
+	Bad      uint32 // first bad entry when Status != 0
+	Total    uint64 // reply bytes when Status == 0
+	Entries  []gatherEnt
+	Reply    []byte // the reply as sent: header, then rows or text
 }
 
 type gatherEnt struct{ Key, Addr, Len uint64 }
@@ -77,11 +78,11 @@ var guards struct {
 	ex       [8]guardPage
 }
 
-// checkGatherRequest runs the target's validator (dd_greq_parse,
-// dd_greq_check) on req with the exports (at most 8) and, when it parsed,
-// builds the reply (dd_grep_build) from the exports' data, as
-// dd_gsrv_handle does.
-func checkGatherRequest(req []byte, exports []gatherExport, wantName uint32, maxBytes uint64) gatherVerdict {
+// checkGatherRequest runs the target's validator (dd_greq_parse with the
+// target's gather key gkey, dd_greq_check) on req with the exports (at
+// most 8) and, when it parsed, builds the reply (dd_grep_build) from the
+// exports' data, as dd_gsrv_handle does.
+func checkGatherRequest(req []byte, exports []gatherExport, wantName uint32, gkey, maxBytes uint64) gatherVerdict {
 	guards.Lock()
 	defer guards.Unlock()
 	if len(exports) > len(guards.ex) {
@@ -91,7 +92,8 @@ func checkGatherRequest(req []byte, exports []gatherExport, wantName uint32, max
 	copy(m, req)
 	var v cDdGreqView
 	var out gatherVerdict
-	if ddGreqParse(guards.msg.ptr(m), cSizeT(len(req)), cUint32T(wantName), &v) != 0 {
+	if rc := ddGreqParse(guards.msg.ptr(m), cSizeT(len(req)), cUint32T(wantName), cUint64T(gkey), &v); rc != 0 {
+		out.Stranger = rc == ddGreqStranger
 		return out
 	}
 	out.Parsed = true

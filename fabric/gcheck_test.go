@@ -42,15 +42,16 @@ func TestGatherCheckC(t *testing.T) {
 
 // The gather wire format as these tests write it down from dd_proto.h's
 // comments, independently of the C structs: little-endian; a request is a
-// 32-byte header {magic "DDRQ" u32, nent u32, id u64, namelen u32, pad
-// u32, total u64}, the endpoint name padded to 8 bytes, then nent entries
+// 40-byte header {magic "DDRQ" u32, nent u32, id u64, namelen u32, pad
+// u32, total u64, gkey u64}, the endpoint name padded to 8 bytes, then nent entries
 // {key, addr, len u64}; a reply is a 32-byte header {magic "DDRP" u32,
 // status i32, id u64, bytes u64, textlen u32, entry u32}, then the rows
 // (status 0) or textlen bytes of text ending in a NUL.
 const (
 	wireReqMagic = 0x51524444
 	wireRepMagic = 0x50524444
-	wireReqHdr   = 32
+	wireReqHdr   = 40
+	wireKeyOff   = 32 // the gather key in a request header
 	wireEntry    = 24
 	wireRepHdr   = 32
 	wireMaxEnt   = 1024
@@ -61,7 +62,7 @@ const (
 	fiEIO        = 5
 )
 
-func encodeGatherRequest(name []byte, id uint64, ents []gatherEnt) []byte {
+func encodeGatherRequest(name []byte, id, gkey uint64, ents []gatherEnt) []byte {
 	b := make([]byte, wireReqHdr, wireReqHdr+len(name)+8+len(ents)*wireEntry)
 	binary.LittleEndian.PutUint32(b[0:], wireReqMagic)
 	binary.LittleEndian.PutUint32(b[4:], uint32(len(ents)))
@@ -72,6 +73,7 @@ func encodeGatherRequest(name []byte, id uint64, ents []gatherEnt) []byte {
 		total += e.Len
 	}
 	binary.LittleEndian.PutUint64(b[24:], total)
+	binary.LittleEndian.PutUint64(b[wireKeyOff:], gkey)
 	b = append(b, name...)
 	for len(b)%8 != 0 {
 		b = append(b, 0)
@@ -108,7 +110,9 @@ func decodeGatherReply(b []byte) wireReply {
 
 // TestGatherWire checks the C halves of the protocol against the format
 // written down above: the target parses a request Go encoded and answers
-// with a reply Go decodes to the exported bytes; the limits the C enforces
+// with a reply Go decodes to the exported bytes; a request with another
+// gather key is a stranger's, dropped, and a target without a key (0)
+// checks none; the limits the C enforces
 // (found by probing it) are the ones dd_proto.h documents and Go
 // validates options against.
 func TestGatherWire(t *testing.T) {
@@ -122,7 +126,8 @@ func TestGatherWire(t *testing.T) {
 	}
 	exports := []gatherExport{{Key: 0x10, Base: 0x1000, Size: 1 << 16}, {Key: 0x20, Base: 0, Size: 4096, Data: data}}
 	ents := []gatherEnt{{0x10, 0x1000, 100}, {0x20, 4000, 96}, {0x20, 8, 5}}
-	v := checkGatherRequest(encodeGatherRequest([]byte("endpoint-name-24-bytes!!"), 7, ents), exports, 24, 1<<20)
+	const key = 0x5ca1ab1e0ddba11
+	v := checkGatherRequest(encodeGatherRequest([]byte("endpoint-name-24-bytes!!"), 7, key, ents), exports, 24, key, 1<<20)
 	if !v.Parsed || v.Status != 0 || v.Total != 201 || fmt.Sprint(v.Entries) != fmt.Sprint(ents) {
 		t.Fatalf("C read %+v", v)
 	}
@@ -132,11 +137,19 @@ func TestGatherWire(t *testing.T) {
 	if !bytes.Equal(v.Reply, want) {
 		t.Fatalf("reply %x\nwant  %x", v.Reply, want)
 	}
-	if v = checkGatherRequest(encodeGatherRequest([]byte("short"), 7, ents), exports, 24, 1<<20); v.Parsed {
-		t.Fatal("a name of another length was accepted")
+	if v = checkGatherRequest(encodeGatherRequest([]byte("short"), 7, key, ents), exports, 24, key, 1<<20); v.Parsed || v.Stranger {
+		t.Fatalf("a name of another length: %+v", v)
+	}
+	for _, other := range []uint64{0, key ^ 1, key ^ 1<<63, ^uint64(key)} {
+		if v = checkGatherRequest(encodeGatherRequest([]byte("endpoint-name-24-bytes!!"), 7, other, ents), exports, 24, key, 1<<20); v.Parsed || !v.Stranger || v.Reply != nil {
+			t.Fatalf("key %#x at a target with key %#x: %+v, want a stranger's request dropped", other, uint64(key), v)
+		}
+		if v = checkGatherRequest(encodeGatherRequest([]byte("endpoint-name-24-bytes!!"), 7, other, ents), exports, 24, 0, 1<<20); !v.Parsed || v.Status != 0 {
+			t.Fatalf("key %#x at a target without a key: %+v, want it answered", other, v)
+		}
 	}
 	bad := append(ents, gatherEnt{0x20, 4095, 2})
-	v = checkGatherRequest(encodeGatherRequest([]byte("n"), 9, bad), exports, 0, 1<<20)
+	v = checkGatherRequest(encodeGatherRequest([]byte("n"), 9, key, bad), exports, 0, key, 1<<20)
 	h := decodeGatherReply(v.Reply)
 	text := v.Reply[wireRepHdr:]
 	if !v.Parsed || h != (wireReply{Magic: wireRepMagic, Status: fiEINVAL, ID: 9, TextLen: uint32(len(text)), Entry: 3}) ||
@@ -148,7 +161,7 @@ func TestGatherWire(t *testing.T) {
 	// DD_GMAX_BYTES; Go's options are checked against maxGatherBytes).
 	one := []gatherEnt{{0x10, 0x1000, 1}}
 	probe := func(nent, namelen int) bool {
-		return checkGatherRequest(encodeGatherRequest(make([]byte, namelen), 1, slicesRepeat(one, nent)), exports, 0, 1<<20).Parsed
+		return checkGatherRequest(encodeGatherRequest(make([]byte, namelen), 1, key, slicesRepeat(one, nent)), exports, 0, key, 1<<20).Parsed
 	}
 	if !probe(wireMaxEnt, 8) || probe(wireMaxEnt+1, 8) || !probe(1, wireMaxName) || probe(1, wireMaxName+1) || probe(1, 0) {
 		t.Fatalf("C framing limits differ from %d entries, names of 1-%d bytes", wireMaxEnt, wireMaxName)
@@ -158,8 +171,8 @@ func TestGatherWire(t *testing.T) {
 			maxGatherEntries, maxGatherName, maxGatherBytes, wireMaxEnt, wireMaxName, wireMaxBytes)
 	}
 	big := []gatherEnt{{0x10, 0x1000, 1 << 16}}
-	at := checkGatherRequest(encodeGatherRequest([]byte("n"), 1, slicesRepeat(big, 3)), exports, 0, 3<<16)
-	over := checkGatherRequest(encodeGatherRequest([]byte("n"), 1, append(slicesRepeat(big, 3), one[0])), exports, 0, 3<<16)
+	at := checkGatherRequest(encodeGatherRequest([]byte("n"), 1, key, slicesRepeat(big, 3)), exports, 0, key, 3<<16)
+	over := checkGatherRequest(encodeGatherRequest([]byte("n"), 1, key, append(slicesRepeat(big, 3), one[0])), exports, 0, key, 3<<16)
 	if at.Status != 0 || over.Status != fiEMSGSIZE || over.Bad != 3 {
 		t.Fatalf("reply limit 3<<16: exactly at it %+v, one byte over %+v", at.Status, over)
 	}
@@ -221,24 +234,29 @@ func gatherLayout(rng *rand.Rand) []gatherExport {
 	return ex
 }
 
-// gatherModel is what a target must answer to req, from the protocol's
-// definition: nil when the framing is not a request (dropped); else the
+// gatherModel is what a target with gather key gkey must answer to req,
+// from the protocol's definition: nil when it is not a request (no magic)
+// or carries another key than a non-zero gkey (stranger: dropped, and
+// counted), or its framing is wrong (dropped); else the
 // reply: the rows the entries name, copied from the exports' bytes, or a
 // rejection of the first entry that names no export, a range not wholly
 // inside its export (computed in 128 bits), or pushes the reply past
 // maxBytes. reason is the start of the rejection's text.
-func gatherModel(req []byte, ex []gatherExport, wantName uint32, maxBytes uint64) (reply []byte, reason string) {
+func gatherModel(req []byte, ex []gatherExport, wantName uint32, gkey, maxBytes uint64) (reply []byte, reason string, stranger bool) {
 	le := binary.LittleEndian
 	if len(req) < wireReqHdr || le.Uint32(req) != wireReqMagic {
-		return nil, ""
+		return nil, "", false
+	}
+	if gkey != 0 && le.Uint64(req[wireKeyOff:]) != gkey {
+		return nil, "", true
 	}
 	nent, id, namelen := le.Uint32(req[4:]), le.Uint64(req[8:]), le.Uint32(req[16:])
 	if namelen == 0 || namelen > wireMaxName || (wantName != 0 && namelen != wantName) || nent > wireMaxEnt {
-		return nil, ""
+		return nil, "", false
 	}
 	pad := (int(namelen) + 7) / 8 * 8
 	if len(req) != wireReqHdr+pad+int(nent)*wireEntry {
-		return nil, ""
+		return nil, "", false
 	}
 	var rows []byte
 	var sum uint64
@@ -266,12 +284,12 @@ func gatherModel(req []byte, ex []gatherExport, wantName uint32, maxBytes uint64
 			}
 		}
 		if status != 0 {
-			return encodeGatherReply(wireReply{Magic: wireRepMagic, Status: int32(status), ID: id, Entry: uint32(i)}), why
+			return encodeGatherReply(wireReply{Magic: wireRepMagic, Status: int32(status), ID: id, Entry: uint32(i)}), why, false
 		}
 		rows = append(rows, r.Data[addr-r.Base:addr-r.Base+n]...)
 		sum += n
 	}
-	return append(encodeGatherReply(wireReply{Magic: wireRepMagic, ID: id, Bytes: sum}), rows...), ""
+	return append(encodeGatherReply(wireReply{Magic: wireRepMagic, ID: id, Bytes: sum}), rows...), "", false
 }
 
 // cHex is C's %#llx: 0 has no 0x.
@@ -286,9 +304,9 @@ func cHex(v uint64) string {
 // of 1-32 bytes, then one entry per 9 bytes {sel u8, v u64}: most lie
 // inside an export (so a valid request is common), the rest name any key,
 // address or length, or lie at the edges of an export.
-func framedGatherRequest(id uint64, ex []gatherExport, raw []byte) []byte {
+func framedGatherRequest(id, gkey uint64, ex []gatherExport, raw []byte) []byte {
 	if len(raw) == 0 {
-		return encodeGatherRequest([]byte("n"), id, nil)
+		return encodeGatherRequest([]byte("n"), id, gkey, nil)
 	}
 	name := bytes.Repeat([]byte{raw[0]}, int(raw[0])%32+1)
 	raw = raw[1:]
@@ -313,17 +331,19 @@ func framedGatherRequest(id uint64, ex []gatherExport, raw []byte) []byte {
 		}
 		ents = append(ents, e)
 	}
-	return encodeGatherRequest(name, id, ents)
+	return encodeGatherRequest(name, id, gkey, ents)
 }
 
 // FuzzGatherRequest is the target's side of gather against a model: a
-// random export layout (from seed), a request built from ents (valid
-// framing, entries mostly inside the exports), then mutated by muts
-// (applyMutations); the C validator and reply builder (ending at guard
-// pages, so a read or write past any buffer faults) must drop exactly the
-// requests the model drops and answer the others with exactly the model's
-// reply: the exported bytes the entries name, or a rejection naming the
-// model's first bad entry.
+// random export layout and gather keys (from seed: the target's is the
+// job's or 0, the request's the job's or a stranger's), a request built
+// from ents (valid framing, entries mostly inside the exports), then
+// mutated by muts (applyMutations); the C validator and reply builder
+// (ending at guard pages, so a read or write past any buffer faults) must
+// drop exactly the requests the model drops, call strangers exactly the
+// model's, and answer the others with exactly the model's reply: the
+// exported bytes the entries name, or a rejection naming the model's first
+// bad entry.
 func FuzzGatherRequest(f *testing.F) {
 	f.Add(uint64(1), []byte("\x05\x00abcdefgh\x08ijklmnop\x10qrstuvwx"), []byte{})
 	f.Add(uint64(2), []byte("\x05\x05abcdefgh\x0eijklmnop\x0fqrstuvwx"), []byte{})
@@ -331,6 +351,8 @@ func FuzzGatherRequest(f *testing.F) {
 	f.Add(uint64(4), []byte("\x05\x00abcdefgh"), []byte{0, 0, 1})
 	f.Add(uint64(5), []byte{}, []byte{3})
 	f.Add(uint64(6), bytes.Repeat([]byte("\x01\x00abcdefgh"), 300), []byte{})
+	f.Add(uint64(7), []byte("\x05\x00abcdefgh"), []byte{32, 0, 0x01})    // the key's low bit
+	f.Add(uint64(8), []byte("\x05\x00abcdefgh"), []byte{39, 0, 0x80, 4}) // the key's top bit, cut into the entries
 	f.Fuzz(func(t *testing.T, seed uint64, ents, muts []byte) {
 		rng := rand.New(rand.NewPCG(seed, seed>>17))
 		ex := gatherLayout(rng)
@@ -338,15 +360,28 @@ func FuzzGatherRequest(f *testing.F) {
 		if rng.IntN(2) == 0 {
 			maxBytes = 1 + rng.Uint64N(16384)
 		}
-		req := applyMutations(framedGatherRequest(rng.Uint64(), ex, ents), muts)
+		id, job := rng.Uint64(), rng.Uint64()
+		tkey, rkey := job, job
+		switch rng.IntN(8) {
+		case 0:
+			tkey = 0 // a target that checks nothing
+		case 1:
+			rkey = 0 // a stranger without a key
+		case 2:
+			rkey = job ^ 1<<rng.IntN(64) // one bit off
+		case 3:
+			rkey = rng.Uint64()
+		}
+		req := applyMutations(framedGatherRequest(id, rkey, ex, ents), muts)
 		var wantName uint32
 		if rng.IntN(2) == 0 && len(ents) > 0 {
 			wantName = uint32(ents[0])%32 + 1
 		}
-		want, why := gatherModel(req, ex, wantName, maxBytes)
-		v := checkGatherRequest(req, ex, wantName, maxBytes)
-		if v.Parsed != (want != nil) {
-			t.Fatalf("C parsed %v a request the model parses %v (%d bytes)", v.Parsed, want != nil, len(req))
+		want, why, stranger := gatherModel(req, ex, wantName, tkey, maxBytes)
+		v := checkGatherRequest(req, ex, wantName, tkey, maxBytes)
+		if v.Parsed != (want != nil) || v.Stranger != stranger {
+			t.Fatalf("C parsed %v (stranger %v) a request the model parses %v (stranger %v) (%d bytes)",
+				v.Parsed, v.Stranger, want != nil, stranger, len(req))
 		}
 		if want == nil {
 			return

@@ -50,6 +50,13 @@ type Options struct {
 	// ProgressWindow is the adaptive polling window. Default 50µs, at most
 	// 10ms.
 	ProgressWindow time.Duration
+	// GatherKey is the job's gather key (the engine derives it from the
+	// job's secret): every ReadGather request carries it, and this
+	// fabric's target answers only requests that carry its own; any other
+	// is dropped unanswered, its sender never entered in the address
+	// vector, and counted (GatherStrangers). 0 (insecure jobs) checks
+	// nothing. It travels unencrypted, like memory keys.
+	GatherKey uint64
 }
 
 // Defaults.

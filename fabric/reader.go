@@ -83,6 +83,7 @@ func (f *Fabric) NewReader() (*Reader, error) {
 		r.closeDomain()
 		return nil, localErr("new reader", int(fiEnospc), "cannot start the provider-call watchdog (or 4096 readers watched)")
 	}
+	r.c.gkey = cUint64T(f.opts.GatherKey)
 	r.ops = unsafe.Slice(r.c.ops, chunkOps)
 	r.mrc.init(f.forceLocalMR || f.inf.MRLocal, f.inf.MREndpoint)
 	f.readers[r] = struct{}{}
@@ -409,6 +410,11 @@ func (r *Reader) quarantine() {
 // provider call that overran its deadline (telemetry: each holds an
 // endpoint and buffers forever).
 func QuarantinedReaders() uint64 { return uint64(ddQuarantinedCount()) }
+
+// GatherStrangers counts the gather requests that this process's targets
+// dropped because they carried another key than Options.GatherKey: an
+// endpoint outside the job asking for rows (telemetry's gather_strangers).
+func GatherStrangers() uint64 { return uint64(ddGatherStrangersCount()) }
 
 // LeakedEndpoints counts reader endpoints whose close failed after an error
 // or deadline; their destinations stay pinned and registered (telemetry).

@@ -18,13 +18,16 @@ import (
 // until its stdin closes.
 
 const (
-	envTarget = "DDSTORE_FABRIC_TEST_TARGET" // "provider|domain|size|busy"
+	envTarget = "DDSTORE_FABRIC_TEST_TARGET" // "provider|domain|size|busy[|progress[|gather key]]"
 	targetMiB = 256
 )
 
 func TestMain(m *testing.M) {
 	if spec := os.Getenv(envTarget); spec != "" {
 		os.Exit(runTarget(spec))
+	}
+	if spec := os.Getenv(envStranger); spec != "" {
+		os.Exit(runStranger(spec))
 	}
 	os.Exit(m.Run())
 }
@@ -35,14 +38,17 @@ func checkPattern(dst []byte, off uint64) error { return CheckPattern(dst, off) 
 
 func runTarget(spec string) int {
 	parts := strings.Split(spec, "|")
-	if len(parts) != 4 && len(parts) != 5 {
+	if len(parts) < 4 || len(parts) > 6 {
 		fmt.Fprintf(os.Stderr, "bad target spec %q\n", spec)
 		return 2
 	}
 	size, _ := strconv.Atoi(parts[2])
 	o := Options{Provider: parts[0], Domain: parts[1]}
-	if len(parts) == 5 {
+	if len(parts) >= 5 {
 		o.Progress = parts[4]
+	}
+	if len(parts) == 6 {
+		o.GatherKey, _ = strconv.ParseUint(parts[5], 10, 64)
 	}
 	if err := ServeTarget(o, size, parts[3] == "busy", os.Stdin, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "target:", err)
@@ -98,7 +104,7 @@ func startTarget(tb testing.TB, o Options, size int, busy bool) *target {
 		mode = "busy"
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s|%s|%d|%s|%s", envTarget, o.Provider, o.Domain, size, mode, o.Progress))
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s|%s|%d|%s|%s|%d", envTarget, o.Provider, o.Domain, size, mode, o.Progress, o.GatherKey))
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

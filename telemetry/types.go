@@ -383,7 +383,7 @@ func (p PeerCounters) Sub(prev PeerCounters) PeerCounters {
 const (
 	ProcQuarantinedReaders = iota // Readers whose endpoint was torn down and set aside
 	ProcLeakedBuffers             // buffers not returned to their pool
-	ProcReserved2
+	ProcGatherStrangers           // gather requests with another job's key, dropped unanswered
 	ProcReserved3
 	ProcReserved4
 	ProcReserved5
@@ -393,7 +393,7 @@ const (
 )
 
 // ProcNames are the display names of the process counters.
-var ProcNames = [NumProc]string{"quarantined_readers", "leaked_buffers", "proc2", "proc3", "proc4", "proc5", "proc6", "proc7"}
+var ProcNames = [NumProc]string{"quarantined_readers", "leaked_buffers", "gather_strangers", "proc3", "proc4", "proc5", "proc6", "proc7"}
 
 // Header is the identity and geometry of a segment.
 type Header struct {

@@ -377,11 +377,11 @@ func RingDrops(r *data.Rank, t *Thresholds) []Finding {
 }
 
 // Process: process counters that should stay zero (quarantined readers,
-// leaked buffers) are not.
+// leaked buffers, gather strangers) are not.
 func Process(r *data.Rank, t *Thresholds) []Finding {
 	var out []Finding
 	for i, v := range r.Proc {
-		if v <= 0 || i > telemetry.ProcLeakedBuffers {
+		if v <= 0 || i > telemetry.ProcGatherStrangers {
 			continue
 		}
 		f := at(RuleProcess, r)
@@ -392,6 +392,12 @@ func Process(r *data.Rank, t *Thresholds) []Finding {
 			f.Fix = "readers hit timeouts and were set aside: check the fabric (fabric.timeout, DDSTORE_FABRIC_TIMEOUT) and the peers"
 		case telemetry.ProcLeakedBuffers:
 			f.Fix = "batches were not released: call Batch.Release for every batch the loader hands out"
+		case telemetry.ProcGatherStrangers:
+			f.Severity = 0.6
+			f.Evidence = fmt.Sprintf("%s = %d: gather requests for this rank's rows came from an endpoint without the job's key "+
+				"(another job, another user, or a rank of this job started with another secret); dropped unanswered", telemetry.ProcNames[i], v)
+			f.Fix = "no data left this rank; find who reaches the fabric port (the rank's log names no address: check the host's " +
+				"connections, e.g. ss -tnp), and make sure every rank of a job gets the same secret (DDSTORE_TOKEN or the token file)"
 		}
 		out = append(out, f)
 	}

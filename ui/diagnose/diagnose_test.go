@@ -332,6 +332,16 @@ func TestErrorsDropsProcess(t *testing.T) {
 	f = one(t, j2.diagnose(), RuleProcess)
 	contains(t, "evidence", f.Evidence, "leaked_buffers = 2")
 
+	// Gather requests with another key: named, explained, with the fix.
+	j3 := newJob(t, 2, 2, 64)
+	j3.ws[0].AddProc(telemetry.ProcGatherStrangers, 5)
+	f = one(t, j3.diagnose(), RuleProcess)
+	contains(t, "strangers", f.Evidence, "gather_strangers = 5", "without the job's key", "dropped unanswered")
+	contains(t, "strangers fix", f.Fix, "no data left this rank", "same secret")
+	if f.Rank != 0 {
+		t.Fatalf("strangers finding on rank %d, want 0", f.Rank)
+	}
+
 	// A small ring overrun between two polls drops records.
 	dir := t.TempDir()
 	w, err := telemetry.Create(telemetry.WriterOptions{Dir: dir, Job: "train", World: 1, RingSize: 8, Host: host()})

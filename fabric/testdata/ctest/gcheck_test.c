@@ -31,10 +31,11 @@ static const char *guarded(const void *src, size_t len) {
 }
 
 #define NAMELEN 24
+#define KEY 0x9e3779b97f4a7c15ULL // the job's gather key in these requests
 typedef struct { char b[DD_GREQ_MAX]; size_t len; } req;
 
 static void build(req *r, uint32_t nent, const dd_gent *ent) {
-	dd_greq_hdr h = { DD_GMAGIC_REQ, nent, 42, NAMELEN, 0, 0 };
+	dd_greq_hdr h = { DD_GMAGIC_REQ, nent, 42, NAMELEN, 0, 0, KEY };
 	memset(r->b, 0, sizeof r->b);
 	memcpy(r->b, &h, sizeof h);
 	memset(r->b + sizeof h, 'n', NAMELEN);
@@ -54,37 +55,51 @@ int main(void) {
 	// A valid request.
 	dd_gent ok[2] = { { 0x10, 0x1000, 100 }, { 0x20, 4000, 96 } };
 	build(&r, 2, ok);
-	EXPECT(dd_greq_parse(guarded(r.b, r.len), r.len, NAMELEN, &v) == 0, "valid request rejected");
+	EXPECT(dd_greq_parse(guarded(r.b, r.len), r.len, NAMELEN, 0, &v) == 0, "valid request rejected");
 	EXPECT(v.nent == 2 && v.namelen == NAMELEN, "view nent %u namelen %u", v.nent, v.namelen);
 	EXPECT(dd_greq_check(&v, ex, 2, DD_GMAX_BYTES, &total, &bad, text, sizeof text) == 0 && total == 196, "valid entries: total %llu: %s", (unsigned long long)total, text);
-	EXPECT(dd_greq_parse(guarded(r.b, r.len), r.len, 0, &v) == 0, "any name length accepted with want 0");
+	EXPECT(dd_greq_parse(guarded(r.b, r.len), r.len, 0, 0, &v) == 0, "any name length accepted with want 0");
+
+	// The gather key: the job's is accepted; any other (one bit off, 0,
+	// the complement) is a stranger, before any framing check; a server
+	// with key 0 checks nothing.
+	EXPECT(dd_greq_parse(guarded(r.b, r.len), r.len, NAMELEN, KEY, &v) == 0, "the job's key refused");
+	for (int bit = 0; bit < 64; bit++) {
+		EXPECT(dd_greq_parse(guarded(r.b, r.len), r.len, NAMELEN, KEY ^ (1ULL << bit), &v) == DD_GREQ_STRANGER, "key one bit %d off accepted", bit);
+	}
+	req k = r; uint64_t zero = 0; memcpy(k.b + 32, &zero, 8);
+	EXPECT(dd_greq_parse(guarded(k.b, k.len), k.len, NAMELEN, KEY, &v) == DD_GREQ_STRANGER, "key 0 accepted by a keyed server");
+	EXPECT(dd_greq_parse(guarded(k.b, k.len), k.len, NAMELEN, 0, &v) == 0, "a server without a key refused a request");
+	set_hdr(&k, 4, 3); // a stranger's garbled request is still a stranger
+	EXPECT(dd_greq_parse(guarded(k.b, k.len), k.len, NAMELEN, KEY, &v) == DD_GREQ_STRANGER, "stranger's garbled request not a stranger");
+	EXPECT(dd_greq_parse(guarded(k.b, k.len), k.len, NAMELEN, 0, &v) == -1, "garbled request accepted without a key");
 
 	// Framing: every short, long or garbled request is rejected.
 	for (size_t l = 0; l < r.len; l++)
-		EXPECT(dd_greq_parse(guarded(r.b, l), l, NAMELEN, &v) == -1, "truncated to %zu bytes accepted", l);
-	EXPECT(dd_greq_parse(guarded(r.b, r.len + 1), r.len + 1, NAMELEN, &v) == -1, "trailing byte accepted");
-	EXPECT(dd_greq_parse(NULL, 0, 0, &v) == -1, "NULL accepted");
+		EXPECT(dd_greq_parse(guarded(r.b, l), l, NAMELEN, 0, &v) == -1, "truncated to %zu bytes accepted", l);
+	EXPECT(dd_greq_parse(guarded(r.b, r.len + 1), r.len + 1, NAMELEN, 0, &v) == -1, "trailing byte accepted");
+	EXPECT(dd_greq_parse(NULL, 0, 0, 0, &v) == -1, "NULL accepted");
 	req m = r; set_hdr(&m, 0, 0x12345678);
-	EXPECT(dd_greq_parse(guarded(m.b, m.len), m.len, 0, &v) == -1, "bad magic accepted");
+	EXPECT(dd_greq_parse(guarded(m.b, m.len), m.len, 0, 0, &v) == -1, "bad magic accepted");
 	m = r; set_hdr(&m, 16, 0);
-	EXPECT(dd_greq_parse(guarded(m.b, m.len), m.len, 0, &v) == -1, "namelen 0 accepted");
+	EXPECT(dd_greq_parse(guarded(m.b, m.len), m.len, 0, 0, &v) == -1, "namelen 0 accepted");
 	m = r; set_hdr(&m, 16, DD_GMAX_NAME + 1);
-	EXPECT(dd_greq_parse(guarded(m.b, m.len), m.len, 0, &v) == -1, "namelen > max accepted");
+	EXPECT(dd_greq_parse(guarded(m.b, m.len), m.len, 0, 0, &v) == -1, "namelen > max accepted");
 	m = r; set_hdr(&m, 16, 0xffffffffu);
-	EXPECT(dd_greq_parse(guarded(m.b, m.len), m.len, 0, &v) == -1, "namelen 2^32-1 accepted");
+	EXPECT(dd_greq_parse(guarded(m.b, m.len), m.len, 0, 0, &v) == -1, "namelen 2^32-1 accepted");
 	m = r; set_hdr(&m, 16, NAMELEN + 8);
-	EXPECT(dd_greq_parse(guarded(m.b, m.len), m.len, NAMELEN, &v) == -1, "other name length accepted");
+	EXPECT(dd_greq_parse(guarded(m.b, m.len), m.len, NAMELEN, 0, &v) == -1, "other name length accepted");
 	m = r; set_hdr(&m, 4, DD_GMAX_ENT + 1);
-	EXPECT(dd_greq_parse(guarded(m.b, m.len), m.len, 0, &v) == -1, "nent > max accepted");
+	EXPECT(dd_greq_parse(guarded(m.b, m.len), m.len, 0, 0, &v) == -1, "nent > max accepted");
 	m = r; set_hdr(&m, 4, 0xffffffffu);
-	EXPECT(dd_greq_parse(guarded(m.b, m.len), m.len, 0, &v) == -1, "nent 2^32-1 accepted");
+	EXPECT(dd_greq_parse(guarded(m.b, m.len), m.len, 0, 0, &v) == -1, "nent 2^32-1 accepted");
 	m = r; set_hdr(&m, 4, 3); // claims 3 entries, carries 2
-	EXPECT(dd_greq_parse(guarded(m.b, m.len), m.len, 0, &v) == -1, "nent beyond the bytes accepted");
+	EXPECT(dd_greq_parse(guarded(m.b, m.len), m.len, 0, 0, &v) == -1, "nent beyond the bytes accepted");
 	// The largest legal request parses.
 	static dd_gent many[DD_GMAX_ENT];
 	for (int i = 0; i < DD_GMAX_ENT; i++) many[i] = (dd_gent){ 0x20, (uint64_t)i, 1 };
 	build(&r, DD_GMAX_ENT, many);
-	EXPECT(dd_greq_parse(guarded(r.b, r.len), r.len, NAMELEN, &v) == 0, "largest request rejected");
+	EXPECT(dd_greq_parse(guarded(r.b, r.len), r.len, NAMELEN, 0, &v) == 0, "largest request rejected");
 	EXPECT(dd_greq_check(&v, ex, 2, DD_GMAX_BYTES, &total, &bad, text, sizeof text) == 0 && total == DD_GMAX_ENT, "largest request entries");
 
 	// Entries: each hostile one is rejected and named.
@@ -103,14 +118,14 @@ int main(void) {
 	for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
 		dd_gent e3[3] = { ok[0], ok[1], cases[c].e };
 		build(&r, 3, e3);
-		EXPECT(dd_greq_parse(guarded(r.b, r.len), r.len, NAMELEN, &v) == 0, "%s: framing", cases[c].what);
+		EXPECT(dd_greq_parse(guarded(r.b, r.len), r.len, NAMELEN, 0, &v) == 0, "%s: framing", cases[c].what);
 		int st = dd_greq_check(&v, ex, 2, DD_GMAX_BYTES, &total, &bad, text, sizeof text);
 		EXPECT(st == cases[c].want, "%s: status %d, want %d (%s)", cases[c].what, st, cases[c].want, text);
 		if (cases[c].want) EXPECT(bad == 2 && strstr(text, "entry 2") != NULL, "%s: bad %u text %s", cases[c].what, bad, text);
 	}
 	// No exports at all.
 	build(&r, 2, ok);
-	dd_greq_parse(guarded(r.b, r.len), r.len, NAMELEN, &v);
+	dd_greq_parse(guarded(r.b, r.len), r.len, NAMELEN, 0, &v);
 	EXPECT(dd_greq_check(&v, ex, 0, DD_GMAX_BYTES, &total, &bad, text, sizeof text) == FI_EINVAL && bad == 0, "no exports");
 	// The reply limit: exactly the limit passes, one byte more is EMSGSIZE.
 	EXPECT(dd_greq_check(&v, ex, 2, 196, &total, &bad, text, sizeof text) == 0, "reply at the limit");
@@ -128,7 +143,7 @@ int main(void) {
 		if (it % 2) for (size_t i = 0; i < len; i++) r.b[i] = (char)rand();
 		else { for (int f = 0; f < 4; f++) r.b[rand() % (r.len + 8)] = (char)rand(); len = r.len + (size_t)(rand() % 3) - 1; }
 		if (len > sizeof r.b) len = sizeof r.b;
-		if (dd_greq_parse(guarded(r.b, len), len, 0, &v) != 0) continue;
+		if (dd_greq_parse(guarded(r.b, len), len, 0, 0, &v) != 0) continue;
 		if (dd_greq_check(&v, ex, 2, DD_GMAX_BYTES, &total, &bad, text, sizeof text) != 0) continue;
 		uint64_t sum = 0;
 		for (uint32_t e = 0; e < v.nent; e++) {

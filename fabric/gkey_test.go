@@ -1,0 +1,238 @@
+package fabric
+
+import (
+	"bufio"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// A stranger is a separate process that knows a live target's fabric
+// address, memory key and base (all it needs on tcp) but not the job's
+// gather key; it sends gather requests and says, per call, what came back.
+
+const envStranger = "DDSTORE_FABRIC_TEST_STRANGER" // "addr-hex|key|base|gkey|calls|timeout-ms"
+
+const strangerRow = 3072
+
+// runStranger is the stranger process: calls ReadGathers of one row each
+// (one request each) from the target, with gather key gkey, printing one
+// line per call: "CALL ok timeout zero err" (zero: the destination is
+// still all zero) or, on success, whether the row matched the pattern.
+func runStranger(spec string) int {
+	p := strings.Split(spec, "|")
+	if len(p) != 6 {
+		fmt.Fprintf(os.Stderr, "bad stranger spec %q\n", spec)
+		return 2
+	}
+	addr, _ := hex.DecodeString(p[0])
+	key, _ := strconv.ParseUint(p[1], 10, 64)
+	base, _ := strconv.ParseUint(p[2], 10, 64)
+	gkey, _ := strconv.ParseUint(p[3], 10, 64)
+	calls, _ := strconv.Atoi(p[4])
+	ms, _ := strconv.Atoi(p[5])
+	o := provCases[0].opts
+	o.GatherKey = gkey
+	o.Timeout = time.Duration(ms) * time.Millisecond
+	f, err := Open(o)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "stranger:", err)
+		return 1
+	}
+	defer f.Close()
+	r, err := f.NewReader()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "stranger:", err)
+		return 1
+	}
+	defer r.Close()
+	peer, err := r.AddPeer(1, addr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "stranger:", err)
+		return 1
+	}
+	dst := make([]byte, strangerRow)
+	for i := range calls {
+		clear(dst)
+		off := uint64((7*i + 1) * strangerRow)
+		ops := []ReadOp{{Dst: dst, Peer: peer, Addr: base + off, Key: key}}
+		_, err := r.ReadGather(ops)
+		zero := true
+		for _, b := range dst {
+			zero = zero && b == 0
+		}
+		pat := "-"
+		if err == nil {
+			pat = "good"
+			if checkPattern(dst, off) != nil {
+				pat = "bad"
+			}
+		}
+		fmt.Printf("CALL %v %v %v %s %q\n", err == nil, errors.Is(err, ErrTimeout), zero, pat, fmt.Sprint(err))
+	}
+	return 0
+}
+
+// strangerCall is one call of a stranger process, as it printed it.
+type strangerCall struct {
+	ok, timeout, zero bool
+	pattern, err      string
+}
+
+// startStranger runs a stranger process against the target (addr, key,
+// base) with gather key gkey; wait returns its calls.
+func startStranger(t *testing.T, addr []byte, key, base, gkey uint64, calls int, timeout time.Duration) (wait func() []strangerCall) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%x|%d|%d|%d|%d|%d", envStranger, addr, key, base, gkey, calls, timeout.Milliseconds()))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return func() []strangerCall {
+		var got []strangerCall
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			var c strangerCall
+			if _, err := fmt.Sscanf(sc.Text(), "CALL %t %t %t %s %q", &c.ok, &c.timeout, &c.zero, &c.pattern, &c.err); err != nil {
+				t.Errorf("stranger printed %q: %v", sc.Text(), err)
+				continue
+			}
+			got = append(got, c)
+		}
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("stranger process (gather key %#x): %v", gkey, err)
+		}
+		return got
+	}
+}
+
+// TestGatherStrangers: a live tcp target with the job's gather key, read
+// by the job's reader while separate processes that know its address,
+// memory key and base send gather requests: those with another key (one
+// bit off) or none get no data (every call times out, its destination
+// untouched) and are counted exactly, one per request, in GatherStrangers;
+// one with the job's key, from the same kind of process, gets every row;
+// the job's reader gets every row throughout, checked against the pattern.
+func TestGatherStrangers(t *testing.T) {
+	const job = 0x6a6f622d6b6579 // the job's gather key
+	o := provCases[0].opts
+	o.GatherKey = job
+	o.Timeout = 5 * time.Second * raceScale
+	f := openOrSkip(t, o)
+	needSoftRMA(t, f)
+	const size = 1 << 20
+	mem, err := Alloc(size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mem.Free()
+	fillPattern(mem.Bytes())
+	ex, err := f.Export(mem.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ex.Close()
+	r, err := f.NewReader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	peer, err := r.AddPeer(1, f.Address())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tg := &target{addr: f.Address(), key: ex.Key(), base: ex.Base(), size: size}
+
+	before := GatherStrangers()
+	const calls = 3
+	stTimeout := time.Second * raceScale
+	strangers := map[string]uint64{"one bit off": job ^ 1<<17, "no key": 0}
+	waits := map[string]func() []strangerCall{}
+	for name, k := range strangers {
+		waits[name] = startStranger(t, tg.addr, tg.key, tg.base, k, calls, stTimeout)
+	}
+	// The job's reader, while the strangers ask: 128 rows of 3 KB a batch.
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	var batches int
+	var jobErr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		buf := make([]byte, 128*strangerRow)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				if batches >= 5 {
+					return
+				}
+			default:
+			}
+			ops := make([]ReadOp, 128)
+			for k := range ops {
+				idx := (i*131 + k*37) % (size / strangerRow)
+				ops[k] = ReadOp{Dst: buf[k*strangerRow : (k+1)*strangerRow], Peer: peer, Addr: tg.base + uint64(idx*strangerRow), Key: tg.key}
+			}
+			clear(buf)
+			if _, err := r.ReadGather(ops); err != nil {
+				jobErr = fmt.Errorf("batch %d: %w", i, err)
+				return
+			}
+			for k, op := range ops {
+				if err := checkPattern(op.Dst, op.Addr-tg.base); err != nil {
+					jobErr = fmt.Errorf("batch %d row %d: %w", i, k, err)
+					return
+				}
+			}
+			batches++
+		}
+	}()
+	for name, wait := range waits {
+		got := wait()
+		if len(got) != calls {
+			t.Errorf("%s: %d calls reported, want %d", name, len(got), calls)
+		}
+		for i, c := range got {
+			if c.ok || !c.zero || !c.timeout {
+				t.Errorf("%s: call %d: ok %v, timed out %v, destination untouched %v (%s): want no data, a timeout", name, i, c.ok, c.timeout, c.zero, c.err)
+			}
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if jobErr != nil {
+		t.Fatalf("the job's reader: %v", jobErr)
+	}
+	want := uint64(len(strangers) * calls)
+	deadline := time.Now().Add(10 * time.Second * raceScale)
+	for GatherStrangers()-before < want && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := GatherStrangers() - before; got != want {
+		t.Fatalf("GatherStrangers counted %d requests, want %d (%d strangers × %d calls)", got, want, len(strangers), calls)
+	}
+
+	// The same kind of process with the job's key gets its rows, and is
+	// no stranger.
+	for i, c := range startStranger(t, tg.addr, tg.key, tg.base, job, calls, 5*time.Second*raceScale)() {
+		if !c.ok || c.pattern != "good" {
+			t.Errorf("with the job's key: call %d: ok %v, pattern %s (%s)", i, c.ok, c.pattern, c.err)
+		}
+	}
+	if got := GatherStrangers() - before; got != want {
+		t.Fatalf("GatherStrangers %d after the job's own process read, want still %d", got, want)
+	}
+	t.Logf("%d job batches of 128×3 KB read and checked while %d strangers sent %d requests", batches, len(strangers), want)
+}
