@@ -103,9 +103,15 @@ interrupt() {
     sleep 0.1
     ((t++ < 1200)) || { kill -9 -- -$pid; fail "$name: not started in 120 s: $(cat "$work/$name.out")"; }
   done
-  kill -INT -- -$pid 2>/dev/null || true # the job may have just ended
+  # Ctrl-C goes to the job's process group (setsid made it; asked of ps,
+  # not assumed to be $pid).
+  local pg
+  pg=$(ps -o pgid= -p "$pid" | tr -d ' ') || true
+  [[ -n $pg ]] || fail "$name: ended before Ctrl-C: $(cat "$work/$name.out")"
+  kill -INT -- "-$pg"
   local rc=0
-  timeout 60 tail --pid=$pid -f /dev/null || { kill -9 -- -$pid; fail "$name: still running 60 s after Ctrl-C"; }
+  timeout 60 tail --pid=$pid -f /dev/null ||
+    { ps -o pid,pgid,stat,args -g "$pg" >&2 || true; kill -9 -- "-$pg"; fail "$name: still running 60 s after Ctrl-C to group $pg"; }
   wait $pid || rc=$?
   if [[ $rc == 2 || $rc == 130 ]] && grep -q 'Interrupt (signal 2)' "$work/$name.out" &&
     ! grep -Eq 'Killed|Segmentation' "$work/$name.out"; then
