@@ -62,7 +62,9 @@ type Ctrl struct {
 	killed  atomic.Bool
 	stop    chan struct{}
 	wg      sync.WaitGroup
-	bg      sync.WaitGroup // floods and aborts in flight
+	bg      sync.WaitGroup // floods and aborts in flight (started by goBg)
+	bgMu    sync.Mutex     // orders goBg's Add before Close's Wait
+	bgShut  bool           // Close began: goBg starts nothing more
 	pause   sync.RWMutex
 }
 
@@ -620,8 +622,8 @@ func (c *Ctrl) handle(l *link, h header, body []byte) bool {
 	case tPong:
 		c.gotPong(l.peer, l)
 	case tProbe:
-		c.bg.Add(1)
-		go c.probeFor(int(h.from), l)
+		from := int(h.from)
+		c.goBg(func() { c.probeFor(from, l) })
 	case tProbeAck:
 		c.gotIndirect(int(h.from))
 	case tDead:
@@ -884,11 +886,7 @@ func (c *Ctrl) flood(h header, body []byte, via *link) {
 		if l == via || l.left.Load() || (via != nil && !via.local && !l.local && l.peer == via.peer) {
 			continue
 		}
-		c.bg.Add(1)
-		go func() {
-			defer c.bg.Done()
-			l.send(h, body, time.Now().Add(time.Second))
-		}()
+		c.goBg(func() { l.send(h, body, time.Now().Add(time.Second)) })
 	}
 }
 
@@ -950,8 +948,7 @@ func (c *Ctrl) learnAbort(body []byte, via *link) {
 	if c.o.agent() {
 		c.flood(header{typ: tAbort}, body, via)
 	} else if via == nil && c.up != nil {
-		c.bg.Add(1)
-		go func() { defer c.bg.Done(); c.up.send(header{typ: tAbort}, body, time.Now().Add(time.Second)) }()
+		c.goBg(func() { c.up.send(header{typ: tAbort}, body, time.Now().Add(time.Second)) })
 	}
 }
 
@@ -972,8 +969,7 @@ func (c *Ctrl) abort(err error) {
 	if c.o.agent() {
 		c.flood(header{typ: tAbort}, body, nil)
 	} else if c.up != nil {
-		c.bg.Add(1)
-		go func() { defer c.bg.Done(); c.up.send(header{typ: tAbort}, body, time.Now().Add(time.Second)) }()
+		c.goBg(func() { c.up.send(header{typ: tAbort}, body, time.Now().Add(time.Second)) })
 	}
 }
 
@@ -1024,6 +1020,7 @@ func (c *Ctrl) Close() error {
 	if c.closing.Swap(true) || c.killed.Load() {
 		return nil
 	}
+	c.stopBg()
 	c.bg.Wait()
 	for _, l := range c.allLinks() {
 		l.send(header{typ: tBye}, nil, time.Now().Add(time.Second))
@@ -1040,7 +1037,27 @@ func (c *Ctrl) kill() {
 	c.shutdown()
 }
 
+// goBg runs f in the background unless Close has begun: Close waits for
+// what runs, and a WaitGroup Add that races its Wait is a data race.
+func (c *Ctrl) goBg(f func()) {
+	c.bgMu.Lock()
+	defer c.bgMu.Unlock()
+	if c.bgShut {
+		return
+	}
+	c.bg.Add(1)
+	go func() { defer c.bg.Done(); f() }()
+}
+
+// stopBg makes goBg start nothing more (before bg.Wait).
+func (c *Ctrl) stopBg() {
+	c.bgMu.Lock()
+	c.bgShut = true
+	c.bgMu.Unlock()
+}
+
 func (c *Ctrl) shutdown() {
+	c.stopBg()
 	c.mu.Lock() // no register after this (it checks the flags under mu)
 	c.mu.Unlock()
 	if c.tcpLn != nil {

@@ -119,8 +119,7 @@ func (c *Ctrl) ensureRing(now time.Time) {
 		need := c.agents[nb] == nil && !c.dialing[nb]
 		c.mu.Unlock()
 		if need {
-			c.bg.Add(1)
-			go func() { defer c.bg.Done(); c.linkTo(nb, now.Add(c.o.DeadAfter), nb == next) }()
+			c.goBg(func() { c.linkTo(nb, now.Add(c.o.DeadAfter), nb == next) })
 		}
 	}
 }
@@ -150,7 +149,6 @@ func (c *Ctrl) helpers(target int) []*link {
 // probeFor pings suspect for the agent on link req; the answer goes back
 // from gotPong.
 func (c *Ctrl) probeFor(suspect int, req *link) {
-	defer c.bg.Done()
 	if suspect < 0 || suspect >= c.o.Nodes || suspect == c.o.Node || c.nodeIsDead(suspect) {
 		return
 	}
