@@ -35,6 +35,8 @@ const (
 	// MaxStageBytes is the largest gpu.stage_bytes (each of a reader's two
 	// pinned staging halves).
 	MaxStageBytes = 256 << 20
+	// MaxSpinWait is the longest gpu.spin_wait: past it a wait should sleep.
+	MaxSpinWait = 10 * time.Millisecond
 	// MinStageBytes is the smallest gpu.stage_bytes.
 	MinStageBytes = 1 << 10
 	// MinDdtopInterval is the shortest ddtop.interval.
@@ -70,6 +72,7 @@ var keys = []key{
 	{"gpu.sync", "DDSTORE_GPU_SYNC", kindString, func(c *Config, v any) { c.GPU.Sync = v.(string) }},
 	{"gpu.direct", "DDSTORE_GPU_DIRECT", kindString, func(c *Config, v any) { c.GPU.Direct = v.(string) }},
 	{"gpu.stage_bytes", "DDSTORE_GPU_STAGE_BYTES", kindBytes, func(c *Config, v any) { c.GPU.StageBytes = v.(int64) }},
+	{"gpu.spin_wait", "DDSTORE_GPU_SPIN_WAIT", kindDuration, func(c *Config, v any) { c.GPU.SpinWait = v.(time.Duration) }},
 	{"fabric.provider", "DDSTORE_FABRIC", kindString, func(c *Config, v any) { c.Fabric.Provider = v.(string) }},
 	{"fabric.iface", "FABRIC_IFACE", kindString, func(c *Config, v any) { c.Fabric.Iface = v.(string) }},
 	{"fabric.window", "DDSTORE_FABRIC_WINDOW", kindInt, func(c *Config, v any) { c.Fabric.Window = v.(int) }},
@@ -393,6 +396,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.GPU.StageBytes < MinStageBytes || c.GPU.StageBytes > MaxStageBytes:
 		return bad("gpu.stage_bytes", "%d outside [1 KiB, 256 MiB]", c.GPU.StageBytes)
+	case c.GPU.SpinWait < 0 || c.GPU.SpinWait > MaxSpinWait:
+		return bad("gpu.spin_wait", "%v outside [0, %v]", c.GPU.SpinWait, MaxSpinWait)
 	case c.Fabric.Window < 1:
 		return bad("fabric.window", "%d < 1", c.Fabric.Window)
 	case c.Fabric.MaxPeers < 1:

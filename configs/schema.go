@@ -14,10 +14,11 @@ type MachineConfig struct {
 
 // GPUConfig is the gpu section: the device read path (engine GPUOptions).
 type GPUConfig struct {
-	Device     string // DDSTORE_GPU_DEVICE: $LOCAL_RANK (default) or a device index
-	Sync       string // DDSTORE_GPU_SYNC: stream | device
-	Direct     string // DDSTORE_GPU_DIRECT: auto | on | off
-	StageBytes int64  // DDSTORE_GPU_STAGE_BYTES: each of a reader's two staging halves
+	Device     string        // DDSTORE_GPU_DEVICE: $LOCAL_RANK (default) or a device index
+	Sync       string        // DDSTORE_GPU_SYNC: stream | device
+	Direct     string        // DDSTORE_GPU_DIRECT: auto | on | off
+	StageBytes int64         // DDSTORE_GPU_STAGE_BYTES: each of a reader's two staging halves
+	SpinWait   time.Duration // DDSTORE_GPU_SPIN_WAIT: how long a copy's wait polls before it sleeps; 0: never polls
 }
 
 // FabricConfig is the fabric section.

@@ -66,6 +66,10 @@ func (c Config) StoreOptions() Options {
 	o.GPU.Sync = c.GPU.Sync
 	o.GPU.Direct = c.GPU.Direct
 	o.GPU.StageBytes = int(c.GPU.StageBytes)
+	o.GPU.SpinWait = c.GPU.SpinWait
+	if o.GPU.SpinWait == 0 {
+		o.GPU.SpinWait = -1 // the config's 0 is "never poll"
+	}
 	return o
 }
 

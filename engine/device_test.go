@@ -673,7 +673,7 @@ func TestGPUConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := c.StoreOptions().GPU
-	if g.Device != "cuda:$LOCAL_RANK" || g.Sync != GPUSyncStream || g.Direct != GPUDirectAuto || g.StageBytes != 16<<20 {
+	if g.Device != "cuda:$LOCAL_RANK" || g.Sync != GPUSyncStream || g.Direct != GPUDirectAuto || g.StageBytes != 16<<20 || g.SpinWait != 100*time.Microsecond {
 		t.Fatalf("perlmutter GPU options: %+v", g)
 	}
 	clearConfigEnv(t)
@@ -682,11 +682,12 @@ func TestGPUConfig(t *testing.T) {
 	t.Setenv("DDSTORE_GPU_SYNC", "device")
 	t.Setenv("DDSTORE_GPU_DIRECT", "off")
 	t.Setenv("DDSTORE_GPU_STAGE_BYTES", "64KiB")
+	t.Setenv("DDSTORE_GPU_SPIN_WAIT", "0")
 	if c, err = LoadConfig(""); err != nil {
 		t.Fatal(err)
 	}
 	o := c.StoreOptions()
-	if g := o.GPU; g.Device != "hip:2" || g.Sync != GPUSyncDevice || g.Direct != GPUDirectOff || g.StageBytes != 64<<10 {
+	if g := o.GPU; g.Device != "hip:2" || g.Sync != GPUSyncDevice || g.Direct != GPUDirectOff || g.StageBytes != 64<<10 || g.SpinWait >= 0 {
 		t.Fatalf("frontier GPU options with overrides: %+v", g)
 	}
 	if err := o.Validate(); err != nil {
@@ -697,7 +698,7 @@ func TestGPUConfig(t *testing.T) {
 		t.Fatalf("local GPU device: %q, %v", c.StoreOptions().GPU.Device, err)
 	}
 	for env, val := range map[string]string{"DDSTORE_GPU": "tpu", "DDSTORE_GPU_DEVICE": "first", "DDSTORE_GPU_SYNC": "never",
-		"DDSTORE_GPU_DIRECT": "yes", "DDSTORE_GPU_STAGE_BYTES": "512MiB"} {
+		"DDSTORE_GPU_DIRECT": "yes", "DDSTORE_GPU_STAGE_BYTES": "512MiB", "DDSTORE_GPU_SPIN_WAIT": "1s"} {
 		clearConfigEnv(t)
 		t.Setenv(env, val)
 		_, err := LoadConfig("")

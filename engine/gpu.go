@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/ddstore/ddstore/fault"
 	"github.com/ddstore/ddstore/gpu"
@@ -73,6 +74,11 @@ type GPUOptions struct {
 	// 1 KiB to 256 MiB; 0 means 16 MiB. A half's reads are one fabric
 	// batch: its size bounds the reads in flight for large rows.
 	StageBytes int
+	// SpinWait: how long a wait for the reader's copies polls the GPU
+	// before it sleeps in the runtime (gpu.Options.SpinWait); 0 means
+	// gpu.DefaultSpinWait (100µs), negative never polls. Config
+	// gpu.spin_wait.
+	SpinWait time.Duration
 	// Libraries replaces the GPU runtime's library names (tests point it at
 	// the stand-in drivers of gpu/gputest; nothing else should).
 	Libraries []string
@@ -145,6 +151,9 @@ func (g *GPUOptions) validate() error {
 	default:
 		return errf(ErrInvalid, "options", "", "GPU.Direct %q: want %q, %q or %q", g.Direct, GPUDirectAuto, GPUDirectOn, GPUDirectOff)
 	}
+	if g.SpinWait > 10*time.Millisecond {
+		return errf(ErrInvalid, "options", "", "GPU.SpinWait %v: want at most 10ms (past it a wait should sleep)", g.SpinWait)
+	}
 	if g.StageBytes != 0 && (g.StageBytes < 1<<10 || g.StageBytes > maxStageBytes) {
 		return errf(ErrInvalid, "options", "", "GPU.StageBytes %d: want 1 KiB to %d bytes", g.StageBytes, maxStageBytes)
 	}
@@ -214,7 +223,7 @@ func (s *Store) openDevice() (*gpu.Device, error) {
 	if idx < 0 {
 		idx, wrap = s.localRank, true
 	}
-	d, err := gpu.Open(gpu.Options{Runtime: t.runtime, Index: idx, WrapIndex: wrap, Libraries: o.Libraries})
+	d, err := gpu.Open(gpu.Options{Runtime: t.runtime, Index: idx, WrapIndex: wrap, SpinWait: o.SpinWait, Libraries: o.Libraries})
 	if err != nil {
 		want := "auto (CUDA, else HIP)"
 		if t.runtime != "" {

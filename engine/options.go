@@ -111,7 +111,7 @@ type Options struct {
 	ReadMode string
 	// GPU: the device read path (GetBatchDevice, GetDevice and their
 	// Reader and async forms); see GPUOptions. Config keys machine.gpu,
-	// gpu.device, gpu.sync, gpu.direct, gpu.stage_bytes.
+	// gpu.device, gpu.sync, gpu.direct, gpu.stage_bytes, gpu.spin_wait.
 	GPU GPUOptions
 }
 

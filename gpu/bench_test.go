@@ -73,8 +73,8 @@ func newSyncRun(device bool, n int) *syncRun {
 	return &syncRun{device: device, idle: make([]time.Duration, n), busy: make([]time.Duration, n)}
 }
 
-func syncSetup(t testing.TB, b backend) (*Device, *Stream, *Pinned, *Buffer) {
-	d := b.open(t)
+func syncSetup(t testing.TB, b backend, change ...func(*Options)) (*Device, *Stream, *Pinned, *Buffer) {
+	d := b.open(t, change...)
 	s := closing(t, must[*Stream](t)(d.NewStream()))
 	src := closing(t, must[*Pinned](t)(d.AllocPinned(syncBatch)))
 	fillRow(src.Bytes(), 1)
@@ -85,7 +85,9 @@ func syncSetup(t testing.TB, b backend) (*Device, *Stream, *Pinned, *Buffer) {
 
 // BenchmarkSync measures the gpu_sync phase per call, default stream busy
 // ÷ idle, for sync=stream (goal ≤ 1.5) and sync=device (≥ 10: the seed's
-// pathology). Real driver only (DDSTORE_GPU_REAL=1); the stand-ins'
+// pathology), and sync=sleep: sync=stream with Options.SpinWait off (the
+// wait sleeps at once), whose idle-µs beside sync=stream's is what polling
+// saves. Real driver only (DDSTORE_GPU_REAL=1); the stand-ins'
 // timings mean nothing. Metrics: idle-µs and busy-µs (medians), busy/idle,
 // and pending-% (busy calls that returned while the default stream was
 // still busy: ~100 for stream, 0 for device).
@@ -94,9 +96,13 @@ func BenchmarkSync(b *testing.B) {
 		if be.standin {
 			continue
 		}
-		for _, mode := range []string{"stream", "device"} {
+		for _, mode := range []string{"stream", "sleep", "device"} {
 			b.Run("sync="+mode, func(b *testing.B) {
-				d, s, src, dst := syncSetup(b, be)
+				d, s, src, dst := syncSetup(b, be, func(o *Options) {
+					if mode == "sleep" {
+						o.SpinWait = -1
+					}
+				})
 				m := newSyncRun(mode == "device", b.N)
 				b.ResetTimer()
 				if err := m.measure(d, s, src, dst, syncSpin); err != nil {

@@ -93,6 +93,8 @@ func cOpen(a apiPtr, ordinal int) (d devPtr, name, pci string, major, minor int,
 
 func cClose(d devPtr) { C.ddg_close(d) }
 
+func cSetSpin(d devPtr, ns uint64) { C.ddg_set_spin(d, C.uint64_t(ns)) }
+
 func cAlloc(d devPtr, n int) (DevicePtr, result) {
 	var p C.uint64_t
 	r := res(C.ddg_alloc(d, C.size_t(n), &p))

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 // ---- CUDA driver API: hand-declared types and constants (cuda.h values) --
 
@@ -135,6 +136,7 @@ struct ddg_dev {
 	int ordinal;
 	int dev;       // CUdevice / hipDevice_t
 	CUcontext ctx; // CUDA: the retained primary context
+	uint64_t spin_ns; // event waits poll this long before they block
 };
 
 static const char *ddg_resolve(ddg_api *a) {
@@ -363,9 +365,37 @@ ddg_rc ddg_event_record(ddg_dev *d, ddg_handle e, ddg_handle s) {
 	DDG_CALL(d, CU->cuEventRecord((CUevent)e, (CUstream)s), "cuEventRecord", HIP->hipEventRecord((hipEvent_t)e, (hipStream_t)s), "hipEventRecord");
 }
 
+void ddg_set_spin(ddg_dev *d, uint64_t ns) { d->spin_ns = ns; }
+
+static uint64_t ddg_now_ns(void) {
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t); // vDSO: no system call
+	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+// ddg_wait_event waits for e: it polls for up to d->spin_ns (a short copy
+// ends well inside it, and a blocking-sync event's wake-up would cost tens
+// of microseconds), then sleeps in the runtime's blocking synchronise.
+static ddg_rc ddg_wait_event(ddg_dev *d, ddg_handle e) {
+	int cuda = d->api->kind == DDG_CUDA, c;
+	if (d->spin_ns) {
+		uint64_t end = ddg_now_ns() + d->spin_ns;
+		do {
+			c = cuda ? CU->cuEventQuery((CUevent)e) : HIP->hipEventQuery((hipEvent_t)e);
+			if (c == 0) return DDG_OK;
+			if (c != DDG_NOT_READY) return (ddg_rc){c, cuda ? "cuEventQuery" : "hipEventQuery"};
+		} while (ddg_now_ns() < end);
+	}
+	c = cuda ? CU->cuEventSynchronize((CUevent)e) : HIP->hipEventSynchronize((hipEvent_t)e);
+	if (c != 0) return (ddg_rc){c, cuda ? "cuEventSynchronize" : "hipEventSynchronize"};
+	return DDG_OK;
+}
+
 ddg_rc ddg_event_sync(ddg_dev *d, ddg_handle e) {
-	DDG_CALL(d, CU->cuEventSynchronize((CUevent)e), "cuEventSynchronize",
-	        HIP->hipEventSynchronize((hipEvent_t)e), "hipEventSynchronize");
+	ddg_scope sc;
+	ddg_rc rc = ddg_enter(d, &sc);
+	if (rc.code != 0) return rc;
+	return ddg_leave(d, &sc, ddg_wait_event(d, e));
 }
 
 ddg_rc ddg_event_query(ddg_dev *d, ddg_handle e) {
@@ -388,12 +418,10 @@ static ddg_rc ddg_record_wait(ddg_dev *d, ddg_handle s, ddg_handle e, int wait) 
 	if (!e) return DDG_OK;
 	if (d->api->kind == DDG_CUDA) {
 		if ((c = CU->cuEventRecord((CUevent)e, (CUstream)s)) != 0) return (ddg_rc){c, "cuEventRecord"};
-		if (wait && (c = CU->cuEventSynchronize((CUevent)e)) != 0) return (ddg_rc){c, "cuEventSynchronize"};
 	} else {
 		if ((c = HIP->hipEventRecord((hipEvent_t)e, (hipStream_t)s)) != 0) return (ddg_rc){c, "hipEventRecord"};
-		if (wait && (c = HIP->hipEventSynchronize((hipEvent_t)e)) != 0) return (ddg_rc){c, "hipEventSynchronize"};
 	}
-	return DDG_OK;
+	return wait ? ddg_wait_event(d, e) : DDG_OK;
 }
 
 ddg_rc ddg_stream_sync(ddg_dev *d, ddg_handle s, ddg_handle e) {

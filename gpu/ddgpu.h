@@ -62,6 +62,9 @@ ddg_rc ddg_event_destroy(ddg_dev *d, ddg_handle e);
 ddg_rc ddg_event_record(ddg_dev *d, ddg_handle e, ddg_handle s);
 ddg_rc ddg_event_sync(ddg_dev *d, ddg_handle e);
 ddg_rc ddg_event_query(ddg_dev *d, ddg_handle e); // code DDG_NOT_READY while pending
+// ddg_set_spin sets how long event waits (ddg_event_sync, ddg_stream_sync,
+// ddg_dtoh) poll before they block; 0 blocks at once.
+void ddg_set_spin(ddg_dev *d, uint64_t ns);
 ddg_rc ddg_stream_wait(ddg_dev *d, ddg_handle s, ddg_handle e);
 ddg_rc ddg_stream_sync(ddg_dev *d, ddg_handle s, ddg_handle e); // record e on s, then wait on e
 ddg_rc ddg_ctx_sync(ddg_dev *d);

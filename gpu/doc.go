@@ -30,7 +30,9 @@
 //     models the queues; it has not been run on real AMD hardware.
 //   - Events (NewEvent): blocking-sync, timing disabled. Stream.Sync
 //     records the stream's own event and waits on it, so a wait covers
-//     exactly that stream's work and sleeps instead of spinning a core.
+//     exactly that stream's work. A wait polls the event for up to
+//     Options.SpinWait (100 µs), where a batch's copy usually ends, then
+//     sleeps instead of spinning a core.
 //     Device.Sync is the context-wide synchronise the seed did per call,
 //     kept for comparison (gpu.sync: device).
 //   - Copies: Stream.CopyIn (host to device, asynchronous from pinned

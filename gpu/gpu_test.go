@@ -451,13 +451,19 @@ func stillBusy(t testing.TB, b *Busy) bool {
 // stream wrapped, an event, and 4 KiB of pinned source and device memory.
 func eventRig(t *testing.T, b backend) (d *Device, s, def *Stream, ev *Event, src *Pinned, dst *Buffer) {
 	d = b.open(t)
+	s, def, ev, src, dst = rigOn(t, d)
+	return d, s, def, ev, src, dst
+}
+
+// rigOn is eventRig's streams, event and buffers on an opened device.
+func rigOn(t *testing.T, d *Device) (s, def *Stream, ev *Event, src *Pinned, dst *Buffer) {
 	s = closing(t, must[*Stream](t)(d.NewStream()))
 	def = closing(t, must[*Stream](t)(d.WrapStream(0)))
 	ev = closing(t, must[*Event](t)(d.NewEvent()))
 	src = closing(t, must[*Pinned](t)(d.AllocPinned(4096)))
 	dst = must[*Buffer](t)(d.Alloc(4096))
 	t.Cleanup(func() { dst.Free() })
-	return d, s, def, ev, src, dst
+	return s, def, ev, src, dst
 }
 
 // TestEvents: a stream waits on an event of the default stream without
@@ -505,35 +511,44 @@ func TestEvents(t *testing.T) {
 // blocking-sync flag and for cuStreamSynchronize, as the drivers do.
 func TestWaitsSleep(t *testing.T) {
 	each(t, func(t *testing.T, b backend) {
-		d, s, def, ev, src, dst := eventRig(t, b)
-
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		for _, wait := range []struct {
-			name string
-			f    func() error
-		}{{"Stream.Sync", s.Sync}, {"Event.Sync", ev.Sync}} {
-			busy := must[*Busy](t)(d.BusyDefaultStream(time.Second))
-			if err := errors.Join(ev.Record(def), s.WaitEvent(ev), s.CopyIn(dst, 0, src.Bytes())); err != nil {
-				t.Fatal(err)
-			}
-			cpu0, wall0 := threadCPU(t), time.Now()
-			if err := wait.f(); err != nil {
-				t.Fatal(err)
-			}
-			cpu, wall := threadCPU(t)-cpu0, time.Since(wall0)
-			if done := !stillBusy(t, busy); !done || wall < 100*time.Millisecond {
-				t.Fatalf("%s returned after %v, busy period over: %v; it did not wait for it", wait.name, wall, done)
-			}
-			if cpu > wall/4 {
-				t.Fatalf("%s used %v of CPU while waiting %v: it spins", wait.name, cpu, wall)
-			}
-			t.Logf("%s waited %v using %v of CPU", wait.name, wall, cpu)
-			if err := errors.Join(s.Sync(), busy.Wait()); err != nil {
-				t.Fatal(err)
-			}
+		for _, spin := range []time.Duration{0, -1, 20 * time.Millisecond} {
+			t.Run(fmt.Sprintf("spin=%v", spin), func(t *testing.T) { testWaitsSleep(t, b, spin) })
 		}
 	})
+}
+
+// testWaitsSleep: with Options.SpinWait spin, a wait longer than the spin
+// still sleeps once the spin is over.
+func testWaitsSleep(t *testing.T, b backend, spin time.Duration) {
+	d := b.open(t, func(o *Options) { o.SpinWait = spin })
+	s, def, ev, src, dst := rigOn(t, d)
+
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	for _, wait := range []struct {
+		name string
+		f    func() error
+	}{{"Stream.Sync", s.Sync}, {"Event.Sync", ev.Sync}} {
+		busy := must[*Busy](t)(d.BusyDefaultStream(time.Second))
+		if err := errors.Join(ev.Record(def), s.WaitEvent(ev), s.CopyIn(dst, 0, src.Bytes())); err != nil {
+			t.Fatal(err)
+		}
+		cpu0, wall0 := threadCPU(t), time.Now()
+		if err := wait.f(); err != nil {
+			t.Fatal(err)
+		}
+		cpu, wall := threadCPU(t)-cpu0, time.Since(wall0)
+		if done := !stillBusy(t, busy); !done || wall < 100*time.Millisecond {
+			t.Fatalf("%s returned after %v, busy period over: %v; it did not wait for it", wait.name, wall, done)
+		}
+		if cpu > wall/4 {
+			t.Fatalf("%s used %v of CPU while waiting %v: it spins", wait.name, cpu, wall)
+		}
+		t.Logf("%s waited %v using %v of CPU", wait.name, wall, cpu)
+		if err := errors.Join(s.Sync(), busy.Wait()); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 func threadCPU(t *testing.T) time.Duration {
