@@ -78,17 +78,25 @@ func cInit(a apiPtr) (version, count int, r result) {
 	return int(v), int(n), r
 }
 
-// cOpen opens device ordinal and reads its name, PCI bus id and compute
-// capability.
-func cOpen(a apiPtr, ordinal int) (d devPtr, name, pci string, major, minor int, r result) {
+// openInfo is what cOpen reads of a device.
+type openInfo struct {
+	name, pci    string
+	major, minor int
+	total        int64
+}
+
+// cOpen opens device ordinal and reads its name, PCI bus id, compute
+// capability and total memory.
+func cOpen(a apiPtr, ordinal int) (d devPtr, info openInfo, r result) {
 	var nameBuf [256]C.char
 	var pciBuf [64]C.char
 	var maj, min C.int
-	r = res(C.ddg_open(a, C.int(ordinal), &d, &nameBuf[0], C.int(len(nameBuf)), &pciBuf[0], C.int(len(pciBuf)), &maj, &min))
+	var total C.size_t
+	r = res(C.ddg_open(a, C.int(ordinal), &d, &nameBuf[0], C.int(len(nameBuf)), &pciBuf[0], C.int(len(pciBuf)), &maj, &min, &total))
 	if r.failed() {
-		return nil, "", "", 0, 0, r
+		return nil, info, r
 	}
-	return d, C.GoString(&nameBuf[0]), C.GoString(&pciBuf[0]), int(maj), int(min), r
+	return d, openInfo{C.GoString(&nameBuf[0]), C.GoString(&pciBuf[0]), int(maj), int(min), int64(total)}, r
 }
 
 func cClose(d devPtr) { C.ddg_close(d) }

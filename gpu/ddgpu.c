@@ -35,6 +35,7 @@ typedef struct CUfunc_st *CUfunction;
 	X(CUresult, cuDeviceGetCount, (int *count))                                   \
 	X(CUresult, cuDeviceGet, (CUdevice * dev, int ordinal))                       \
 	X(CUresult, cuDeviceGetName, (char *name, int len, CUdevice dev))             \
+	X(CUresult, cuDeviceTotalMem_v2, (size_t *bytes, CUdevice dev))               \
 	X(CUresult, cuDeviceGetPCIBusId, (char *id, int len, CUdevice dev))           \
 	X(CUresult, cuDeviceGetAttribute, (int *v, int attr, CUdevice dev))           \
 	X(CUresult, cuDevicePrimaryCtxRetain, (CUcontext * ctx, CUdevice dev))        \
@@ -89,6 +90,7 @@ typedef struct ihipEvent_t *hipEvent_t;
 	X(hipError_t, hipGetDeviceCount, (int *count))                                   \
 	X(hipError_t, hipDeviceGet, (hipDevice_t * dev, int ordinal))                    \
 	X(hipError_t, hipDeviceGetName, (char *name, int len, hipDevice_t dev))          \
+	X(hipError_t, hipDeviceTotalMem, (size_t *bytes, hipDevice_t dev))               \
 	X(hipError_t, hipDeviceGetPCIBusId, (char *id, int len, int ordinal))            \
 	X(hipError_t, hipDeviceComputeCapability, (int *major, int *minor, hipDevice_t)) \
 	X(hipError_t, hipGetDevice, (int *ordinal))                                      \
@@ -212,7 +214,7 @@ ddg_rc ddg_init(ddg_api *a, int *driver_version, int *count) {
 }
 
 ddg_rc ddg_open(ddg_api *a, int ordinal, ddg_dev **out, char *name, int namelen,
-              char *pci, int pcilen, int *major, int *minor) {
+              char *pci, int pcilen, int *major, int *minor, size_t *total) {
 	ddg_dev *d = calloc(1, sizeof *d);
 	if (!d) return (ddg_rc){DDG_OUT_OF_MEMORY, "calloc"};
 	d->api = a;
@@ -226,6 +228,7 @@ ddg_rc ddg_open(ddg_api *a, int ordinal, ddg_dev **out, char *name, int namelen,
 	if (a->kind == DDG_CUDA) {
 		DDG_STEP(a->cu.cuDeviceGet(&d->dev, ordinal), "cuDeviceGet");
 		DDG_STEP(a->cu.cuDeviceGetName(name, namelen, d->dev), "cuDeviceGetName");
+		DDG_STEP(a->cu.cuDeviceTotalMem_v2(total, d->dev), "cuDeviceTotalMem_v2");
 		DDG_STEP(a->cu.cuDeviceGetPCIBusId(pci, pcilen, d->dev), "cuDeviceGetPCIBusId");
 		DDG_STEP(a->cu.cuDeviceGetAttribute(major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d->dev),
 		        "cuDeviceGetAttribute");
@@ -235,6 +238,7 @@ ddg_rc ddg_open(ddg_api *a, int ordinal, ddg_dev **out, char *name, int namelen,
 	} else {
 		DDG_STEP(a->hip.hipDeviceGet(&d->dev, ordinal), "hipDeviceGet");
 		DDG_STEP(a->hip.hipDeviceGetName(name, namelen, d->dev), "hipDeviceGetName");
+		DDG_STEP(a->hip.hipDeviceTotalMem(total, d->dev), "hipDeviceTotalMem");
 		DDG_STEP(a->hip.hipDeviceGetPCIBusId(pci, pcilen, ordinal), "hipDeviceGetPCIBusId");
 		DDG_STEP(a->hip.hipDeviceComputeCapability(major, minor, d->dev), "hipDeviceComputeCapability");
 	}

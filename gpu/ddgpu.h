@@ -44,8 +44,10 @@ ddg_api *ddg_load(int kind, const char *path, char *err, size_t errlen);
 const char *ddg_error_string(ddg_api *a, int code);
 
 ddg_rc ddg_init(ddg_api *a, int *driver_version, int *count);
+// ddg_open also reads the device's name, PCI bus id, compute capability
+// and total memory in bytes.
 ddg_rc ddg_open(ddg_api *a, int ordinal, ddg_dev **out, char *name, int namelen,
-              char *pci, int pcilen, int *major, int *minor);
+              char *pci, int pcilen, int *major, int *minor, size_t *total);
 void ddg_close(ddg_dev *d);
 
 ddg_rc ddg_alloc(ddg_dev *d, size_t n, uint64_t *ptr);

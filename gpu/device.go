@@ -126,6 +126,7 @@ type Device struct {
 	Name          string
 	PCIBusID      string
 	Major, Minor  int    // compute capability (HIP: the gcnArch major/minor)
+	TotalMemory   int64  // bytes of device memory, as the runtime reports it
 	DriverVersion int    // as the driver reports it: CUDA 12040 = 12.4
 	Library       string // the library that was loaded
 
@@ -214,7 +215,7 @@ func open(rt Runtime, o Options) (*Device, error) {
 			Text:   fmt.Sprintf("device %d requested, %d present", o.Index, count),
 			Detail: fmt.Sprintf("%s reports %d devices; check %s and the job's GPU binding", lib.path, count, visibleVar(rt))}
 	}
-	h, name, pci, major, minor, r := cOpen(lib.c, o.Index)
+	h, info, r := cOpen(lib.c, o.Index)
 	if r.failed() {
 		code, op := r.codeOp()
 		e := &Error{Runtime: rt, Device: o.Index, Op: op, Code: code, Text: cErrorString(lib.c, code), kind: ErrDriver}
@@ -223,7 +224,7 @@ func open(rt Runtime, o Options) (*Device, error) {
 		}
 		return nil, e
 	}
-	d := &Device{Runtime: rt, Index: o.Index, Name: name, PCIBusID: pci, Major: major, Minor: minor,
+	d := &Device{Runtime: rt, Index: o.Index, Name: info.name, PCIBusID: info.pci, Major: info.major, Minor: info.minor, TotalMemory: info.total,
 		DriverVersion: version, Library: lib.path, lib: lib, h: h, probe: !o.NoStreamProbe,
 		scratchN: o.scratchBytes}
 	if d.scratchN <= 0 {

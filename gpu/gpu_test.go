@@ -18,7 +18,7 @@ var pciBusID = regexp.MustCompile(`^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{
 func TestProbe(t *testing.T) {
 	each(t, func(t *testing.T, b backend) {
 		d := b.open(t)
-		if d.Name == "" || !pciBusID.MatchString(d.PCIBusID) || d.Major < 1 || d.DriverVersion <= 0 || d.Library == "" {
+		if d.Name == "" || !pciBusID.MatchString(d.PCIBusID) || d.Major < 1 || d.DriverVersion <= 0 || d.Library == "" || d.TotalMemory <= 0 {
 			t.Fatalf("incomplete probe: %+v", d)
 		}
 		if !strings.Contains(d.String(), d.Name) || !strings.Contains(d.String(), d.PCIBusID) {
@@ -30,14 +30,17 @@ func TestProbe(t *testing.T) {
 			if !strings.HasPrefix(d.String(), want) {
 				t.Fatalf("String() = %q, want prefix %q", d.String(), want)
 			}
+			if d.TotalMemory != 80<<30 {
+				t.Fatalf("TotalMemory = %d, want the stand-in's 80 GiB", d.TotalMemory)
+			}
 		case "standin-hip":
-			if d.Runtime != HIP || d.PCIBusID != "0000:c1:00.0" || d.DriverVersionString() != "60342134" {
+			if d.Runtime != HIP || d.PCIBusID != "0000:c1:00.0" || d.DriverVersionString() != "60342134" || d.TotalMemory != 64<<30 {
 				t.Fatalf("HIP probe: %s", d)
 			}
 		case "real":
 			// examples/gpu/check.sh prints this line.
-			fmt.Printf("GPU PROBE: runtime=%s device=%d name=%q pci=%s compute=%d.%d driver=%s (%d) library=%s\n",
-				d.Runtime, d.Index, d.Name, d.PCIBusID, d.Major, d.Minor, d.DriverVersionString(), d.DriverVersion, d.Library)
+			fmt.Printf("GPU PROBE: runtime=%s device=%d name=%q pci=%s compute=%d.%d memory=%d MiB driver=%s (%d) library=%s\n",
+				d.Runtime, d.Index, d.Name, d.PCIBusID, d.Major, d.Minor, d.TotalMemory>>20, d.DriverVersionString(), d.DriverVersion, d.Library)
 		}
 	})
 }

@@ -213,7 +213,7 @@ func Run(o Options) (*Report, error) {
 		return func() { rep.Interfaces, rep.NUMA = ifs, numa }, nil
 	})
 	rep.step(&o, "GPUs", func(ctx context.Context) (func(), error) {
-		g := probeGPUs(cfg.Machine.GPU)
+		g := probeGPUs(cfg.Machine.GPU, nil)
 		return func() { rep.GPUs = g }, nil
 	})
 	for i := range rep.Interfaces {

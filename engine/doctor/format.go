@@ -97,9 +97,9 @@ func (rep *Report) WriteTable(w io.Writer) error {
 		p("GPUs\tnone: %s", why)
 	} else {
 		p("GPUs\t%d, %s driver %s (%s)", len(rep.GPUs.Devices), rep.GPUs.Runtime, rep.GPUs.Driver, rep.GPUs.Library)
-		p("GPU\tNAME\tPCI\tNUMA\tNEAREST NIC")
+		p("GPU\tNAME\tMEMORY\tPCI\tNUMA\tNEAREST NIC")
 		for _, g := range rep.GPUs.Devices {
-			p("%d\t%s\t%s\t%s\t%s", g.Index, g.Name, g.PCI, numaStr(g.NUMA), orNone(g.NIC))
+			p("%d\t%s\t%.1f GiB\t%s\t%s\t%s", g.Index, g.Name, float64(g.Memory)/(1<<30), g.PCI, numaStr(g.NUMA), orNone(g.NIC))
 		}
 	}
 	p("")

@@ -14,7 +14,9 @@ type GPU struct {
 	Index int    `json:"index"`
 	Name  string `json:"name"`
 	PCI   string `json:"pci"`
-	NUMA  int    `json:"numa"` // -1 unknown
+	// Memory is the device's total memory in bytes.
+	Memory int64 `json:"memory_bytes"`
+	NUMA   int   `json:"numa"` // -1 unknown
 	// NIC is the nearest up, non-loopback interface with a PCI device: on
 	// the GPU's NUMA node where there is one ("" when none is known).
 	NIC string `json:"nic,omitempty"`
@@ -33,7 +35,9 @@ type GPUs struct {
 // maxGPUs bounds the devices probed.
 const maxGPUs = 64
 
-func probeGPUs(runtime string) GPUs {
+// probeGPUs opens every device of runtime ("" or "auto": CUDA, else HIP)
+// in turn; libs, when set, replaces the runtime's library names (tests).
+func probeGPUs(runtime string, libs []string) GPUs {
 	var out GPUs
 	rt := gpu.Runtime("")
 	switch runtime {
@@ -43,7 +47,7 @@ func probeGPUs(runtime string) GPUs {
 		rt = gpu.HIP
 	}
 	for i := 0; i < maxGPUs; i++ {
-		d, err := gpu.Open(gpu.Options{Runtime: rt, Index: i, NoStreamProbe: true})
+		d, err := gpu.Open(gpu.Options{Runtime: rt, Index: i, NoStreamProbe: true, Libraries: libs})
 		if err != nil {
 			if i == 0 {
 				out.Error = err.Error()
@@ -53,7 +57,7 @@ func probeGPUs(runtime string) GPUs {
 		}
 		out.Runtime, out.Driver, out.Library = string(d.Runtime), d.DriverVersionString(), d.Library
 		rt = d.Runtime
-		out.Devices = append(out.Devices, GPU{Index: i, Name: d.Name, PCI: d.PCIBusID, NUMA: pciNUMA(d.PCIBusID)})
+		out.Devices = append(out.Devices, GPU{Index: i, Name: d.Name, PCI: d.PCIBusID, Memory: d.TotalMemory, NUMA: pciNUMA(d.PCIBusID)})
 		d.Close()
 	}
 	return out

@@ -73,6 +73,14 @@ CUresult cuDeviceGetName(char *name, int len, CUdevice d) {
 	return rc ? rc : si_copy_string(name, len, "ddstore stand-in CUDA GPU");
 }
 
+// Device d reports (80 + d) GiB.
+CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice d) {
+	SI_FAILPOINT("cuDeviceTotalMem_v2");
+	int rc = si_check_ordinal(d);
+	if (!rc) *bytes = (size_t)(80 + d) << 30;
+	return rc;
+}
+
 CUresult cuDeviceGetPCIBusId(char *id, int len, CUdevice d) {
 	SI_FAILPOINT("cuDeviceGetPCIBusId");
 	int rc = si_check_ordinal(d);

@@ -53,6 +53,14 @@ hipError_t hipDeviceGetName(char *name, int len, int d) {
 	return rc ? rc : si_copy_string(name, len, "ddstore stand-in HIP GPU");
 }
 
+// Device d reports (64 + d) GiB.
+hipError_t hipDeviceTotalMem(size_t *bytes, int d) {
+	SI_FAILPOINT("hipDeviceTotalMem");
+	int rc = si_check_ordinal(d);
+	if (!rc) *bytes = (size_t)(64 + d) << 30;
+	return rc;
+}
+
 hipError_t hipDeviceGetPCIBusId(char *id, int len, int d) {
 	SI_FAILPOINT("hipDeviceGetPCIBusId");
 	int rc = si_check_ordinal(d);
