@@ -42,7 +42,8 @@ import (
 func main() {
 	ddtop := flag.String("ddtop", "bin/ddtop", "ddtop binary")
 	base := flag.String("base", "", "a second ddtop binary: alternate the two in the ranks view, --pairs times, and print the ratio ddtop ÷ base")
-	pairs := flag.Int("pairs", 1, "ranks-view runs of each binary (with --base: alternated, the order swapping each pair)")
+	pairs := flag.Int("pairs", 1, "ranks-view runs of each binary (with --base: alternated, the order swapping each pair); at least 1")
+	ranks := flag.Bool("ranks", true, "measure the ranks view in a terminal")
 	serve := flag.Bool("serve", true, "also measure ddtop serve (of --ddtop), scraped once a second")
 	n := flag.Int("segments", 64, "synthetic segments")
 	rate := flag.Float64("calls", 200, "calls per second per segment (a loader batch every second call)")
@@ -50,7 +51,14 @@ func main() {
 	dur := flag.Duration("for", 30*time.Second, "how long each steady measurement runs")
 	warm := flag.Duration("warmup", 3*time.Second, "how long each run goes before the steady measurement")
 	flag.Parse()
+	if *pairs < 1 {
+		fmt.Fprintln(os.Stderr, "ddtopcost: --pairs must be at least 1")
+		os.Exit(2)
+	}
 	c := cost{n: *n, interval: *interval, warm: *warm, dur: *dur}
+	if !*ranks {
+		*pairs = 0
+	}
 	if err := c.run(*ddtop, *base, *pairs, *serve, *rate); err != nil {
 		fmt.Fprintln(os.Stderr, "ddtopcost:", err)
 		os.Exit(1)
@@ -106,7 +114,7 @@ func (c *cost) run(ddtop, base string, pairs int, serve bool, rate float64) erro
 
 	var mine, theirs, ratios []float64
 	bins := [2]string{ddtop, base}
-	for i := range max(pairs, 1) {
+	for i := range pairs {
 		roles := []int{0} // 0: --ddtop, 1: --base
 		if base != "" {
 			roles = []int{i % 2, 1 - i%2}
