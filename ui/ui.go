@@ -206,6 +206,11 @@ type Model struct {
 	err         error
 	gen         int // refresh chain generation: pause/resume starts a new chain
 	paused      bool
+	// Pacing (pace.go): refreshes fall on the renderer's ticks, which
+	// started at anchor (just before Init) every tick; due is when the
+	// refresh in progress was due. tick 0: unpaced (tests, --once).
+	anchor, due time.Time
+	tick        time.Duration
 
 	view      int
 	ranks     list
@@ -292,8 +297,7 @@ func RunReplay(o Options, frames []*data.Frame) error {
 		return err
 	}
 	defer m.Close()
-	_, err = tea.NewProgram(m, tea.WithAltScreen(), tea.WithFPS(20)).Run()
-	return err
+	return m.run()
 }
 
 // seekTo moves a replay to frame pos and shows it (pausing the play).
@@ -311,10 +315,17 @@ func Run(o Options) error {
 		return err
 	}
 	defer m.Close()
-	// The screen changes at most once a refresh; 20 frames a second still
-	// answers keys within 50 ms and wakes ddtop a third as often as
-	// bubbletea's default 60 (its renderer ticks even when idle).
-	_, err = tea.NewProgram(m, tea.WithAltScreen(), tea.WithFPS(20)).Run()
+	return m.run()
+}
+
+// run runs the program with the renderer's frame rate paced to the
+// refresh interval (pace.go): one wakeup a frame serves both.
+func (m *Model) run() error {
+	fps, paced := framesFor(m.o.Interval)
+	if paced {
+		m.tick = time.Second / time.Duration(fps)
+	}
+	_, err := tea.NewProgram(m, tea.WithAltScreen(), tea.WithFPS(fps)).Run()
 	return err
 }
 
@@ -327,12 +338,18 @@ func (m *Model) pollCmd() tea.Cmd {
 }
 
 func (m *Model) tickCmd() tea.Cmd {
-	gen := m.gen
-	return tea.Tick(m.o.Interval, func(time.Time) tea.Msg { return tickMsg{gen: gen} })
+	gen, now := m.gen, time.Now()
+	m.due = nextRefresh(m.anchor, m.due, now, m.o.Interval, m.tick)
+	return tea.Tick(m.due.Sub(now), func(time.Time) tea.Msg { return tickMsg{gen: gen} })
 }
 
-// Init starts the first refresh.
-func (m *Model) Init() tea.Cmd { return m.pollCmd() }
+// Init starts the first refresh. bubbletea starts its renderer's ticker
+// just before Init: now is the pacing's anchor.
+func (m *Model) Init() tea.Cmd {
+	m.anchor = time.Now()
+	m.due = m.anchor
+	return m.pollCmd()
+}
 
 // Refresh polls synchronously and applies the frame (tests and --once).
 func (m *Model) Refresh() error {
@@ -488,6 +505,7 @@ func (m *Model) key(msg tea.KeyMsg) (tea.Model, tea.Cmd) {
 		m.paused = !m.paused
 		m.gen++
 		if !m.paused {
+			m.due = time.Now()
 			return m, m.pollCmd()
 		}
 	case key.Matches(msg, k.NextView):
