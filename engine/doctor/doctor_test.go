@@ -138,6 +138,9 @@ func TestWriteConfigLoads(t *testing.T) {
 		c.Machine.Name != tu.Name || !strings.Contains(c.Source, path) {
 		t.Errorf("loaded %+v\ntuned %+v", c, tu)
 	}
+	if c.Loader.Prefetch != configs.PrefetchAuto {
+		t.Errorf("loader.prefetch %d, want auto (%d): the loader chooses from what it measures", c.Loader.Prefetch, configs.PrefetchAuto)
+	}
 	if c.Fabric.Provider != "tcp;ofi_rxm" {
 		t.Errorf("provider %q: tcp read fine here and shm carries no reads across nodes", c.Fabric.Provider)
 	}
