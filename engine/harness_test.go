@@ -109,6 +109,9 @@ func storeOptions(mode string, params map[string]string) Options {
 	if d := params["TELDIR"]; d != "" {
 		o.TelemetryDir = d
 	}
+	if params["INSECURE"] == "1" { // as DDSTORE_INSECURE=1: no secret
+		o.Bootstrap.Insecure = true
+	}
 	if v := params["FAILOVER"]; v != "" {
 		if d, err := time.ParseDuration(v); err == nil {
 			o.FailoverAfter = d
