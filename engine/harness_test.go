@@ -33,6 +33,9 @@ func TestMain(m *testing.M) {
 	if name := os.Getenv(workerEnv); name != "" {
 		os.Exit(runWorker(name))
 	}
+	if spec := os.Getenv(gstrangerEnv); spec != "" {
+		os.Exit(gatherStrangerMain(spec))
+	}
 	code := m.Run()
 	removeStandins()
 	os.Exit(code)
