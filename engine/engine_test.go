@@ -275,10 +275,21 @@ func scenarioMatrix(w *worker) error {
 	if r.c.fr != nil && cap(r.c.ops) < queueOps {
 		return fmt.Errorf("reader queue holds %d ops, want %d", cap(r.c.ops), queueOps)
 	}
-	// With a secret the fabric has the job's gather key, and no rank of the
-	// job was taken for a stranger.
-	if s.fab != nil && s.Secret() != bootstrap.SecretInsecure && s.opts.Fabric.GatherKey == 0 {
+	// The fabric has the job's gather key (from the secret, or in an
+	// insecure job from its identity), and no rank of the job was taken for
+	// a stranger.
+	if s.fab != nil && s.opts.Fabric.GatherKey == 0 {
 		return fmt.Errorf("secret from %q but no gather key", s.Secret())
+	}
+	if w.param("INSECURE", "") == "1" {
+		// No secret: the key of the job's identity (its job token, here the
+		// job id every rank was given), so another job's requests are dropped.
+		if s.Secret() != bootstrap.SecretInsecure {
+			return fmt.Errorf("INSECURE=1 but the secret came from %q", s.Secret())
+		}
+		if k, want := s.opts.Fabric.GatherKey, gatherKey(nil, "job:"+s.job); k != want {
+			return fmt.Errorf("insecure gather key %#x, want %#x (job %q)", k, want, s.job)
+		}
 	}
 	if n := fabric.GatherStrangers(); n != 0 {
 		return fmt.Errorf("%d gather requests of the job dropped as strangers'", n)
@@ -832,6 +843,13 @@ func TestMatrix(t *testing.T) {
 			spawnRanks(t, 4, "matrix", map[string]string{"MODE": mode, "ROWS": rowsParam()}, 120*time.Second, nil)
 		})
 	}
+}
+
+// TestMatrixInsecure: an insecure job (DDSTORE_INSECURE) still has a
+// gather key, derived from its identity, the same on every rank: its
+// gathers are answered (none dropped as a stranger's) and every row checks.
+func TestMatrixInsecure(t *testing.T) {
+	spawnRanks(t, 4, "matrix", map[string]string{"MODE": "tcp", "ROWS": "3072", "INSECURE": "1"}, 120*time.Second, nil)
 }
 
 func TestBadInputs(t *testing.T) {

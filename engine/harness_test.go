@@ -33,6 +33,9 @@ func TestMain(m *testing.M) {
 	if name := os.Getenv(workerEnv); name != "" {
 		os.Exit(runWorker(name))
 	}
+	if spec := os.Getenv(gstrangerEnv); spec != "" {
+		os.Exit(gatherStrangerMain(spec))
+	}
 	code := m.Run()
 	removeStandins()
 	os.Exit(code)
@@ -108,6 +111,9 @@ func storeOptions(mode string, params map[string]string) Options {
 	}
 	if d := params["TELDIR"]; d != "" {
 		o.TelemetryDir = d
+	}
+	if params["INSECURE"] == "1" { // as DDSTORE_INSECURE=1: no secret
+		o.Bootstrap.Insecure = true
 	}
 	if v := params["FAILOVER"]; v != "" {
 		if d, err := time.ParseDuration(v); err == nil {

@@ -32,15 +32,20 @@ const (
 	autoElems    = 4    // int64 per row
 	autoBatch    = 8
 	autoWorkers  = 4
+	// autoFirstMax bounds epoch 0's wait/step without its start-up: the
+	// first stall or two come before the depth rises (on the shared 2-core
+	// machine, 7 runs at load 3-18: 0.00-0.16, the fixed depth's
+	// 0.08-0.51; once at load 9, 0.30 against the fixed depth's 0.48).
+	autoFirstMax = 0.25
 )
 
 func autoVal(g int64, j int) int64 { return g*31 + int64(j) }
 
 // TestLoaderAutoPrefetch: with prefetch auto, a trainer reading through
 // real libfabric from a target that stalls now and then chooses a depth
-// that hides the stalls (fetch wait / step ≤ 0.05 after its first epoch)
-// where the fixed depth
-// the workers imply does not.
+// that hides the stalls where the fixed depth the workers imply does not:
+// the first epoch converges after its first stalls (wait / step ≤
+// autoFirstMax without its start-up), later ones reach ≤ 0.05.
 func TestLoaderAutoPrefetch(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process test")
@@ -80,11 +85,13 @@ func TestLoaderAutoPrefetch(t *testing.T) {
 }
 
 // autoEpoch reads one epoch, checks every row against its pattern while
-// computing autoStep per batch, and returns the epoch's wait / step.
-func autoEpoch(l *Loader, ep int) (float64, error) {
+// computing autoStep per batch, and returns the epoch's wait / step, and
+// the same without the first batch's start-up (Stats().Startup: a new
+// loader's readers connect on their first reads, which no depth hides).
+func autoEpoch(l *Loader, ep int) (ratio, steady float64, err error) {
 	e, err := l.Epoch(ep)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer e.Close()
 	for nb := 0; ; nb++ {
@@ -93,12 +100,12 @@ func autoEpoch(l *Loader, ep int) (float64, error) {
 			break
 		}
 		if err != nil {
-			return 0, fmt.Errorf("epoch %d batch %d: %w", ep, nb, err)
+			return 0, 0, fmt.Errorf("epoch %d batch %d: %w", ep, nb, err)
 		}
 		for k, g := range b.Indices {
 			for j := range autoElems {
 				if v := int64(binary.LittleEndian.Uint64(b.Data[0][(k*autoElems+j)*8:])); v != autoVal(g, j) {
-					return 0, fmt.Errorf("epoch %d batch %d: row %d elem %d = %d, want %d", ep, nb, g, j, v, autoVal(g, j))
+					return 0, 0, fmt.Errorf("epoch %d batch %d: row %d elem %d = %d, want %d", ep, nb, g, j, v, autoVal(g, j))
 				}
 			}
 		}
@@ -106,10 +113,10 @@ func autoEpoch(l *Loader, ep int) (float64, error) {
 		time.Sleep(autoStep) // the training step
 	}
 	st := e.Stats()
-	if st.Batches != e.Len() || st.Step <= 0 {
-		return 0, fmt.Errorf("epoch %d: stats %+v for %d batches", ep, st, e.Len())
+	if st.Batches != e.Len() || st.Step <= 0 || st.Startup <= 0 || st.Startup > st.Wait {
+		return 0, 0, fmt.Errorf("epoch %d: stats %+v for %d batches", ep, st, e.Len())
 	}
-	return float64(st.Wait) / float64(st.Step), nil
+	return float64(st.Wait) / float64(st.Step), float64(st.Wait-st.Startup) / float64(st.Step-st.Startup), nil
 }
 
 func autoPrefetchRankMain() error {
@@ -144,7 +151,7 @@ func autoPrefetchRankMain() error {
 	if err != nil {
 		return err
 	}
-	fixedRatio, err := autoEpoch(fixed, 0)
+	fixedRatio, fixedSteady, err := autoEpoch(fixed, 0)
 	if err != nil {
 		return fmt.Errorf("fixed prefetch: %w", err)
 	}
@@ -162,24 +169,33 @@ func autoPrefetchRankMain() error {
 		return fmt.Errorf("auto starts at depth %d, want max(2, workers %d)", d, autoWorkers)
 	}
 	var ratios []float64
+	var first float64 // epoch 0 without its start-up
 	for ep := range 4 {
-		r, err := autoEpoch(auto, ep)
+		r, steady, err := autoEpoch(auto, ep)
 		if err != nil {
 			return fmt.Errorf("prefetch auto: %w", err)
 		}
 		ratios = append(ratios, r)
+		if ep == 0 {
+			first = steady
+		}
 	}
 	depth := auto.Depth()
-	fmt.Fprintf(os.Stderr, "rank %d: fixed depth %d wait/step %.3f; auto depth %d wait/step by epoch %.3f\n",
-		rank, fixed.Depth(), fixedRatio, depth, ratios)
-	// Epoch 0 converges; after it, the depth holds: every epoch waits less
-	// than half the fixed depth's share, and one (a loaded machine's
+	fmt.Fprintf(os.Stderr, "rank %d: fixed depth %d wait/step %.3f (%.3f without start-up); auto depth %d wait/step by epoch %.3f, epoch 0 without start-up %.3f\n",
+		rank, fixed.Depth(), fixedRatio, fixedSteady, depth, ratios, first)
+	// Epoch 0 converges after its first stall or two: without its start-up
+	// it waits at most autoFirstMax, or (a machine so loaded that every
+	// step stalls) less than the fixed depth did over the same stalls. After it the depth holds: every epoch waits
+	// less than half the fixed depth's share, and one (a loaded machine's
 	// scheduler stalls count as waits too) waits at most 5%.
 	after := ratios[1:]
 	if rank != autoSlowRank { // the slow rank's own steps stop too
 		switch {
 		case fixedRatio <= 0.05:
 			return fmt.Errorf("fixed depth %d: wait/step %.3f; the slow target should make it wait more than 5%%", fixed.Depth(), fixedRatio)
+		case first > autoFirstMax && first >= fixedSteady:
+			return fmt.Errorf("auto depth %d: epoch 0 without start-up wait/step %.3f, want ≤ %.2f or below the fixed depth's %.3f",
+				depth, first, autoFirstMax, fixedSteady)
 		case slices.Min(after) > 0.05 || slices.Max(after) >= fixedRatio/2:
 			return fmt.Errorf("auto depth %d: wait/step by epoch %.3f, want after epoch 0 one ≤ 0.05 and all < %.3f (half the fixed depth's)",
 				depth, ratios, fixedRatio/2)

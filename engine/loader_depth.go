@@ -21,7 +21,18 @@ const (
 	depthWindow = 8   // batches per decision
 	depthWait   = 100 // grow when wait > step/depthWait (1% of the step)
 	depthCalm   = 4   // calm windows in a row before shrinking by one
+	depthStall  = 4   // a batch that waited > 1/depthStall of the window's step ends it
 )
+
+// windowDone reports whether the window w ends here: after depthWindow
+// batches, or as soon as the consumer waited more than 1/depthStall of
+// the window's step (a stall raises the depth before the next one, not
+// up to depthWindow batches later, so the first epoch converges after its
+// first stall). A window holds two batches at least: the batch after a
+// stall gives the consumer's compute time.
+func windowDone(w depthStats) bool {
+	return w.Batches >= depthWindow || w.Batches >= 2 && w.WaitNs*depthStall > w.StepNs
+}
 
 // depthStats are the consumer's measurements over one window.
 type depthStats struct {

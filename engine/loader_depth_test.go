@@ -72,3 +72,27 @@ func TestNextDepthConverges(t *testing.T) {
 		t.Fatalf("after the stall stopped: depth %d, want Lo 2", s.Depth)
 	}
 }
+
+// A window ends after depthWindow batches, or early once the consumer
+// waited a large share of the window's step (two batches at least: one
+// alone gives no compute time; small waits do not end it).
+func TestWindowDone(t *testing.T) {
+	ms := int64(time.Millisecond)
+	cases := []struct {
+		name string
+		w    depthStats
+		want bool
+	}{
+		{"full window", depthStats{Batches: depthWindow, StepNs: 8 * 4 * ms}, true},
+		{"calm, not full", depthStats{Batches: 3, StepNs: 3 * 4 * ms}, false},
+		{"small wait", depthStats{Batches: 3, WaitNs: ms, StepNs: 12*ms + ms}, false},
+		{"stall ends it", depthStats{Batches: 3, WaitNs: 30 * ms, StepNs: 8*ms + 30*ms}, true},
+		{"stall on the first batch waits for a second", depthStats{Batches: 1, WaitNs: 30 * ms, StepNs: 34 * ms}, false},
+		{"a quarter of the step is not yet a stall", depthStats{Batches: 4, WaitNs: 4 * ms, StepNs: 16 * ms}, false},
+	}
+	for _, c := range cases {
+		if got := windowDone(c.w); got != c.want {
+			t.Errorf("%s: windowDone(%+v) = %v, want %v", c.name, c.w, got, c.want)
+		}
+	}
+}

@@ -19,6 +19,10 @@ type EpochStats struct {
 	Rows    int           // rows in them
 	Wait    time.Duration // time spent inside Next (waiting for or reading batches)
 	Step    time.Duration // time between consecutive Next returns (first: its wait)
+	// Startup is the first batch's wait (part of Wait and Step): the
+	// epoch's start-up (a new loader's readers connect on their first
+	// reads), which no prefetch depth hides.
+	Startup time.Duration
 }
 
 type result struct {
@@ -292,6 +296,9 @@ func (e *Epoch) nextWithin(slice time.Duration) (*Batch, error) {
 	e.stats.Rows += len(b.Indices)
 	e.stats.Wait += wait
 	e.stats.Step += step
+	if first {
+		e.stats.Startup = wait
+	}
 	if e.l.recorder != nil {
 		e.l.recorder.RecordLoader(int64(wait), int64(step))
 	}
@@ -302,13 +309,14 @@ func (e *Epoch) nextWithin(slice time.Duration) (*Batch, error) {
 }
 
 // tune adds a batch's timings to the window and, every depthWindow
-// batches, applies nextDepth's answer: a deeper prefetch puts tokens into
-// circulation at once, a shallower one withholds returned tokens.
+// batches or at once after a stall (windowDone), applies nextDepth's
+// answer: a deeper prefetch puts tokens into circulation at once, a
+// shallower one withholds returned tokens.
 func (e *Epoch) tune(wait, step time.Duration) {
 	e.win.Batches++
 	e.win.WaitNs += int64(wait)
 	e.win.StepNs += int64(step)
-	if e.win.Batches < depthWindow {
+	if !windowDone(e.win) {
 		return
 	}
 	old := e.ds.Depth

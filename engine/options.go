@@ -51,9 +51,10 @@ type Options struct {
 	// per-operation timeout (default 10s). Opened only when a peer of the
 	// caller's width group is on another node (or NodeMode is "fabric").
 	// An empty Provider is taken from DDSTORE_FABRIC, an empty Domain from
-	// FABRIC_IFACE. A zero GatherKey is derived from the job's secret (no
-	// check in an insecure job): the targets answer only the job's gather
-	// requests (README "Security").
+	// FABRIC_IFACE. A zero GatherKey is derived from the job's secret (in
+	// an insecure job from its identity: not secret, but it keeps jobs
+	// apart): the targets answer only the job's gather requests (README
+	// "Security").
 	Fabric fabric.Options
 	// NodeMode: "auto" (default; "" means auto) or "fabric".
 	NodeMode string

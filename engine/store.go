@@ -123,8 +123,9 @@ func Open(o Options) (*Store, error) {
 	s.job, s.bootMethod = bootstrap.JobOf(ex, env.Job), bootstrap.MethodOf(ex)
 	s.secretSrc = bootstrap.SecretSource(ex)
 	if s.opts.Fabric.GatherKey == 0 {
-		// The targets answer only gather requests with the job's key.
-		s.opts.Fabric.GatherKey = gatherKey(bootstrap.SecretOf(ex))
+		// The targets answer only gather requests with the job's key
+		// (from the secret; in an insecure job from the job's identity).
+		s.opts.Fabric.GatherKey = gatherKey(bootstrap.SecretOf(ex), jobIdentity(&s.opts, bootstrap.JobTokenOf(ex)))
 	}
 	if s.job == "" {
 		s.job = fmt.Sprintf("p%d", os.Getpid())

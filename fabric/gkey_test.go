@@ -3,7 +3,6 @@ package fabric
 import (
 	"bufio"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -23,9 +22,8 @@ const envStranger = "DDSTORE_FABRIC_TEST_STRANGER" // "addr-hex|key|base|gkey|ca
 const strangerRow = 3072
 
 // runStranger is the stranger process: calls ReadGathers of one row each
-// (one request each) from the target, with gather key gkey, printing one
-// line per call: "CALL ok timeout zero err" (zero: the destination is
-// still all zero) or, on success, whether the row matched the pattern.
+// (one request each) from the target, with gather key gkey (TryGather),
+// printing one line per call (GatherTry.String).
 func runStranger(spec string) int {
 	p := strings.Split(spec, "|")
 	if len(p) != 6 {
@@ -41,43 +39,7 @@ func runStranger(spec string) int {
 	o := provCases[0].opts
 	o.GatherKey = gkey
 	o.Timeout = time.Duration(ms) * time.Millisecond
-	f, err := Open(o)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "stranger:", err)
-		return 1
-	}
-	defer f.Close()
-	r, err := f.NewReader()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "stranger:", err)
-		return 1
-	}
-	defer r.Close()
-	peer, err := r.AddPeer(1, addr)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "stranger:", err)
-		return 1
-	}
-	dst := make([]byte, strangerRow)
-	for i := range calls {
-		clear(dst)
-		off := uint64((7*i + 1) * strangerRow)
-		ops := []ReadOp{{Dst: dst, Peer: peer, Addr: base + off, Key: key}}
-		_, err := r.ReadGather(ops)
-		zero := true
-		for _, b := range dst {
-			zero = zero && b == 0
-		}
-		pat := "-"
-		if err == nil {
-			pat = "good"
-			if checkPattern(dst, off) != nil {
-				pat = "bad"
-			}
-		}
-		fmt.Printf("CALL %v %v %v %s %q\n", err == nil, errors.Is(err, ErrTimeout), zero, pat, fmt.Sprint(err))
-	}
-	return 0
+	return StrangerMain(o, addr, key, base, strangerRow, calls)
 }
 
 // strangerCall is one call of a stranger process, as it printed it.
@@ -104,12 +66,12 @@ func startStranger(t *testing.T, addr []byte, key, base, gkey uint64, calls int,
 		var got []strangerCall
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
-			var c strangerCall
-			if _, err := fmt.Sscanf(sc.Text(), "CALL %t %t %t %s %q", &c.ok, &c.timeout, &c.zero, &c.pattern, &c.err); err != nil {
+			g, err := ParseGatherTry(sc.Text())
+			if err != nil {
 				t.Errorf("stranger printed %q: %v", sc.Text(), err)
 				continue
 			}
-			got = append(got, c)
+			got = append(got, strangerCall{ok: g.OK, timeout: g.TimedOut, zero: g.Untouched, pattern: g.Pattern, err: g.Err})
 		}
 		if err := cmd.Wait(); err != nil {
 			t.Errorf("stranger process (gather key %#x): %v", gkey, err)
@@ -235,4 +197,23 @@ func TestGatherStrangers(t *testing.T) {
 		t.Fatalf("GatherStrangers %d after the job's own process read, want still %d", got, want)
 	}
 	t.Logf("%d job batches of 128×3 KB read and checked while %d strangers sent %d requests", batches, len(strangers), want)
+}
+
+// A stranger's line round-trips, error text with spaces and quotes
+// included, and a line of something else is an error.
+func TestGatherTryLine(t *testing.T) {
+	for _, g := range []GatherTry{
+		{TimedOut: true, Untouched: true, Pattern: "-", Err: `fabric: read "x": timed out`},
+		{OK: true, Untouched: false, Pattern: "good"},
+	} {
+		back, err := ParseGatherTry(g.String())
+		if err != nil || back != g {
+			t.Errorf("%q: parsed %+v, %v", g.String(), back, err)
+		}
+	}
+	for _, bad := range []string{"", "CALL true", "TRY true false", "TRY x false true - \"\""} {
+		if _, err := ParseGatherTry(bad); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
+	}
 }

@@ -25,3 +25,12 @@ fuzz-mesh: deps
 	$(call fuzz-one,engine/mesh,FuzzMeshWire)
 fuzz-rendezvous: deps
 	$(call fuzz-one,engine/bootstrap,FuzzRendezvousFrame)
+
+# authcost: the added cost of authentication on Open (16 ranks, paired
+# ABBA, secret against DDSTORE_INSECURE=1). authcost-bins builds what it
+# needs, for a quiet machine without Go (BIN=bin bash examples/opentime/authcost.sh).
+.PHONY: authcost authcost-bins
+authcost-bins: deps
+	$(GO) build -o $(BIN)/ ./cmd/ddrun ./examples/opentime
+authcost: authcost-bins
+	flock /tmp/ddstore-bench.lock env BIN=$(BIN) bash examples/opentime/authcost.sh

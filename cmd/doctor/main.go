@@ -38,6 +38,7 @@ func run() int {
 	random := fs.Int("random", 2, "--job: random partners per rank besides the ring neighbours")
 	perLink := fs.Duration("per-link", 300*time.Millisecond, "--job: measuring time per link")
 	slower := fs.Float64("slower", 10, "--job: a link or host whose bandwidth is below the median by this factor is named")
+	readCount := fs.Int("read-count", 0, "read exactly this many 3 KB rows for the single-read and 128-in-flight figures instead of --read-time (as fabric's BenchmarkRead -test.benchtime=Nx)")
 	reads := fs.Bool("reads", true, "measure reads between two local processes (false: the quick probes only)")
 	memlockMin := fs.Int64("memlock-min", 0, "memlock bytes below which it is a finding (default 64 MiB)")
 	shmMin := fs.Int64("shm-min", 0, "free bytes of telemetry.dir below which it is a finding (default 1 GiB)")
@@ -55,7 +56,7 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "doctor:", err)
 		return 2
 	}
-	o := doctor.Options{Config: &cfg, Providers: *providers, ProbeTimeout: *probeTimeout, ReadTime: *readTime,
+	o := doctor.Options{Config: &cfg, Providers: *providers, ProbeTimeout: *probeTimeout, ReadTime: *readTime, ReadCount: *readCount,
 		SkipReads: !*reads, Thresholds: doctor.Thresholds{MemlockMin: *memlockMin, ShmFreeMin: *shmMin}}
 	if !*quiet {
 		o.Progress = os.Stderr

@@ -24,12 +24,13 @@ type collective struct {
 
 	secret    []byte // the job's secret (secret.go); nil when insecure
 	secretSrc string
+	jobToken  string // Options.Token as resolved: equal on every rank (peers with another are refused)
 }
 
 // newCollective is the bookkeeping of an exchanger of method for r.
 func (r resolved) newCollective(method string) collective {
 	return collective{method: method, rank: r.Env.Rank, world: r.Env.World, timeout: r.Timeout,
-		secret: r.secret, secretSrc: r.secretSrc}
+		secret: r.secret, secretSrc: r.secretSrc, jobToken: r.Token}
 }
 
 // launcherSecret: rank 0 makes the job's secret when the launcher's

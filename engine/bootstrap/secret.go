@@ -57,6 +57,17 @@ func SecretSource(x Exchanger) string {
 	return ""
 }
 
+// JobTokenOf is the job token x's ranks proved equal (Options.Token as
+// resolved: DDSTORE_JOB_TOKEN, else the launcher's job id): not a secret,
+// but the same on every rank of the job. "" when x has none to tell.
+func JobTokenOf(x Exchanger) string {
+	if s, ok := x.(interface{ JobToken() string }); ok {
+		return s.JobToken()
+	}
+	return ""
+}
+
+func (c *collective) JobToken() string     { return c.jobToken }
 func (c *collective) Secret() []byte       { return c.secret }
 func (c *collective) SecretSource() string { return c.secretSrc }
 

@@ -36,6 +36,12 @@ type Options struct {
 	ProbeTimeout time.Duration
 	// ReadTime is spent on each read measurement; default 300ms.
 	ReadTime time.Duration
+	// ReadCount > 0 replaces ReadTime for the 3 KB single-read and
+	// 128-in-flight measurements: exactly ReadCount rows each, their
+	// offsets drawn and the rows checked outside the timed loop, as
+	// fabric's BenchmarkRead with -test.benchtime=ReadCountx reads them
+	// (examples/doctor/compare.sh).
+	ReadCount int
 	// Progress receives one line as each probe starts and ends; nil: none.
 	Progress io.Writer
 	// Exe is the binary re-executed as the read target (it must call
@@ -225,7 +231,7 @@ func Run(o Options) (*Report, error) {
 	if rep.Library.Found && !o.SkipReads {
 		for _, pd := range readProviders(o, rep) {
 			rep.step(&o, "reads between 2 processes: "+pd[0]+" on "+pd[1], func(ctx context.Context) (func(), error) {
-				r, err := probeReads(ctx, o.Exe, pd[0], pd[1], o.ReadTime, o.Progress)
+				r, err := probeReads(ctx, o.Exe, pd[0], pd[1], o.ReadTime, o.ReadCount, o.Progress)
 				if err != nil {
 					r.Error = err.Error()
 				}

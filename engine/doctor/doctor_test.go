@@ -2,6 +2,7 @@ package doctor
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -138,7 +139,34 @@ func TestWriteConfigLoads(t *testing.T) {
 		c.Machine.Name != tu.Name || !strings.Contains(c.Source, path) {
 		t.Errorf("loaded %+v\ntuned %+v", c, tu)
 	}
+	if c.Loader.Prefetch != configs.PrefetchAuto {
+		t.Errorf("loader.prefetch %d, want auto (%d): the loader chooses from what it measures", c.Loader.Prefetch, configs.PrefetchAuto)
+	}
 	if c.Fabric.Provider != "tcp;ofi_rxm" {
 		t.Errorf("provider %q: tcp read fine here and shm carries no reads across nodes", c.Fabric.Provider)
 	}
+}
+
+// ReadCount: exactly that many rows for the single-read and 128-in-flight
+// figures (as BenchmarkRead -test.benchtime=Nx), every row checked.
+func TestReadCount(t *testing.T) {
+	if testing.Short() {
+		t.Skip("two-process test")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 300
+	r, err := probeReads(context.Background(), exe, "tcp;ofi_rxm", "lo", 50*time.Millisecond, n, nil)
+	if err != nil {
+		requireFabric(t, "tcp on lo: %v", err)
+		t.Skip(err)
+	}
+	// The warm-up's, the counted rows' and the other figures' last rows
+	// are checked: at least 128 of each counted figure.
+	if r.LatencyUs <= 0 || r.BatchUsPerRow <= 0 || r.Rows < 2*128 {
+		t.Fatalf("%d rows counted: %+v", n, r)
+	}
+	t.Logf("%d rows: single %.1f µs, batched %.2f µs/row", n, r.LatencyUs, r.BatchUsPerRow)
 }

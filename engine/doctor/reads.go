@@ -140,8 +140,9 @@ func (tg *target) stop() {
 }
 
 // probeReads measures reads from a target process on provider/domain,
-// spending about per on each measurement.
-func probeReads(ctx context.Context, exe, provider, domain string, per time.Duration, progress io.Writer) (res Reads, err error) {
+// spending about per on each measurement (count > 0: count rows for the
+// single reads and the 128-in-flight batches).
+func probeReads(ctx context.Context, exe, provider, domain string, per time.Duration, count int, progress io.Writer) (res Reads, err error) {
 	res = Reads{Provider: provider, Domain: domain, RowBytes: 3072}
 	t0 := time.Now()
 	phase := func(what string) {
@@ -190,11 +191,20 @@ func probeReads(ctx context.Context, exe, provider, domain string, per time.Dura
 		}
 	}
 	phase("connected")
-	if res.LatencyUs, err = m.singles(res.RowBytes, per); err != nil {
-		return res, err
+	var us float64
+	if count > 0 {
+		if res.LatencyUs, err = m.counted(res.RowBytes, count, 1); err != nil {
+			return res, err
+		}
+		phase(fmt.Sprintf("%d single reads %.1f µs", count, res.LatencyUs))
+		us, err = m.counted(res.RowBytes, count, batchRows)
+	} else {
+		if res.LatencyUs, err = m.singles(res.RowBytes, per); err != nil {
+			return res, err
+		}
+		phase(fmt.Sprintf("single reads %.1f µs", res.LatencyUs))
+		us, err = m.batches(res.RowBytes, batchRows, 0, per, false)
 	}
-	phase(fmt.Sprintf("single reads %.1f µs", res.LatencyUs))
-	us, err := m.batches(res.RowBytes, batchRows, 0, per, false)
 	if err != nil {
 		return res, err
 	}
@@ -277,6 +287,34 @@ func (m *meter) singles(row int, d time.Duration) (float64, error) {
 		}
 	}
 	return float64(el.Microseconds()) / float64(n), nil
+}
+
+// counted reads n rows of row bytes, one at a time (batch 1: Read) or in
+// batches of batch rows (ReadBatch, the window in flight), as fabric's
+// BenchmarkRead does for -test.benchtime=nx: the offsets are drawn before
+// and the rows checked after the one timed loop, so the loop is nothing
+// but the reads. µs per row.
+func (m *meter) counted(row, n, batch int) (float64, error) {
+	ops := m.fill(row, n)
+	t0 := time.Now()
+	for done := 0; done < n; {
+		k := min(n-done, batch)
+		var err error
+		if k == 1 {
+			_, err = m.r.Read(ops[done])
+		} else {
+			_, err = m.r.ReadBatch(ops[done : done+k])
+		}
+		if err != nil {
+			return 0, err
+		}
+		done += k
+	}
+	el := time.Since(t0)
+	if err := m.check(ops); err != nil {
+		return 0, err
+	}
+	return float64(el.Nanoseconds()) / 1e3 / float64(n), nil
 }
 
 // batches reads batches of n rows (ReadBatch, or ReadGather) for about d

@@ -25,14 +25,14 @@ type Tuned struct {
 	GatherBytes   int64
 	ThreadReaders bool
 	Workers       int
-	Prefetch      int
+	Prefetch      int               // configs.PrefetchAuto: the loader chooses its depth
 	Why           map[string]string // config key → why this value
 }
 
 // Tune decides the machine config from a report (pure).
 func Tune(rep *Report) Tuned {
 	t := Tuned{Name: "doctor-" + rep.Host, GPU: "auto", Window: 128, ReadMode: "auto", GatherBytes: 2 << 20,
-		ThreadReaders: true, Workers: 1, Prefetch: 2, Why: map[string]string{}}
+		ThreadReaders: true, Workers: 1, Prefetch: configs.PrefetchAuto, Why: map[string]string{}}
 	if len(rep.GPUs.Devices) > 0 {
 		t.GPU = rep.GPUs.Runtime
 		t.Why["machine.gpu"] = fmt.Sprintf("%d %s devices opened", len(rep.GPUs.Devices), rep.GPUs.Runtime)
@@ -94,7 +94,11 @@ func Tune(rep *Report) Tuned {
 		t.Workers = 2
 	}
 	t.Why["loader.workers"] = fmt.Sprintf("%d CPUs: one worker (two from 8 CPUs) hides the fetch; each owns a reader", rep.Limits.CPUCount)
-	t.Why["loader.prefetch"] = "two batches ahead of the consumer"
+	// The depth that hides a fetch depends on the job's step time, which
+	// the doctor cannot know: the loader measures both and chooses
+	// (between the workers and engine.MaxAutoPrefetch; the schema has no
+	// bound key, so none is written).
+	t.Why["loader.prefetch"] = "auto: the loader chooses its depth from the fetch and step times it measures"
 	return t
 }
 
@@ -137,7 +141,11 @@ func (t Tuned) Config(rep *Report) []byte {
 	why("loader.workers")
 	w("  workers: %d", t.Workers)
 	why("loader.prefetch")
-	w("  prefetch: %d", t.Prefetch)
+	if t.Prefetch == configs.PrefetchAuto {
+		w("  prefetch: auto")
+	} else {
+		w("  prefetch: %d", t.Prefetch)
+	}
 	return b.Bytes()
 }
 

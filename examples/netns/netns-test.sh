@@ -19,6 +19,12 @@
 #      truncated frames, oversized length prefixes, silence). The job
 #      starts and trains to the same loss; the peak RSS of its ranks is
 #      printed beside that of the undisturbed run.
+#   5. A gather stranger: while the 2-host job trains, the stranger's host
+#      sends gather requests with a random gather key to the fabric
+#      addresses of host 1's ranks (as a host that learned them would):
+#      none is answered, ddtop (--once --json on the live job) names the
+#      count in its gather_strangers finding, and the job trains on to the
+#      same loss.
 # Needs root and the ip tool; exits 0 with "SKIP: <reason>" otherwise, or 1
 # under DDSTORE_REQUIRE_ROOT=1 (make test).
 #   examples/netns/netns-test.sh
@@ -35,12 +41,12 @@ command -v ip >/dev/null || skip "netns-test needs the ip tool (iproute2)"
 command -v unshare >/dev/null || skip "netns-test needs unshare (util-linux)"
 command -v iptables >/dev/null || skip "netns-test needs iptables (step 4)"
 LIVENESS=${LIVENESS:-3}
-STEPS=${STEPS:-1 2 3 4} # a subset of the steps above, for a rerun (1 is always run: it is the reference loss)
+STEPS=${STEPS:-1 2 3 4 5} # a subset of the steps above, for a rerun (1 is always run: it is the reference loss)
 step() { [[ " $STEPS " == *" $1 "* ]]; }
 EPOCHS=${EPOCHS:-2} ROWS=${ROWS:-512}
 id=$$
 sw=ddsw$id
-hosts=(ddh0$id ddh1$id ddh9$id ddh3$id) # two job hosts, the stranger's, a third job host (step 4)
+hosts=(ddh0$id ddh1$id ddh9$id ddh3$id) # two job hosts, the stranger's (steps 4, 5), a third job host (step 4)
 tmp=$(mktemp -d)
 cleanup() {
   for p in $(cat "$tmp"/pids 2>/dev/null); do kill -9 "$p" 2>/dev/null || true; done
@@ -67,7 +73,7 @@ for i in 0 1 2 3; do
   ip -n "$sw" link set "p$i$id" master br0
   ip -n "$sw" link set "p$i$id" up
 done
-go build -o bin/ ./cmd/ddrun ./examples/train ./examples/netns/stranger
+go build -o bin/ ./cmd/ddrun ./cmd/ddtop ./examples/train ./examples/netns/stranger
 
 # start_job EPOCHS [FABRIC_TIMEOUT_S]: ranks 0,1 on host 0 and 2,3 on host 1,
 # each in its own UTS namespace named after its host; outputs in
@@ -89,7 +95,7 @@ start_job() {
       RANK=$r WORLD_SIZE=4 LOCAL_RANK=$lr LOCAL_WORLD_SIZE=$lw \
       MASTER_ADDR=10.77.0.1 MASTER_PORT=$port DDSTORE_JOB=netns-$id-$port DDSTORE_JOB_TOKEN=netns-$id-$port \
       DDSTORE_LIVENESS=${LIVENESS}s DDSTORE_FABRIC_TIMEOUT=${fabric_timeout}s DDSTORE_TIMEOUT=20s DDSTORE_BOOTSTRAP_TIMEOUT=20s ${EXTRA_ENV:-} \
-      bin/train --epochs $epochs --rows-per-rank $ROWS --json" >"$tmp/rank$r.out" 2>"$tmp/rank$r.err" &
+      bin/train --epochs $epochs --rows-per-rank $ROWS --json ${TRAIN_EXTRA:-}" >"$tmp/rank$r.out" 2>"$tmp/rank$r.err" &
     echo $! >>"$tmp/pids"
   done
 }
@@ -212,5 +218,48 @@ rss_flood=$(cat "$tmp"/rank{0,1,2,3}.rss | grep -o '[0-9]*' | sort -n | tail -n1
 echo "with a stranger: $three ($refusals refusals logged, the first 16 per listener)"
 echo "peak RSS of a rank: ${rss_quiet:-?} KiB undisturbed, $rss_flood KiB under the flood"
 [[ "$one" == "$three" ]] || { echo "netns-test: losses differ with a stranger" >&2; exit 1; }
+fi
+
+# 5. A gather stranger while the job trains (long enough for the stranger
+# and ddtop: G_EPOCHS epochs; the first EPOCHS must give step 1's losses).
+if step 5; then
+G_EPOCHS=${G_EPOCHS:-150} G_CALLS=${G_CALLS:-3}
+PORT=$((20000 + RANDOM % 10000))
+PORT=$PORT TRAIN_EXTRA=--print-fabric-addr start_job "$G_EPOCHS" 10
+addrs="" n=0
+for _ in $(seq 300); do
+  addrs=$(cat "$tmp"/rank{2,3}.err 2>/dev/null | { grep -o 'fabric address [0-9a-f]*' || true; } | awk '{print $3}' | paste -sd, -)
+  n=$(tr ',' '\n' <<<"$addrs" | { grep -c . || true; })
+  (( n == 2 )) && break
+  sleep 0.1
+done
+(( n == 2 )) || { echo "netns-test: host 1's ranks printed no fabric address ($addrs)" >&2; exit 1; }
+echo "gather stranger (10.77.0.9) targets host 1's ranks 2, 3: $addrs"
+ip netns exec "${hosts[2]}" bin/stranger -gather "$addrs" -calls "$G_CALLS" -gather-timeout 500ms ||
+  { echo "netns-test: a gather stranger got data" >&2; exit 1; }
+want=$((2 * G_CALLS))
+counted=""
+for _ in $(seq 50); do # the ranks publish the count with their heartbeat (500 ms)
+  counted=$(bin/ddtop --json --window 0 --job "netns-$id-$PORT" 2>/dev/null | python3 -c '
+import json, sys
+fs = [f for f in json.load(sys.stdin).get("findings", []) if f["rule"] == "process" and "gather_strangers" in f["evidence"]]
+n = sum(int(f["evidence"].split("gather_strangers = ")[1].split(":")[0]) for f in fs)
+print(n, " | ".join("rank %d: %s" % (f["rank"], f["evidence"][:60]) for f in fs))
+' 2>/dev/null || true)
+  [[ ${counted%% *} == "$want" ]] && break
+  sleep 0.2
+done
+echo "ddtop: ${counted#* } (total ${counted%% *}, want $want)"
+[[ ${counted%% *} == "$want" ]] || { echo "netns-test: ddtop did not count $want gather strangers" >&2; exit 1; }
+fail=0
+for p in $(cat "$tmp/pids"); do wait "$p" || fail=1; done
+if (( fail )); then
+  for r in 0 1 2 3; do echo "rank $r:"; tail -n 5 "$tmp/rank$r.err"; done >&2
+  echo "netns-test: the job with a gather stranger failed" >&2
+  exit 1
+fi
+five=$(losses "$tmp"/rank{0,1,2,3}.out)
+echo "with a gather stranger, first $EPOCHS of $G_EPOCHS epochs: ${five:0:${#one}}"
+[[ "$five" == "$one"* ]] || { echo "netns-test: losses differ with a gather stranger" >&2; exit 1; }
 fi
 echo "netns-test: ok"

@@ -78,6 +78,7 @@ type flags struct {
 	writeShards string
 	shards      int
 	registerDst bool
+	showAddr    bool
 	skipClose   bool
 	throttle    throttleFlags
 }
@@ -120,6 +121,7 @@ the detected machine, else the embedded local.yaml; DDSTORE_* overrides).`,
 	fl.StringVar(&f.writeShards, "write-shards", "", "write the data set as --shards shard files of --rows-per-rank rows into this directory (for storage ranks) and exit")
 	fl.IntVar(&f.shards, "shards", 2, "shards written by --write-shards")
 	fl.BoolVar(&f.skipClose, "exit-without-close", false, "end with os.Exit(0) after the last epoch, closing nothing (a program that never closes its store)")
+	fl.BoolVar(&f.showAddr, "print-fabric-addr", false, "print this rank's fabric address (hex) to stderr after Open (examples/netns: the gather stranger's target)")
 	fl.BoolVar(&f.registerDst, "register-dst", false, "the fabric registers every read destination, as FI_MR_LOCAL providers need (registration costs on tcp)")
 	fl.IntVar(&f.throttle.rank, "throttle-rank", -1, "stop this rank --throttle-duty of every --throttle-period (a throttled node: a straggler)")
 	fl.Float64Var(&f.throttle.duty, "throttle-duty", 0.5, "share of each period the throttled rank is stopped, in (0, 1)")
@@ -191,6 +193,9 @@ func run(cmd *cobra.Command, f flags, stdout, stderr io.Writer) (err error) {
 	}
 	defer st.Close()
 	rank, width := st.Rank(), st.Width()
+	if fb := st.Fabric(); f.showAddr && fb != nil {
+		fmt.Fprintf(stderr, "train: rank %d fabric address %x\n", rank, fb.Address())
+	}
 	if rank == f.throttle.rank {
 		stop, err := startThrottle(f.throttle)
 		if err != nil {

@@ -6,11 +6,15 @@
 //	                                     each must be refused within 1 s (exit 1 otherwise)
 //	stranger -flood ADDR,... -n 1000     n connections, 64 at a time: random bytes, truncated
 //	                                     frames, oversized length prefixes, silence
+//	stranger -gather HEX,... -calls 5    gather requests with a random gather key to fabric
+//	                                     addresses (tcp;ofi_rxm on -iface): each must get no
+//	                                     data (exit 1 otherwise)
 package main
 
 import (
 	"crypto/rand"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -22,6 +26,7 @@ import (
 	"time"
 
 	"github.com/ddstore/ddstore/engine/auth"
+	"github.com/ddstore/ddstore/fabric"
 	"github.com/ddstore/ddstore/fault"
 )
 
@@ -30,8 +35,15 @@ func main() {
 	flood := flag.String("flood", "", "addresses to flood")
 	n := flag.Int("n", 1000, "flood: connections in all")
 	limit := flag.Duration("limit", time.Second, "refuse: longest acceptable time to refusal")
+	gather := flag.String("gather", "", "fabric addresses (hex, as the trainer's --print-fabric-addr prints them) to send gather requests to")
+	calls := flag.Int("calls", 5, "gather: requests per address")
+	iface := flag.String("iface", "eth0", "gather: the interface of the stranger's endpoint")
+	gatherTimeout := flag.Duration("gather-timeout", time.Second, "gather: how long each request waits for an answer")
 	flag.Parse()
 	bad := false
+	if *gather != "" && !gatherAll(strings.Split(*gather, ","), *calls, *iface, *gatherTimeout) {
+		bad = true
+	}
 	if *refuse != "" {
 		for _, a := range strings.Split(*refuse, ",") {
 			for _, s := range [][]byte{[]byte("a-stranger-guessing-0123456789"), nil} {
@@ -111,4 +123,37 @@ func floodAll(addrs []string, n int) {
 	wg.Wait()
 	fmt.Printf("stranger: flood of %d connections to %v: %d made, %d could not connect, %v\n",
 		n, addrs, sent.Load(), failed.Load(), time.Since(start).Round(time.Millisecond))
+}
+
+// gatherAll sends calls gather requests of one 3 KB row to each address
+// with a random gather key (a stranger does not know the job's), and
+// reports whether none got data.
+func gatherAll(addrs []string, calls int, iface string, timeout time.Duration) bool {
+	var k [8]byte
+	rand.Read(k[:])
+	o := fabric.Options{Provider: "tcp;ofi_rxm", Domain: iface, GatherKey: binary.LittleEndian.Uint64(k[:]) | 1, Timeout: timeout}
+	ok := true
+	for _, a := range addrs {
+		addr, err := hex.DecodeString(a)
+		if err != nil {
+			fmt.Printf("stranger: gather address %q: %v\n", a, err)
+			return false
+		}
+		tries, err := fabric.TryGather(o, addr, 0, 0, 3072, calls)
+		if err != nil {
+			fmt.Printf("stranger: gather to %s: could not try: %v\n", a, err)
+			return false
+		}
+		dropped := 0
+		for _, g := range tries {
+			if g.OK || !g.Untouched {
+				ok = false
+				fmt.Printf("stranger: gather to %s: GOT DATA (%v)\n", a, g)
+			} else {
+				dropped++
+			}
+		}
+		fmt.Printf("stranger: gather to %s: %d of %d requests unanswered (timed out after %v, destination untouched)\n", a, dropped, len(tries), timeout)
+	}
+	return ok
 }
