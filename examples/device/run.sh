@@ -13,17 +13,26 @@
 #             two-process reads, interfaces, GPUs and their NUMA affinity
 #   gpu       examples/gpu/check.sh: package gpu and the engine's device
 #             path on the real driver, with their goals
+#   getdevice GetBatch of 128 rows into device ÷ host memory (3 KB and 1 MiB,
+#             tcp) under the default settings, gpu.spin_wait 0 and
+#             gpu.stage_bytes 64MiB, alternating, GETDEV_ROUNDS rounds (2)
 #   telemetry BenchmarkTelemetryPaired (engine): telemetry on ÷ off for Get
 #             and GetBatch of 128 local 3 KB rows; BenchmarkRecord (telemetry)
-#   compare   doctor's reads against fabric's BenchmarkRead, alternating
+#   hotpath   examples/bench/hotpath.sh run: Record ÷ format v1, telemetry
+#             on ÷ off, ddtop at 10 Hz ÷ the ddtop before pacing
+#             (HOT_ROUNDS 3, HOT_PAIRS 2)
+#   compare   examples/doctor/compare.sh: doctor's reads against fabric's
+#             BenchmarkRead, alternating (ROUNDS, default 5)
+#   authcost  examples/opentime/authcost.sh: Open of 16 ranks with the job
+#             secret ÷ insecure, ABBA pairs (PAIRS, default 6)
 #   ddtopcost ddtop's CPU share at 10 Hz over 64 synthetic ranks
-# Environment: ROUNDS (compare, default 5), TEL_ROUNDS (default 300).
+# Environment: TEL_ROUNDS (telemetry, default 300).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 bundle=$(cd "${1:?bundle dir}" && pwd)
 out=$(mkdir -p "${2:?out dir}" && cd "$2" && pwd)
 shift 2
-steps=${*:-env doctor gpu telemetry compare ddtopcost}
+steps=${*:-env doctor gpu getdevice hotpath compare authcost}
 export LD_LIBRARY_PATH=$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 for d in /usr/local/nvidia/lib64 /usr/local/nvidia/lib; do
   [ -d "$d" ] && LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$d
@@ -47,18 +56,22 @@ machine() {
   command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total,pci.bus_id --format=csv
   for d in /sys/class/net/*; do echo "net ${d##*/}: $(cat "$d/operstate") mtu $(cat "$d/mtu")"; done
 }
-compare() {
-  local i
-  for i in $(seq "${ROUNDS:-5}"); do
-    "$bundle/fabric.test" -test.run '^$' -test.bench 'BenchmarkRead$/prov=(tcp|shm)/row=3072/inflight=(1|128)$' \
-      -test.benchtime=2000x >>"$out/compare-bench.txt" || return 1
-    FABRIC_IFACE=lo "$bundle/doctor" --quiet --json --providers 'tcp;ofi_rxm,shm' >"$out/compare-doctor-$i.json" || return 1
+getdevice() { # GetBatchDevice ÷ GetBatch, three settings alternating
+  local i cfg
+  cd engine || return 1
+  for i in $(seq "${GETDEV_ROUNDS:-2}"); do
+    for cfg in default DDSTORE_GPU_SPIN_WAIT=0 DDSTORE_GPU_STAGE_BYTES=64MiB; do
+      echo "# round $i: $cfg"
+      local set=()
+      [ "$cfg" = default ] || set=("$cfg")
+      env "${set[@]}" DDSTORE_GPU_REAL=1 "$bundle/engine.test" -test.run '^$' \
+        -test.bench 'BenchmarkGetDevice/path=tcp/row=(3072|1048576)$' -test.benchtime 50x 2>&1 | grep -E '^Benchmark.*row=' || return 1
+    done
   done
-  cat "$out/compare-bench.txt"
 }
 
 export bundle out LD_LIBRARY_PATH
-export -f machine compare
+export -f machine getdevice
 for s in $steps; do
   case $s in
   env) step env 30 machine ;;
@@ -72,7 +85,10 @@ for s in $steps; do
     step telemetry 120 bash -c "cd engine && '$bundle/engine.test' -test.run '^\$' -test.bench 'BenchmarkTelemetryPaired' \
       -test.benchtime ${TEL_ROUNDS:-300}x && cd ../telemetry && '$bundle/telemetry.test' -test.run '^\$' \
       -test.bench 'BenchmarkRecord\$' -test.count 5 -test.benchtime 2000000x" ;;
-  compare) step compare 150 compare ;;
+  getdevice) step getdevice 150 getdevice ;;
+  hotpath) step hotpath 200 bash "$bundle/hotpath.sh" run "${HOT_ROUNDS:-3}" "${HOT_PAIRS:-2}" ;;
+  compare) step compare 150 env BIN="$bundle" ROUNDS="${ROUNDS:-5}" bash examples/doctor/compare.sh ;;
+  authcost) step authcost 150 env BIN="$bundle" PAIRS="${PAIRS:-6}" bash examples/opentime/authcost.sh ;;
   ddtopcost) step ddtopcost 90 "$bundle/ddtopcost" --ddtop "$bundle/ddtop" --for 20s ;;
   *) echo "unknown step $s" >&2; status=2 ;;
   esac
