@@ -76,7 +76,6 @@ var keys = []key{
 	{"fabric.max_peers", "DDSTORE_FABRIC_MAX_PEERS", kindInt, func(c *Config, v any) { c.Fabric.MaxPeers = v.(int) }},
 	{"fabric.timeout", "DDSTORE_FABRIC_TIMEOUT", kindDuration, func(c *Config, v any) { c.Fabric.Timeout = v.(time.Duration) }},
 	{"fabric.progress", "DDSTORE_FABRIC_PROGRESS", kindString, func(c *Config, v any) { c.Fabric.Progress = v.(string) }},
-	{"fabric.reader_wait", "DDSTORE_FABRIC_READER_WAIT", kindString, func(c *Config, v any) { c.Fabric.ReaderWait = v.(string) }},
 	{"store.node_mode", "DDSTORE_NODE_MODE", kindString, func(c *Config, v any) { c.Store.NodeMode = v.(string) }},
 	{"store.width", "DDSTORE_WIDTH", kindInt, func(c *Config, v any) { c.Store.Width = v.(int) }},
 	{"store.timeout", "DDSTORE_TIMEOUT", kindDuration, func(c *Config, v any) { c.Store.Timeout = v.(time.Duration) }},
@@ -402,8 +401,6 @@ func (c Config) Validate() error {
 		return bad("fabric.timeout", "%v must be > 0", c.Fabric.Timeout)
 	case c.Fabric.Progress != "" && c.Fabric.Progress != "sleep" && c.Fabric.Progress != "adaptive" && c.Fabric.Progress != "spin":
 		return bad("fabric.progress", "%q is not sleep, adaptive or spin", c.Fabric.Progress)
-	case c.Fabric.ReaderWait != "" && c.Fabric.ReaderWait != "auto" && c.Fabric.ReaderWait != "fd" && c.Fabric.ReaderWait != "spin":
-		return bad("fabric.reader_wait", "%q is not auto, fd or spin", c.Fabric.ReaderWait)
 	case c.Store.Width < 0:
 		return bad("store.width", "%d < 0", c.Store.Width)
 	case c.Store.Timeout <= 0:

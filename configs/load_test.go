@@ -107,7 +107,6 @@ func TestLoadErrorsNameKeyAndSource(t *testing.T) {
 		{"bad read mode env", "", [2]string{"DDSTORE_READ_MODE", "telepathy"}, []string{"reads.mode", "telepathy"}},
 		{"zero window env", "", [2]string{"DDSTORE_FABRIC_WINDOW", "0"}, []string{"fabric.window", "DDSTORE_FABRIC_WINDOW"}},
 		{"bad progress env", "", [2]string{"DDSTORE_FABRIC_PROGRESS", "busy"}, []string{"fabric.progress", "DDSTORE_FABRIC_PROGRESS"}},
-		{"bad reader wait env", "", [2]string{"DDSTORE_FABRIC_READER_WAIT", "nap"}, []string{"fabric.reader_wait", "DDSTORE_FABRIC_READER_WAIT", "nap"}},
 		{"bad prefetch env", "", [2]string{"DDSTORE_LOADER_PREFETCH", "deep"}, []string{"loader.prefetch", "DDSTORE_LOADER_PREFETCH", "auto"}},
 		{"negative prefetch file", write("p.yaml", "loader:\n  prefetch: -1\n"), [2]string{}, []string{"loader.prefetch", "p.yaml"}},
 		{"missing file", filepath.Join(dir, "nope.yaml"), [2]string{}, []string{"nope.yaml"}},

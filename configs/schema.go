@@ -22,13 +22,12 @@ type GPUConfig struct {
 
 // FabricConfig is the fabric section.
 type FabricConfig struct {
-	Provider   string        // DDSTORE_FABRIC; "" = default order
-	Iface      string        // FABRIC_IFACE; "" = the interface of the ranks' own connections across hosts, else the provider's first domain
-	Window     int           // reads in flight per batch, default 128
-	MaxPeers   int           // DDSTORE_FABRIC_MAX_PEERS: address-vector size, default 1024
-	Timeout    time.Duration // deadline of every fabric operation, default 10s
-	Progress   string        // DDSTORE_FABRIC_PROGRESS: sleep | adaptive | spin (the target's progress thread), default adaptive
-	ReaderWait string        // DDSTORE_FABRIC_READER_WAIT: auto | fd | spin (a reader's CQ wait fd), default auto
+	Provider string        // DDSTORE_FABRIC; "" = default order
+	Iface    string        // FABRIC_IFACE; "" = the interface of the ranks' own connections across hosts, else the provider's first domain
+	Window   int           // reads in flight per batch, default 128
+	MaxPeers int           // DDSTORE_FABRIC_MAX_PEERS: address-vector size, default 1024
+	Timeout  time.Duration // deadline of every fabric operation, default 10s
+	Progress string        // DDSTORE_FABRIC_PROGRESS: sleep | adaptive | spin (the target's progress thread), default adaptive
 }
 
 // StoreConfig is the store section.

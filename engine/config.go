@@ -48,7 +48,6 @@ func (c Config) StoreOptions() Options {
 	o.Fabric.MaxPeers = c.Fabric.MaxPeers
 	o.Fabric.Timeout = c.Fabric.Timeout
 	o.Fabric.Progress = c.Fabric.Progress
-	o.Fabric.ReaderWait = c.Fabric.ReaderWait
 	o.Fabric.GatherMaxBytes = int(c.Exchange.AlltoallMaxBytes)
 	o.NodeMode = c.Store.NodeMode
 	o.ReadMode = c.Reads.Mode

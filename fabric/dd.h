@@ -211,7 +211,6 @@ typedef struct dd_reader {
 	dd_result res;
 	int64_t spin_ns;    // spin on the CQ this long without completions, then wait
 	int waitfd;         // CQ wait fd (sleep on it between progress steps), or -1
-	int want_waitfd;    // open the CQ with a wait fd (Options.ReaderWait)
 	int active;         // counted in dd_active (inside a batch)
 	char name[DD_GMAX_NAME]; // endpoint name, sent with gather requests
 	size_t namelen;

@@ -16,7 +16,6 @@ dd_reader *dd_reader_new(struct fid_fabric *fab, struct fid_domain *dom, struct 
 	r->av_count = av_count;
 	r->spin_ns = 2000000;
 	r->waitfd = -1;
-	r->want_waitfd = 1;
 	r->peers = calloc(maxpeers, sizeof *r->peers);
 	r->ops = calloc(cap, sizeof *r->ops);
 	r->ctx = calloc(window, sizeof *r->ctx);
@@ -34,7 +33,7 @@ int dd_reader_teardown(dd_reader *r);
 int dd_reader_setup(dd_reader *r, const char **stage) {
 	int got_fd = 0;
 	size_t cqsz = r->window < 64 ? 128 : (size_t)r->window * 2;
-	int rc = dd_endpoint(r->domain, r->info, cqsz, r->av_count, r->want_waitfd, FI_CQ_FORMAT_CONTEXT, &r->ep, &r->cq, &r->av, &got_fd, stage);
+	int rc = dd_endpoint(r->domain, r->info, cqsz, r->av_count, 1, FI_CQ_FORMAT_CONTEXT, &r->ep, &r->cq, &r->av, &got_fd, stage);
 	if (rc) return rc;
 	r->waitfd = -1;
 	if (got_fd) {

@@ -214,21 +214,10 @@ func TestGatherBusyTarget(t *testing.T) {
 
 // TestGatherConcurrentReaders: several readers, each with its own endpoint,
 // gather from one target at once (only some may spin; the others sleep on
-// their CQ's wait fd, or back off without one: ReaderWait "spin"). Every
-// row is checked, and every spin slot is released, after successful and
-// after rejected batches.
+// their CQ's wait fd). Every row is checked, and every spin slot is
+// released, after successful and after rejected batches.
 func TestGatherConcurrentReaders(t *testing.T) {
-	for _, wait := range []string{"fd", "spin"} {
-		t.Run("wait="+wait, func(t *testing.T) { gatherConcurrentReaders(t, wait) })
-	}
-}
-
-func gatherConcurrentReaders(t *testing.T, wait string) {
-	o := provCases[0].opts // tcp
-	o.Timeout = 5 * time.Second * raceScale
-	o.ReaderWait = wait
-	f := openOrSkip(t, o)
-	needSoftRMA(t, f)
+	o, f := openGather(t, 5*time.Second)
 	tg := startTarget(t, o, 16<<20, false)
 	const readers, rounds, row, n = 4, 40, 3072, 64
 	errs := make(chan error, readers)
@@ -238,9 +227,8 @@ func gatherConcurrentReaders(t *testing.T, wait string) {
 			t.Fatal(err)
 		}
 		defer r.Close()
-		if want := f.Info().WaitFD && wait == "fd"; r.waitFD() != want {
-			t.Fatalf("reader %d: CQ wait fd %v with ReaderWait %q, want %v (the server's CQ has one: %v)",
-				w, r.waitFD(), wait, want, f.Info().WaitFD)
+		if f.Info().WaitFD && !r.waitFD() {
+			t.Fatalf("reader %d: no CQ wait fd although the server's CQ has one", w)
 		}
 		p, err := r.AddPeer(3, tg.addr)
 		if err != nil {
@@ -404,27 +392,5 @@ func TestGatherRoundCap(t *testing.T) {
 		if got := gatherRoundCap(c.total, c.cap, c.rounds); got != c.want {
 			t.Errorf("gatherRoundCap(%d, %d, %d) = %d, want %d", c.total, c.cap, c.rounds, got, c.want)
 		}
-	}
-}
-
-// TestReaderWaitFD: the choice of a reader CQ's wait fd, alone.
-func TestReaderWaitFD(t *testing.T) {
-	for _, c := range []struct {
-		mode string
-		ncpu int
-		want bool
-	}{
-		{"fd", 64, true}, {"fd", 1, true},
-		{"spin", 1, false}, {"spin", 64, false},
-		{"auto", 1, true}, {"auto", 2, true}, {"auto", 3, true},
-		{"auto", 4, false}, {"auto", 16, false},
-		{"", 2, true}, {"", 16, false},
-	} {
-		if got := readerWaitFD(c.mode, c.ncpu); got != c.want {
-			t.Errorf("readerWaitFD(%q, %d) = %v, want %v", c.mode, c.ncpu, got, c.want)
-		}
-	}
-	if err := (Options{ReaderWait: "nap"}).Validate(); err == nil || !strings.Contains(err.Error(), "ReaderWait") {
-		t.Errorf("ReaderWait nap: got %v, want an error naming ReaderWait", err)
 	}
 }

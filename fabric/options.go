@@ -50,16 +50,6 @@ type Options struct {
 	// ProgressWindow is the adaptive polling window. Default 50µs, at most
 	// 10ms.
 	ProgressWindow time.Duration
-	// ReaderWait is whether a reader's completion queue gets a wait fd:
-	// "fd" (a reader that must wait sleeps on the fd; but on tcp;ofi_rxm
-	// every completion then costs the reader a signal write and a read of
-	// that fd, plus a wakeup of its poll set: 2-3 syscalls, a few µs of a
-	// lone 3 KB read), "spin" (no wait fd, like the C++ original: a reader
-	// spins while few readers are inside a batch, and otherwise sleeps with
-	// back-off, 20µs doubling to 1ms) or "auto" (default: spin where at
-	// least 4 CPUs are online, where readers spin anyway; fd on smaller
-	// machines, where readers must hand their core to the target).
-	ReaderWait string
 	// GatherKey is the job's gather key (the engine derives it from the
 	// job's secret): every ReadGather request carries it, and this
 	// fabric's target answers only requests that carry its own; any other
@@ -79,7 +69,6 @@ const (
 	DefaultGatherRounds   = 4
 	DefaultProgress       = "adaptive"
 	DefaultProgressWindow = 50 * time.Microsecond
-	DefaultReaderWait     = "auto"
 	maxProgressWindow     = 10 * time.Millisecond
 	maxGatherRounds       = 64
 )
@@ -107,11 +96,6 @@ func (o Options) Validate() error {
 	case "", "adaptive", "sleep", "spin":
 	default:
 		return invalid("options", nil, "Progress %q is not one of sleep, adaptive, spin", o.Progress)
-	}
-	switch o.ReaderWait {
-	case "", "auto", "fd", "spin":
-	default:
-		return invalid("options", nil, "ReaderWait %q is not one of auto, fd, spin", o.ReaderWait)
 	}
 	if o.ProgressWindow < 0 || o.ProgressWindow > maxProgressWindow {
 		return invalid("options", nil, "ProgressWindow %v outside [0, %v]", o.ProgressWindow, maxProgressWindow)
@@ -147,9 +131,6 @@ func (o *Options) EnsureDefaults() *Options {
 	}
 	if o.ProgressWindow == 0 {
 		o.ProgressWindow = DefaultProgressWindow
-	}
-	if o.ReaderWait == "" {
-		o.ReaderWait = DefaultReaderWait
 	}
 	return o
 }
@@ -229,17 +210,4 @@ func softwareRMA(provider string) bool {
 		return true
 	}
 	return false
-}
-
-// readerWaitFD is whether a reader's CQ gets a wait fd under ReaderWait
-// mode on a machine of ncpu online CPUs ("auto": below 4 CPUs, where
-// dd_spin_limit lets one reader spin and the rest must sleep).
-func readerWaitFD(mode string, ncpu int) bool {
-	switch mode {
-	case "fd":
-		return true
-	case "spin":
-		return false
-	}
-	return ncpu < 4
 }

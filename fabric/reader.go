@@ -72,9 +72,6 @@ func (f *Fabric) NewReader() (*Reader, error) {
 		r.closeDomain()
 		return nil, localErr("new reader", int(fiEnomem), "out of memory")
 	}
-	if !readerWaitFD(f.opts.ReaderWait, runtime.NumCPU()) {
-		r.c.want_waitfd = 0
-	}
 	var stage *cChar
 	if rc := ddReaderSetup(r.c, &stage); rc != 0 {
 		ddReaderFree(r.c)
