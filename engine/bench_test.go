@@ -15,6 +15,7 @@ package engine
 // binary as rank 1, whose shard every read targets.
 
 import (
+	"flag"
 	"fmt"
 	"math/rand"
 	"os"
@@ -29,6 +30,12 @@ import (
 )
 
 func init() { scenarios["benchpeer"] = scenarioBenchPeer }
+
+// benchProgress is the target's progress mode of the benchmark clusters
+// (fabric.Options.Progress, both ranks; "": the default), for side-by-side
+// runs of one test binary. Open does not read DDSTORE_FABRIC_PROGRESS (only
+// LoadConfig maps it), so the environment cannot set it here.
+var benchProgress = flag.String("bench.progress", "", "fabric Progress of benchmark clusters (adaptive|sleep|spin)")
 
 // benchSpec is the benchmark variable of one row size (rows per rank).
 func benchSpec(rowBytes int64) varSpec {
@@ -85,6 +92,9 @@ func startBenchClusterWith(b *testing.B, mode string, telemetryOn bool, rows []i
 	params := map[string]string{"MODE": mode, "ROWS": strings.Join(rs, ","), "TIMEOUT": "15m", "TELDIR": b.TempDir()}
 	if !telemetryOn {
 		params["TELEMETRY"] = "0"
+	}
+	if *benchProgress != "" {
+		params["PROGRESS"] = *benchProgress
 	}
 	for k, v := range more {
 		params[k] = v

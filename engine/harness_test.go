@@ -136,6 +136,9 @@ func storeOptions(mode string, params map[string]string) Options {
 			o.Liveness = d
 		}
 	}
+	if v := params["PROGRESS"]; v != "" {
+		o.Fabric.Progress = v
+	}
 	if params["REGDST"] == "1" {
 		// as FI_MR_LOCAL providers (verbs, some cxi) require
 		o.Fabric.RegisterDst = true

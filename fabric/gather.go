@@ -49,6 +49,7 @@ func (r *Reader) ReadGather(ops []ReadOp) (tm Timing, err error) {
 	if r.closed {
 		return tm, r.closedErr()
 	}
+	r.yieldRuntime()
 	if err := r.ensureEndpoint(); err != nil {
 		return tm, err
 	}

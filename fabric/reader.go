@@ -34,6 +34,7 @@ type Reader struct {
 	pin         *pinSet
 	mrc         mrCache
 	one         [1]ReadOp
+	yieldAt     time.Time // last yieldRuntime
 
 	// gather state: ops too large for a round, read with fi_read after
 	// the gather (allocated on first use), and counters for tests.
@@ -200,8 +201,29 @@ func (r *Reader) ReadBatch(ops []ReadOp) (Timing, error) {
 	return tm, err
 }
 
+// yieldEvery is how often a reader's calls yield to the scheduler
+// (yieldRuntime): under the Go runtime's 10ms forced-preemption period.
+const yieldEvery = 2 * time.Millisecond
+
+// yieldRuntime lets the scheduler run once every yieldEvery of a reader's
+// calls. Each batch is one cgo call; a goroutine that makes such calls
+// back to back is never rescheduled, and once it has run 10ms without
+// being rescheduled, sysmon takes its P away at every cgo call that lasts
+// more than one sysmon tick (20µs: a lone tcp read), and the call's return
+// wakes sysmon from its deep sleep (a futex wake on the reader's path,
+// and a thread woken on a core the target may need). Gosched resets that
+// clock; with nothing else runnable it resumes the caller at once, no
+// syscall.
+func (r *Reader) yieldRuntime() {
+	if now := time.Now(); now.Sub(r.yieldAt) >= yieldEvery {
+		r.yieldAt = now
+		runtime.Gosched()
+	}
+}
+
 func (r *Reader) readBatch(ops []ReadOp) (Timing, error) {
 	var tm Timing
+	r.yieldRuntime()
 	if r.closed {
 		return tm, r.closedErr()
 	}
