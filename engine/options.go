@@ -5,6 +5,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/ddstore/ddstore/configs"
 	"github.com/ddstore/ddstore/engine/bootstrap"
 	"github.com/ddstore/ddstore/fabric"
 )
@@ -104,6 +105,22 @@ type Options struct {
 	// Default 10s, at least 100ms. Config key store.liveness, environment
 	// variable DDSTORE_LIVENESS.
 	Liveness time.Duration
+	// Control is the control plane that carries the collectives and finds
+	// dead ranks after the launcher's exchange: "mesh" (default; "" means
+	// it): a connection from every rank to every other, heartbeats every
+	// Liveness/5; "tree": the ranks of a node talk to their node agent
+	// (lowest rank of the node) over a unix socket, agents form a 16-ary
+	// tree with ring liveness (SWIM) and log-depth collectives
+	// (engine/ctrl). Config key store.control, environment variable
+	// DDSTORE_CONTROL. Liveness applies to the mesh; the tree's agents ping
+	// their ring successor every CtrlPeriod, probe it through others after
+	// CtrlSuspectAfter and declare it dead after CtrlDeadAfter (zero: the
+	// defaults 1s, 2s, 3.6s; config keys store.ctrl_period,
+	// store.ctrl_suspect_after, store.ctrl_dead_after; env
+	// DDSTORE_CTRL_PERIOD, _SUSPECT_AFTER, _DEAD_AFTER). A rank's exit is
+	// seen at once by its agent in both.
+	Control                                     string
+	CtrlPeriod, CtrlSuspectAfter, CtrlDeadAfter time.Duration
 	// ReadMode: "auto" (default; "" means auto), "rma" or "gather"; see
 	// ReadModeAuto. The config key reads.mode and the environment variable
 	// DDSTORE_READ_MODE set it through LoadConfig. Rounds of a gather are
@@ -198,6 +215,12 @@ func (o *Options) Validate() error {
 	}
 	if o.FailoverAfter < 0 {
 		return errf(ErrInvalid, "options", "", "FailoverAfter %v is negative", o.FailoverAfter)
+	}
+	if err := configs.CheckControl(o.Control); err != nil {
+		return errf(ErrInvalid, "options", "", "Control: %v (config store.control, env DDSTORE_CONTROL)", err)
+	}
+	if err := configs.CheckCtrlTiming(o.CtrlPeriod, o.CtrlSuspectAfter, o.CtrlDeadAfter); err != nil {
+		return errf(ErrInvalid, "options", "", "CtrlPeriod, CtrlSuspectAfter, CtrlDeadAfter: %v", err)
 	}
 	if o.Liveness != 0 && o.Liveness < 100*time.Millisecond {
 		return errf(ErrInvalid, "options", "", "Liveness %v: want at least 100ms (config store.liveness, env DDSTORE_LIVENESS)", o.Liveness)

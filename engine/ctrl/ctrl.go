@@ -46,6 +46,7 @@ type Ctrl struct {
 	deadList  []int
 	deadCause error
 	aborted   error
+	abortNote abortNote // the first abort learnt (aborted)
 	abortSeen map[int]bool
 	firstDead atomic.Int64 // unix ns when this rank first learned of a death
 
@@ -227,7 +228,7 @@ func (c *Ctrl) startAgent(deadline time.Time) error {
 		if len(missing) > 0 {
 			e := &fault.Error{Op: "ctrl bootstrap", Ranks: missing, Side: fault.Remote, Kind: fault.ErrTimeout,
 				Detail: fmt.Sprintf("%s did not reach the root within %v", fault.RankList(missing), o.Timeout)}
-			c.abort(e)
+			c.abort(0, e)
 			c.bg.Wait()
 			return e
 		}
@@ -642,7 +643,7 @@ func (c *Ctrl) handle(l *link, h header, body []byte) bool {
 		}
 		if l.local && !c.o.agent() {
 			// The agent left: collectives need it.
-			c.learnAbort(abortBody(l.peer, fault.ErrClosed, []int{l.peer}, fmt.Sprintf("rank %d (this node's agent) closed", l.peer)), nil)
+			c.learnAbort(abortBody(l.peer, 0, time.Time{}, fault.ErrClosed, []int{l.peer}, fmt.Sprintf("rank %d (this node's agent) closed", l.peer)), nil)
 		}
 		return true
 	}
@@ -724,6 +725,9 @@ func (c *Ctrl) awaitTagged(op string, k mkey, tag uint32, deadline time.Time, wh
 			return m, nil
 		}
 		if err := c.gone(op); err != nil {
+			if c.graceWait(deadline) {
+				err = c.gone(op) // an abort may have come meanwhile
+			}
 			return msg{}, err
 		}
 		if timer == nil {
@@ -742,6 +746,36 @@ func (c *Ctrl) awaitTagged(op string, k mkey, tag uint32, deadline time.Time, wh
 			return msg{}, &fault.Error{Op: op, Kind: fault.ErrClosed, Detail: "control plane closed"}
 		}
 	}
+}
+
+// ExitGrace is how long a collective waits, once a death is known, before
+// it fails with it (OnDead runs at once): long enough for a signal that
+// the launcher forwards to every rank (Ctrl-C) to reach this one too, so
+// that an interrupted job ends by its signal, not by a peer's death.
+var ExitGrace = 500 * time.Millisecond
+
+// graceWait sleeps out what is left of ExitGrace since the first death
+// (not past deadline, nor past Close); it reports whether it slept.
+func (c *Ctrl) graceWait(deadline time.Time) bool {
+	first := c.firstDead.Load()
+	if first == 0 {
+		return false
+	}
+	until := time.Unix(0, first).Add(ExitGrace)
+	if deadline.Before(until) {
+		until = deadline
+	}
+	d := time.Until(until)
+	if d <= 0 {
+		return false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-c.stop:
+	}
+	return true
 }
 
 // gone is the error that stops every collective: a known death or an
@@ -892,8 +926,9 @@ func (c *Ctrl) flood(h header, body []byte, via *link) {
 
 var abortKinds = []error{nil, fault.ErrTimeout, fault.ErrPeerDead, fault.ErrMismatch, fault.ErrClosed, fault.ErrToken}
 
-// abortBody: origin rank, kind code, ranks, detail.
-func abortBody(origin int, kind error, ranks []int, detail string) []byte {
+// abortBody: origin rank, kind code, ranks, the collective's sequence
+// number and when the origin gave up (Unix ns), detail.
+func abortBody(origin int, seq uint64, at time.Time, kind error, ranks []int, detail string) []byte {
 	code := byte(0)
 	for i, k := range abortKinds {
 		if k != nil && errors.Is(kind, k) {
@@ -907,14 +942,30 @@ func abortBody(origin int, kind error, ranks []int, detail string) []byte {
 	for _, r := range ranks {
 		b = binary.LittleEndian.AppendUint32(b, uint32(r))
 	}
+	b = binary.LittleEndian.AppendUint64(b, seq)
+	b = binary.LittleEndian.AppendUint64(b, uint64(at.UnixNano()))
 	return append(b, detail...)
 }
 
+// abortNote is a parsed abort notice.
+type abortNote struct {
+	origin int
+	seq    uint64
+	at     time.Time
+	detail string // the origin's own
+	err    *fault.Error
+}
+
 func parseAbort(op string, b []byte) (int, *fault.Error) {
+	n := parseAbortNote(op, b)
+	return n.origin, n.err
+}
+
+func parseAbortNote(op string, b []byte) abortNote {
 	e := &fault.Error{Op: op, Side: fault.Remote, Kind: fault.ErrPeerDead}
 	if len(b) < 9 {
 		e.Detail = "malformed abort notice"
-		return -1, e
+		return abortNote{origin: -1, err: e}
 	}
 	origin := int(binary.LittleEndian.Uint32(b))
 	if int(b[4]) < len(abortKinds) && b[4] > 0 {
@@ -927,13 +978,40 @@ func parseAbort(op string, b []byte) (int, *fault.Error) {
 	if len(e.Ranks) == 0 {
 		e.Ranks = []int{origin}
 	}
-	e.Detail = fmt.Sprintf("rank %d reports: %s", origin, b[9+4*n:])
-	return origin, e
+	rest := b[9+4*n:]
+	note := abortNote{origin: origin, err: e}
+	if len(rest) >= 16 {
+		note.seq = binary.LittleEndian.Uint64(rest)
+		note.at = time.Unix(0, int64(binary.LittleEndian.Uint64(rest[8:])))
+		rest = rest[16:]
+	}
+	note.detail = string(rest)
+	e.Detail = fmt.Sprintf("rank %d reports: %s", origin, rest)
+	return note
+}
+
+// gaveUp is the error of a rank that begins collective seq after another
+// rank gave up on it (or on an earlier one that this rank completed
+// late): it names who gave up, when, and why.
+func gaveUp(op string, seq uint64, n abortNote) error {
+	e := *n.err
+	e.Op = op
+	what := "this collective"
+	if n.seq < seq {
+		what = fmt.Sprintf("the collective before it (#%d), which this rank completed late", n.seq)
+	}
+	when := ""
+	if !n.at.IsZero() {
+		when = fmt.Sprintf(" at %s, %v before this rank got there", n.at.Format("15:04:05.000"), time.Since(n.at).Round(time.Millisecond))
+	}
+	e.Detail = fmt.Sprintf("rank %d gave up on %s%s: %s", n.origin, what, when, n.detail)
+	return &e
 }
 
 // learnAbort records another rank's failure; collectives fail with it.
 func (c *Ctrl) learnAbort(body []byte, via *link) {
-	origin, e := parseAbort("ctrl", body)
+	note := parseAbortNote("ctrl", body)
+	origin := note.origin
 	c.deadMu.Lock()
 	if c.abortSeen[origin] {
 		c.deadMu.Unlock()
@@ -941,7 +1019,8 @@ func (c *Ctrl) learnAbort(body []byte, via *link) {
 	}
 	c.abortSeen[origin] = true
 	if c.aborted == nil {
-		c.aborted = e
+		c.aborted = note.err
+		c.abortNote = note
 	}
 	c.deadMu.Unlock()
 	c.signal()
@@ -952,8 +1031,8 @@ func (c *Ctrl) learnAbort(body []byte, via *link) {
 	}
 }
 
-// abort tells every rank of this rank's failure.
-func (c *Ctrl) abort(err error) {
+// abort tells every rank of this rank's failure (of collective seq).
+func (c *Ctrl) abort(seq uint64, err error) {
 	var fe *fault.Error
 	kind, ranks, detail := error(nil), []int(nil), err.Error()
 	if errors.As(err, &fe) {
@@ -962,7 +1041,7 @@ func (c *Ctrl) abort(err error) {
 			detail = fe.Detail
 		}
 	}
-	body := abortBody(c.o.Rank, kind, ranks, detail)
+	body := abortBody(c.o.Rank, seq, time.Now(), kind, ranks, detail)
 	c.deadMu.Lock()
 	c.abortSeen[c.o.Rank] = true
 	c.deadMu.Unlock()

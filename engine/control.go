@@ -1,0 +1,214 @@
+package engine
+
+// The store's control plane: the connections that carry its collectives
+// and find dead ranks once the launcher's exchange has bootstrapped. Two
+// exist, chosen by Options.Control (config store.control, env
+// DDSTORE_CONTROL): "mesh" (engine/mesh, the default: every rank holds a
+// connection to every other) and "tree" (engine/ctrl: node agents in a
+// k-ary tree; a plain rank holds one connection, to its agent).
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/ddstore/ddstore/configs"
+	"github.com/ddstore/ddstore/engine/auth"
+	"github.com/ddstore/ddstore/engine/bootstrap"
+	"github.com/ddstore/ddstore/engine/ctrl"
+	"github.com/ddstore/ddstore/engine/mesh"
+	"github.com/ddstore/ddstore/fault"
+)
+
+// Control planes (Options.Control).
+const (
+	ControlMesh = configs.ControlMesh
+	ControlTree = configs.ControlTree
+)
+
+// controlPlane is what the store asks of its control plane after Open.
+type controlPlane interface {
+	bootstrap.Exchanger
+	AllReduceFloat32(tag string, x []float32, timeout time.Duration) error
+	Broken() error
+	MarkDead(rank int, cause error)
+}
+
+// treeListen opens the TCP listener that this rank offers as its node's
+// agent (round 1 of Open publishes it; ranks that turn out not to be an
+// agent close it) and returns it with its port.
+func treeListen() (net.Listener, int, error) {
+	ln, err := net.Listen("tcp", ":0")
+	if err != nil {
+		return nil, 0, err
+	}
+	return ln, ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// treeLayout is the tree's view of the world, from round 1's records:
+// node of every rank (numbered in order of each node's lowest rank),
+// local rank of every rank, and each node's agent (its lowest rank).
+type treeLayout struct {
+	node, local []int
+	agents      []int // rank of each node's agent
+	size        []int // ranks per node
+}
+
+// layoutOf derives the tree's nodes from the node identities (one
+// string per rank; equal means the same node).
+func layoutOf(ids []string) treeLayout {
+	l := treeLayout{node: make([]int, len(ids)), local: make([]int, len(ids))}
+	index := map[string]int{}
+	for r, id := range ids {
+		n, ok := index[id]
+		if !ok {
+			n = len(l.agents)
+			index[id] = n
+			l.agents = append(l.agents, r)
+			l.size = append(l.size, 0)
+		}
+		l.node[r], l.local[r] = n, l.size[n]
+		l.size[n]++
+	}
+	return l
+}
+
+// startTree joins the tree control plane after round 1 (s.peers filled;
+// ln is this rank's listener, published as s.peers[r].Ctrl).
+func (s *Store) startTree(ln net.Listener) (*ctrl.Ctrl, error) {
+	ids := make([]string, s.world)
+	for r := range ids {
+		ids[r] = s.peers[r].Node
+	}
+	lay := layoutOf(ids)
+	me := s.rank
+	node := lay.node[me]
+	agents := make([]string, len(lay.agents))
+	for n, a := range lay.agents {
+		p := s.peers[a]
+		host := "127.0.0.1"
+		if !sameMachine(p, s.peers[me]) {
+			if len(p.CtrlIPs) == 0 {
+				return nil, errf(ErrInvalid, "Open", "", "rank %d (agent of node %d) published no address", a, n)
+			}
+			host = p.CtrlIPs[0]
+		}
+		agents[n] = net.JoinHostPort(host, strconv.Itoa(p.CtrlPort))
+	}
+	if lay.local[me] != 0 || len(lay.agents) == 1 {
+		ln.Close()
+		ln = nil
+	}
+	secret := bootstrap.SecretOf(s.boot)
+	o := s.opts
+	c, err := ctrl.Start(ctrl.Options{
+		Rank: me, World: s.world, Node: node, Nodes: len(lay.agents), LocalRank: lay.local[me], LocalSize: lay.size[node],
+		// The agent's port makes the node-local socket's name unique among
+		// the stores of one job on a machine.
+		Job: fmt.Sprintf("%s-%d", s.job, s.peers[lay.agents[node]].CtrlPort), Token: s.job,
+		Agents: agents, Listener: ln, Timeout: o.Timeout,
+		Period: o.CtrlPeriod, SuspectAfter: o.CtrlSuspectAfter, DeadAfter: o.CtrlDeadAfter,
+		OnDead: s.onDead,
+		Handshake: func(c net.Conn, initiator bool) error {
+			return auth.Handshake(c, secret, initiator, time.Now().Add(auth.DefaultGateTimeout))
+		},
+	})
+	if err != nil {
+		if ln != nil {
+			ln.Close()
+		}
+		return nil, err
+	}
+	return c, nil
+}
+
+// ctrlIPs are the addresses a would-be agent offers, best first.
+func ctrlIPs() []string { return mesh.LocalIPs() }
+
+// exactReduceBytes bounds the all-gather behind the tree's all-reduce
+// (world × vector bytes): up to it, the tree gathers every rank's vector
+// and every rank sums it in the mesh ring's order, so that both control
+// planes give the same bits (losses identical to the last digit). Larger
+// reductions run ctrl's own algorithm (recursive halving and doubling):
+// still the same bits on every rank, in another order.
+var exactReduceBytes = 64 << 20
+
+// treeAllReduce is AllReduceFloat32 over the tree (collMu held): x is
+// replaced by the sum, or unchanged on error.
+func (s *Store) treeAllReduce(what, tag string, x []float32) error {
+	w := s.world
+	if 4*len(x)*w > exactReduceBytes {
+		buf := append([]float32(nil), x...)
+		if err := s.tree.AllReduceFloat32(tag, buf, s.opts.Timeout); err != nil {
+			return wrapBootstrap(what, err)
+		}
+		copy(x, buf)
+		return nil
+	}
+	blobs, err := s.tree.AllGather("allreduce-f32 "+tag, f32raw(x), s.opts.Timeout)
+	if err != nil {
+		return wrapBootstrap(what, err)
+	}
+	for r, b := range blobs {
+		// Every rank sees the same lengths and fails alike: the control
+		// plane stays consistent and goes on working.
+		if len(b) != 4*len(x) {
+			return &Error{Op: what, Ranks: []int{r}, Side: fault.Remote, Kind: ErrMismatch,
+				Detail: fmt.Sprintf("rank %d passed %d float32, rank %d passed %d", r, len(b)/4, s.rank, len(x))}
+		}
+	}
+	ringOrderSum(x, blobs)
+	return nil
+}
+
+// ringOrderSum sets x to the element-wise sum of the vectors in parts (by
+// rank, little-endian float32), element i summed as the mesh's ring does:
+// ((x_c + x_{c+1}) + …) + x_{c−1}, ranks modulo the world, with c =
+// mesh.SumStart(i, world, len(x)).
+func ringOrderSum(x []float32, parts [][]byte) {
+	w, l := len(parts), len(x)
+	for c := range w {
+		lo, hi := c*l/w, (c+1)*l/w
+		for k := range w {
+			p := parts[(c+k)%w]
+			for i := lo; i < hi; i++ {
+				v := math.Float32frombits(binary.LittleEndian.Uint32(p[4*i:]))
+				if k == 0 {
+					x[i] = v
+				} else {
+					x[i] += v
+				}
+			}
+		}
+	}
+}
+
+// f32raw encodes x little-endian.
+func f32raw(x []float32) []byte {
+	b := make([]byte, 4*len(x))
+	for i, v := range x {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
+	}
+	return b
+}
+
+// ControlInfo describes the store's control plane.
+type ControlInfo struct {
+	Kind  string // ControlMesh, ControlTree, or "" (one rank: none)
+	Conns int    // control connections this rank holds
+	Agent bool   // tree: this rank is its node's agent
+}
+
+// Control describes the store's control plane (nil-safe before Open ends).
+func (s *Store) Control() ControlInfo {
+	switch {
+	case s.tree != nil:
+		return ControlInfo{Kind: ControlTree, Conns: s.tree.Stats().Conns, Agent: s.tree.Agent()}
+	case s.mesh != nil:
+		return ControlInfo{Kind: ControlMesh, Conns: s.world - 1}
+	}
+	return ControlInfo{}
+}
