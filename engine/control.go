@@ -8,9 +8,7 @@ package engine
 // k-ary tree; a plain rank holds one connection, to its agent).
 
 import (
-	"encoding/binary"
 	"fmt"
-	"math"
 	"net"
 	"strconv"
 	"time"
@@ -20,7 +18,6 @@ import (
 	"github.com/ddstore/ddstore/engine/bootstrap"
 	"github.com/ddstore/ddstore/engine/ctrl"
 	"github.com/ddstore/ddstore/engine/mesh"
-	"github.com/ddstore/ddstore/fault"
 )
 
 // Control planes (Options.Control).
@@ -128,71 +125,16 @@ func (s *Store) startTree(ln net.Listener) (*ctrl.Ctrl, error) {
 // ctrlIPs are the addresses a would-be agent offers, best first.
 func ctrlIPs() []string { return mesh.LocalIPs() }
 
-// exactReduceBytes bounds the all-gather behind the tree's all-reduce
-// (world × vector bytes): up to it, the tree gathers every rank's vector
-// and every rank sums it in the mesh ring's order, so that both control
-// planes give the same bits (losses identical to the last digit). Larger
-// reductions run ctrl's own algorithm (recursive halving and doubling):
-// still the same bits on every rank, in another order.
-var exactReduceBytes = 64 << 20
-
-// treeAllReduce is AllReduceFloat32 over the tree (collMu held): x is
-// replaced by the sum, or unchanged on error.
+// treeAllReduce is AllReduceFloat32 over the tree (collMu held): the
+// mesh ring's summation order (ctrl.AllReduceRingOrder), so that both
+// control planes give the same bits; x is unchanged on error.
 func (s *Store) treeAllReduce(what, tag string, x []float32) error {
-	w := s.world
-	if 4*len(x)*w > exactReduceBytes {
-		buf := append([]float32(nil), x...)
-		if err := s.tree.AllReduceFloat32(tag, buf, s.opts.Timeout); err != nil {
-			return wrapBootstrap(what, err)
-		}
-		copy(x, buf)
-		return nil
-	}
-	blobs, err := s.tree.AllGather("allreduce-f32 "+tag, f32raw(x), s.opts.Timeout)
-	if err != nil {
+	buf := append([]float32(nil), x...)
+	if err := s.tree.AllReduceRingOrder(tag, buf, s.opts.Timeout); err != nil {
 		return wrapBootstrap(what, err)
 	}
-	for r, b := range blobs {
-		// Every rank sees the same lengths and fails alike: the control
-		// plane stays consistent and goes on working.
-		if len(b) != 4*len(x) {
-			return &Error{Op: what, Ranks: []int{r}, Side: fault.Remote, Kind: ErrMismatch,
-				Detail: fmt.Sprintf("rank %d passed %d float32, rank %d passed %d", r, len(b)/4, s.rank, len(x))}
-		}
-	}
-	ringOrderSum(x, blobs)
+	copy(x, buf)
 	return nil
-}
-
-// ringOrderSum sets x to the element-wise sum of the vectors in parts (by
-// rank, little-endian float32), element i summed as the mesh's ring does:
-// ((x_c + x_{c+1}) + …) + x_{c−1}, ranks modulo the world, with c =
-// mesh.SumStart(i, world, len(x)).
-func ringOrderSum(x []float32, parts [][]byte) {
-	w, l := len(parts), len(x)
-	for c := range w {
-		lo, hi := c*l/w, (c+1)*l/w
-		for k := range w {
-			p := parts[(c+k)%w]
-			for i := lo; i < hi; i++ {
-				v := math.Float32frombits(binary.LittleEndian.Uint32(p[4*i:]))
-				if k == 0 {
-					x[i] = v
-				} else {
-					x[i] += v
-				}
-			}
-		}
-	}
-}
-
-// f32raw encodes x little-endian.
-func f32raw(x []float32) []byte {
-	b := make([]byte, 4*len(x))
-	for i, v := range x {
-		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
-	}
-	return b
 }
 
 // ControlInfo describes the store's control plane.

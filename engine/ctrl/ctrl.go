@@ -56,6 +56,8 @@ type Ctrl struct {
 
 	live liveState
 
+	scratch *scratch // one node's shared all-reduce memory (ring.go); nil if none
+
 	nHB, nAgentMsg, nLocalMsg atomic.Uint64
 	rounds                    atomic.Int32
 
@@ -267,6 +269,13 @@ func (c *Ctrl) startAgent(deadline time.Time) error {
 	var h2 [hdrLen]byte
 	header{typ: tTable, step: stTable, seq: uint64(t.Bytes())}.put(h2[:], 0)
 	rights := unix.UnixRights(fd)
+	if o.Nodes == 1 {
+		// One node: the shared scratch of AllReduceRingOrder goes along.
+		if sfd, err := c.newScratch(); err == nil {
+			defer unix.Close(sfd)
+			rights = unix.UnixRights(fd, sfd)
+		}
+	}
 	for _, l := range locals {
 		l.wmu.Lock()
 		l.conn.SetWriteDeadline(deadline)
@@ -313,7 +322,7 @@ func (c *Ctrl) startPlain(deadline time.Time) error {
 	fd := -1
 	for {
 		var hb [hdrLen]byte
-		oob := make([]byte, unix.CmsgSpace(4))
+		oob := make([]byte, unix.CmsgSpace(8))
 		got := 0
 		for got < hdrLen {
 			n, oobn, _, _, err := conn.ReadMsgUnix(hb[got:], oob)
@@ -326,6 +335,10 @@ func (c *Ctrl) startPlain(deadline time.Time) error {
 				if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil && len(msgs) > 0 {
 					if fds, err := unix.ParseUnixRights(&msgs[0]); err == nil && len(fds) > 0 {
 						fd = fds[0]
+						if len(fds) > 1 {
+							c.mapScratch(fds[1]) // without it, AllReduceRingOrder gathers
+							unix.Close(fds[1])
+						}
 					}
 				}
 			}
@@ -1152,6 +1165,7 @@ func (c *Ctrl) shutdown() {
 	c.wg.Wait()
 	c.bg.Wait()
 	c.table.close()
+	c.scratch.close()
 }
 
 // pauseFor stops this rank's control goroutines for d, as SIGSTOP would
