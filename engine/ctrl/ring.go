@@ -155,7 +155,6 @@ func (c *Ctrl) AllReduceRingOrder(tag string, x []float32, timeout time.Duration
 	return nil
 }
 
-
 // ringOrderSum sets x to the element-wise sum of parts (by rank,
 // little-endian float32) in ring order.
 func ringOrderSum(x []float32, parts [][]byte) {
