@@ -101,13 +101,14 @@ func (s *Store) startTree(ln net.Listener) (*ctrl.Ctrl, error) {
 	}
 	secret := bootstrap.SecretOf(s.boot)
 	o := s.opts
+	period, suspect, dead := treeTiming(o.Liveness, o.CtrlPeriod, o.CtrlSuspectAfter, o.CtrlDeadAfter)
 	c, err := ctrl.Start(ctrl.Options{
 		Rank: me, World: s.world, Node: node, Nodes: len(lay.agents), LocalRank: lay.local[me], LocalSize: lay.size[node],
 		// The agent's port makes the node-local socket's name unique among
 		// the stores of one job on a machine.
 		Job: fmt.Sprintf("%s-%d", s.job, s.peers[lay.agents[node]].CtrlPort), Token: s.job,
 		Agents: agents, Listener: ln, Timeout: o.Timeout,
-		Period: o.CtrlPeriod, SuspectAfter: o.CtrlSuspectAfter, DeadAfter: o.CtrlDeadAfter,
+		Period: period, SuspectAfter: suspect, DeadAfter: dead,
 		OnDead: s.onDead,
 		Handshake: func(c net.Conn, initiator bool) error {
 			return auth.Handshake(c, secret, initiator, time.Now().Add(auth.DefaultGateTimeout))
@@ -120,6 +121,20 @@ func (s *Store) startTree(ln net.Listener) (*ctrl.Ctrl, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// treeTiming is the tree's liveness timing: the Ctrl* fields; but when
+// they are unset or ctrl's defaults and Liveness is not its default, the
+// dead-peer deadline is Liveness, with a ping every Liveness/3.6 and
+// probes from twice that on (ctrl's default proportions, 1 s, 2 s, 3.6 s).
+func treeTiming(liveness, period, suspect, dead time.Duration) (time.Duration, time.Duration, time.Duration) {
+	unset := period == 0 && suspect == 0 && dead == 0 ||
+		period == ctrl.DefaultPeriod && suspect == ctrl.DefaultSuspectAfter && dead == ctrl.DefaultDeadAfter
+	if !unset || liveness == 0 || liveness == DefaultLiveness {
+		return period, suspect, dead
+	}
+	p := liveness * 5 / 18
+	return p, 2 * p, liveness
 }
 
 // ctrlIPs are the addresses a would-be agent offers, best first.

@@ -85,3 +85,18 @@ func scenarioTree(w *worker) error {
 	s.Close()
 	return nil
 }
+
+func TestTreeTiming(t *testing.T) {
+	for _, c := range []struct{ live, p, s, d, wp, ws, wd time.Duration }{
+		{DefaultLiveness, 0, 0, 0, 0, 0, 0},                         // ctrl's defaults
+		{0, 0, 0, 0, 0, 0, 0},                                       // unset
+		{time.Second, 0, 0, 0, 277777777, 555555554, time.Second},   // from Liveness
+		{time.Second, 0, 0, 5 * time.Second, 0, 0, 5 * time.Second}, // explicit wins
+		{3600 * time.Millisecond, 0, 0, 0, time.Second, 2 * time.Second, 3600 * time.Millisecond},
+	} {
+		p, s, d := treeTiming(c.live, c.p, c.s, c.d)
+		if p != c.wp || s != c.ws || d != c.wd {
+			t.Errorf("treeTiming(%v, %v, %v, %v) = %v, %v, %v; want %v, %v, %v", c.live, c.p, c.s, c.d, p, s, d, c.wp, c.ws, c.wd)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/ddstore/ddstore/configs"
 	"github.com/ddstore/ddstore/engine/bootstrap"
+	"github.com/ddstore/ddstore/engine/ctrl"
 	"github.com/ddstore/ddstore/fabric"
 )
 
@@ -117,8 +118,11 @@ type Options struct {
 	// CtrlSuspectAfter and declare it dead after CtrlDeadAfter (zero: the
 	// defaults 1s, 2s, 3.6s; config keys store.ctrl_period,
 	// store.ctrl_suspect_after, store.ctrl_dead_after; env
-	// DDSTORE_CTRL_PERIOD, _SUSPECT_AFTER, _DEAD_AFTER). A rank's exit is
-	// seen at once by its agent in both.
+	// DDSTORE_CTRL_PERIOD, _SUSPECT_AFTER, _DEAD_AFTER). When none of the
+	// three is set and Liveness is not its default, the tree declares
+	// death after Liveness (pings every Liveness/3.6); a plain rank frozen
+	// with its socket open is declared dead by its agent after
+	// 2×dead+period. A rank's exit is seen at once in both.
 	Control                                     string
 	CtrlPeriod, CtrlSuspectAfter, CtrlDeadAfter time.Duration
 	// ReadMode: "auto" (default; "" means auto), "rma" or "gather"; see
@@ -166,6 +170,12 @@ func (o *Options) EnsureDefaults() *Options {
 	}
 	if o.Liveness == 0 {
 		o.Liveness = DefaultLiveness
+	}
+	if o.Control == "" {
+		o.Control = ControlMesh
+	}
+	if o.CtrlPeriod == 0 && o.CtrlSuspectAfter == 0 && o.CtrlDeadAfter == 0 {
+		o.CtrlPeriod, o.CtrlSuspectAfter, o.CtrlDeadAfter = ctrl.DefaultPeriod, ctrl.DefaultSuspectAfter, ctrl.DefaultDeadAfter
 	}
 	if o.TelemetryDir == "" {
 		o.TelemetryDir = DefaultDir

@@ -153,7 +153,9 @@ func Open(o Options) (*Store, error) {
 // Fabric.Domain; DDSTORE_TELEMETRY_DIR replaces the default TelemetryDir
 // ("" or "/dev/shm"); a false DDSTORE_TELEMETRY sets DisableTelemetry (a
 // true one leaves it as set); DDSTORE_PROFILE sets Profile either way; the
-// storage join's variables fill the zero storage fields. Booleans accept
+// storage join's variables fill the zero storage fields; DDSTORE_CONTROL
+// replaces Control "" or "mesh", DDSTORE_CTRL_* replace the tree's
+// timings when they are unset or ctrl's defaults. Booleans accept
 // 1/0, true/false, on/off and yes/no in any case; anything else is an
 // error naming the variable. Unset or empty variables change nothing.
 func (o *Options) applyEnv() error {
@@ -176,16 +178,21 @@ func (o *Options) applyEnv() error {
 	if env.Iface != "" && o.Fabric.Domain == "" {
 		o.Fabric.Domain = env.Iface
 	}
-	if env.Control != "" && o.Control == "" {
+	if env.Control != "" && (o.Control == "" || o.Control == ControlMesh) {
 		o.Control = env.Control
 	}
-	for _, d := range []struct {
-		dst *time.Duration
-		v   time.Duration
-	}{
-		{&o.CtrlPeriod, env.CtrlPeriod}, {&o.CtrlSuspectAfter, env.CtrlSuspectAfter}, {&o.CtrlDeadAfter, env.CtrlDeadAfter}} {
-		if d.v != 0 && *d.dst == 0 {
-			*d.dst = d.v
+	if env.CtrlPeriod != 0 || env.CtrlSuspectAfter != 0 || env.CtrlDeadAfter != 0 {
+		if o.CtrlPeriod == 0 && o.CtrlSuspectAfter == 0 && o.CtrlDeadAfter == 0 ||
+			o.CtrlPeriod == ctrl.DefaultPeriod && o.CtrlSuspectAfter == ctrl.DefaultSuspectAfter && o.CtrlDeadAfter == ctrl.DefaultDeadAfter {
+			o.CtrlPeriod, o.CtrlSuspectAfter, o.CtrlDeadAfter = ctrl.DefaultPeriod, ctrl.DefaultSuspectAfter, ctrl.DefaultDeadAfter
+			for _, d := range []struct {
+				dst *time.Duration
+				v   time.Duration
+			}{{&o.CtrlPeriod, env.CtrlPeriod}, {&o.CtrlSuspectAfter, env.CtrlSuspectAfter}, {&o.CtrlDeadAfter, env.CtrlDeadAfter}} {
+				if d.v != 0 {
+					*d.dst = d.v
+				}
+			}
 		}
 	}
 	return o.applyStorageEnv()

@@ -117,6 +117,7 @@ func (k *coll) sendAgent(node, step int, body []byte) error {
 	c.nAgentMsg.Add(1)
 	k.hops++ // a step takes a round, whatever arrives
 	if err := l.send(header{typ: tColl, hops: k.hops, step: uint16(step), seq: k.seq, from: uint32(c.o.Node), tag: k.tag}, body, k.deadline); err != nil {
+		c.sendGrace(err)
 		return &fault.Error{Op: k.op, Ranks: []int{c.agentRank(node)}, Side: fault.Remote, Kind: fault.ErrPeerDead,
 			Detail: fmt.Sprintf("sending to node %d's agent failed", node), Err: err}
 	}
@@ -157,6 +158,7 @@ func (k *coll) recvAgent(node, step int) ([]byte, error) {
 func (k *coll) sendLocal(l *link, step int, body []byte) error {
 	k.c.nLocalMsg.Add(1)
 	if err := l.send(header{typ: tColl, hops: k.hops, step: uint16(step), seq: k.seq, from: uint32(k.c.o.Rank), tag: k.tag}, body, k.deadline); err != nil {
+		k.c.sendGrace(err)
 		return &fault.Error{Op: k.op, Ranks: []int{l.peer}, Side: fault.Remote, Kind: fault.ErrPeerDead,
 			Detail: fmt.Sprintf("sending to rank %d failed", l.peer), Err: err}
 	}

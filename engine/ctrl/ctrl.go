@@ -600,15 +600,17 @@ func (c *Ctrl) localSilence() time.Duration { return 2*c.o.DeadAfter + c.o.Perio
 // readFrameLive reads one frame; when watch, the silence deadline is
 // renewed per 64 KiB of a long body (a slow sender is not a dead one).
 func (c *Ctrl) readFrameLive(l *link, watch bool) (header, []byte, error) {
-	var b [hdrLen]byte
-	if _, err := io.ReadFull(l.br, b[:]); err != nil {
+	if _, err := io.ReadFull(l.br, l.rhdr[:]); err != nil {
 		return header{}, nil, err
 	}
-	h, n := parseHeader(b[:])
+	h, n := parseHeader(l.rhdr[:])
 	if n < 0 || n > maxBody {
 		return header{}, nil, fmt.Errorf("ctrl: frame of %d bytes (limit %d)", n, maxBody)
 	}
-	body := make([]byte, n)
+	var body []byte
+	if n > 0 {
+		body = make([]byte, n)
+	}
 	for off := 0; off < n; {
 		m := min(n-off, 64<<10)
 		if watch {
@@ -738,9 +740,6 @@ func (c *Ctrl) awaitTagged(op string, k mkey, tag uint32, deadline time.Time, wh
 			return m, nil
 		}
 		if err := c.gone(op); err != nil {
-			if c.graceWait(deadline) {
-				err = c.gone(op) // an abort may have come meanwhile
-			}
 			return msg{}, err
 		}
 		if timer == nil {
@@ -761,34 +760,26 @@ func (c *Ctrl) awaitTagged(op string, k mkey, tag uint32, deadline time.Time, wh
 	}
 }
 
-// ExitGrace is how long a collective waits, once a death is known, before
-// it fails with it (OnDead runs at once): long enough for a signal that
-// the launcher forwards to every rank (Ctrl-C) to reach this one too, so
-// that an interrupted job ends by its signal, not by a peer's death.
+// ExitGrace is how long a collective waits, once a send to a peer failed
+// on a broken connection (closed, reset; not a timeout), before it fails
+// with the peer's death: long enough for a signal that the launcher
+// forwards to every rank (Ctrl-C) to reach this one too, so that an
+// interrupted job ends by its signal. As engine/mesh's ExitGrace.
 var ExitGrace = 500 * time.Millisecond
 
-// graceWait sleeps out what is left of ExitGrace since the first death
-// (not past deadline, nor past Close); it reports whether it slept.
-func (c *Ctrl) graceWait(deadline time.Time) bool {
-	first := c.firstDead.Load()
-	if first == 0 {
-		return false
+// sendGrace sleeps ExitGrace after a failed send unless err is a timeout
+// (or the control plane closes meanwhile).
+func (c *Ctrl) sendGrace(err error) {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return
 	}
-	until := time.Unix(0, first).Add(ExitGrace)
-	if deadline.Before(until) {
-		until = deadline
-	}
-	d := time.Until(until)
-	if d <= 0 {
-		return false
-	}
-	t := time.NewTimer(d)
+	t := time.NewTimer(ExitGrace)
 	defer t.Stop()
 	select {
 	case <-t.C:
 	case <-c.stop:
 	}
-	return true
 }
 
 // gone is the error that stops every collective: a known death or an
