@@ -88,36 +88,38 @@ func (c *Ctrl) mapScratch(fd int) bool {
 // ((x_c + x_{c+1}) + …) + x_{c−1}, ranks modulo the world. Every rank gets
 // the same bits. Every rank must pass the same tag and length, else
 // ErrMismatch names a rank that did not (the collectives go on working).
-// It runs up to three collectives (callers serialise their collectives);
+// It runs two collectives (callers serialise their collectives);
 // on error x is unchanged.
 func (c *Ctrl) AllReduceRingOrder(tag string, x []float32, timeout time.Duration) error {
 	op := fmt.Sprintf("allreduce-f32 %q", tag)
-	w := c.o.World
+	w, l := c.o.World, len(x)
+	sc := c.scratch
+	shm := sc != nil && c.o.Nodes == 1 && 4*l <= sc.slot
+	if shm {
+		// One node: x goes into this rank's slot before the length check,
+		// which is then also the barrier after which every slot is full
+		// (nobody reads the slots after the previous call's last barrier).
+		copy(sc.f32(c.o.Rank, l), x)
+	}
 	var lb [8]byte
-	binary.LittleEndian.PutUint64(lb[:], uint64(len(x)))
+	binary.LittleEndian.PutUint64(lb[:], uint64(l))
 	lens, err := c.AllGather("ring-len "+tag, lb[:], timeout)
 	if err != nil {
 		return err
 	}
 	for r, b := range lens {
-		if got := binary.LittleEndian.Uint64(b); len(b) != 8 || got != uint64(len(x)) {
+		if got := binary.LittleEndian.Uint64(b); len(b) != 8 || got != uint64(l) {
 			return &fault.Error{Op: op, Ranks: []int{r}, Side: fault.Remote, Kind: fault.ErrMismatch,
-				Detail: fmt.Sprintf("rank %d passed %d float32, rank %d passed %d", r, got, c.o.Rank, len(x))}
+				Detail: fmt.Sprintf("rank %d passed %d float32, rank %d passed %d", r, got, c.o.Rank, l)}
 		}
 	}
-	if len(x) == 0 || w == 1 {
+	if l == 0 || w == 1 {
 		return nil
 	}
-	l := len(x)
 	switch {
-	case c.scratch != nil && c.o.Nodes == 1 && 4*l <= c.scratch.slot:
-		// One node: every rank puts x in its slot; rank c sums segment c
-		// in ring order into the result slot; every rank copies it.
-		sc := c.scratch
-		copy(sc.f32(c.o.Rank, l), x)
-		if err := c.Barrier("ring-in "+tag, timeout); err != nil {
-			return err
-		}
+	case shm:
+		// Rank c sums segment c in ring order into the result slot; every
+		// rank copies the result once all have.
 		res := sc.f32(w, l)
 		lo, hi := c.o.Rank*l/w, (c.o.Rank+1)*l/w
 		copy(res[lo:hi], sc.f32(c.o.Rank, l)[lo:hi])
