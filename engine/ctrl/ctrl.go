@@ -651,6 +651,7 @@ func (c *Ctrl) handle(l *link, h header, body []byte) bool {
 		c.put(mkey{seq: h.seq, step: h.step, from: int32(l.peer), local: l.local}, msg{body: body, hops: h.hops, tag: h.tag})
 	case tBye:
 		l.left.Store(true)
+		defer c.signal() // collectives waiting for it fail (leftPeer)
 		if !l.local {
 			c.deadMu.Lock()
 			c.nodeLeft.set(l.peer)
@@ -742,6 +743,10 @@ func (c *Ctrl) awaitTagged(op string, k mkey, tag uint32, deadline time.Time, wh
 		if err := c.gone(op); err != nil {
 			return msg{}, err
 		}
+		if r := c.leftPeer(k); r >= 0 {
+			return msg{}, &fault.Error{Op: op, Ranks: []int{r}, Side: fault.Remote, Kind: fault.ErrClosed,
+				Detail: fmt.Sprintf("rank %d closed the store before this collective", r)}
+		}
 		if timer == nil {
 			timer = time.NewTimer(time.Until(deadline))
 			defer timer.Stop()
@@ -758,6 +763,34 @@ func (c *Ctrl) awaitTagged(op string, k mkey, tag uint32, deadline time.Time, wh
 			return msg{}, &fault.Error{Op: op, Kind: fault.ErrClosed, Detail: "control plane closed"}
 		}
 	}
+}
+
+// leftPeer is the rank that message k is to come from when that rank has
+// closed its control plane (said goodbye on the link k comes over), else
+// -1. The bootstrap's messages are not concerned.
+func (c *Ctrl) leftPeer(k mkey) int {
+	if k.seq == 0 {
+		return -1
+	}
+	if !k.local {
+		c.deadMu.Lock()
+		left := c.nodeLeft.has(int(k.from))
+		c.deadMu.Unlock()
+		if left {
+			return c.agentRank(int(k.from))
+		}
+		return -1
+	}
+	c.mu.Lock()
+	l := c.locals[int(k.from)]
+	if !c.o.agent() {
+		l = c.up
+	}
+	c.mu.Unlock()
+	if l != nil && l.left.Load() {
+		return l.peer
+	}
+	return -1
 }
 
 // ExitGrace is how long a collective waits, once a send to a peer failed
