@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/ddstore/ddstore/configs"
@@ -36,14 +37,76 @@ type controlPlane interface {
 
 // treeListen opens the TCP listener that this rank offers as its node's
 // agent (round 1 of Open publishes it; ranks that turn out not to be an
-// agent close it) and returns it with its port.
-func treeListen() (net.Listener, int, error) {
+// agent close it) and returns it with its port. Its connections are
+// authenticated from the start, while the launcher's round still runs:
+// a stranger is refused at once, not left in the backlog.
+func treeListen(secret []byte, rank int) (net.Listener, int, error) {
 	ln, err := net.Listen("tcp", ":0")
 	if err != nil {
 		return nil, 0, err
 	}
-	return ln, ln.Addr().(*net.TCPAddr).Port, nil
+	return newGatedListener(ln, secret, fmt.Sprintf("control plane of rank %d", rank)), ln.Addr().(*net.TCPAddr).Port, nil
 }
+
+// gatedListener runs auth's gate (the job secret, a bounded number of
+// handshakes at once) on every connection as it arrives; Accept returns
+// the admitted ones, marked so that the control plane's own handshake
+// does not run twice on them.
+type gatedListener struct {
+	ln   net.Listener
+	gate *auth.Gate
+	ch   chan net.Conn
+	done chan struct{}
+	once sync.Once
+}
+
+// admitted is a connection whose peer proved the secret (gatedListener).
+type admitted struct{ net.Conn }
+
+// NetConn is the connection underneath (for socket options).
+func (a admitted) NetConn() net.Conn { return a.Conn }
+
+func newGatedListener(ln net.Listener, secret []byte, name string) *gatedListener {
+	g := &gatedListener{ln: ln, gate: auth.NewGate(name, secret, 0, 0), ch: make(chan net.Conn, 64), done: make(chan struct{})}
+	go g.loop()
+	return g
+}
+
+func (g *gatedListener) loop() {
+	for {
+		c, err := g.ln.Accept()
+		if err != nil {
+			return // closed
+		}
+		g.gate.Go(c, func(c net.Conn) {
+			t := time.NewTimer(auth.DefaultGateTimeout)
+			defer t.Stop()
+			select {
+			case g.ch <- admitted{c}:
+			case <-g.done:
+				c.Close()
+			case <-t.C:
+				c.Close() // not taken in time: the peer's dial retries
+			}
+		})
+	}
+}
+
+func (g *gatedListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-g.ch:
+		return c, nil
+	case <-g.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (g *gatedListener) Close() error {
+	g.once.Do(func() { close(g.done) })
+	return g.ln.Close()
+}
+
+func (g *gatedListener) Addr() net.Addr { return g.ln.Addr() }
 
 // treeLayout is the tree's view of the world, from round 1's records:
 // node of every rank (numbered in order of each node's lowest rank),
@@ -111,6 +174,9 @@ func (s *Store) startTree(ln net.Listener) (*ctrl.Ctrl, error) {
 		Period: period, SuspectAfter: suspect, DeadAfter: dead,
 		OnDead: s.onDead,
 		Handshake: func(c net.Conn, initiator bool) error {
+			if _, ok := c.(admitted); ok && !initiator {
+				return nil // the gate checked it (treeListen)
+			}
 			return auth.Handshake(c, secret, initiator, time.Now().Add(auth.DefaultGateTimeout))
 		},
 	})

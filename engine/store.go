@@ -225,7 +225,7 @@ func (s *Store) open() error {
 	// round 1, connect right after it; every later collective uses them.
 	var treeLn net.Listener
 	if s.world > 1 && o.Control == ControlTree {
-		ln, port, err := treeListen()
+		ln, port, err := treeListen(bootstrap.SecretOf(s.boot), s.rank)
 		if err != nil {
 			return &Error{Op: "Open", Kind: ErrInvalid, Side: fault.Local, Detail: "control plane: cannot listen", Err: err}
 		}

@@ -550,6 +550,9 @@ func (c *Ctrl) dialAgent(node int, deadline time.Time) (net.Conn, error) {
 // setTCP: no delay, and TCP_USER_TIMEOUT so that unacknowledged data to a
 // dead host fails the connection after d, not after the kernel's minutes.
 func setTCP(conn net.Conn, d time.Duration) {
+	if w, ok := conn.(interface{ NetConn() net.Conn }); ok {
+		conn = w.NetConn() // a wrapper (an authenticating listener's)
+	}
 	tc, ok := conn.(*net.TCPConn)
 	if !ok {
 		return
