@@ -41,10 +41,10 @@ type StoreConfig struct {
 	// (node agents in a k-ary tree, engine/ctrl).
 	Control string
 	// The tree's liveness (engine/ctrl): an agent pings its ring successor
-	// every CtrlPeriod (DDSTORE_CTRL_PERIOD, default 1s), probes it through
-	// others after CtrlSuspectAfter (DDSTORE_CTRL_SUSPECT_AFTER, default 2s)
-	// and declares it dead after CtrlDeadAfter (DDSTORE_CTRL_DEAD_AFTER,
-	// default 3.6s).
+	// every CtrlPeriod (DDSTORE_CTRL_PERIOD), probes it through others
+	// after CtrlSuspectAfter (DDSTORE_CTRL_SUSPECT_AFTER) and declares it
+	// dead after CtrlDeadAfter (DDSTORE_CTRL_DEAD_AFTER). Default all 0:
+	// from Liveness (dead after it, a ping every Liveness/3.6).
 	CtrlPeriod, CtrlSuspectAfter, CtrlDeadAfter time.Duration
 }
 

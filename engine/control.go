@@ -189,15 +189,16 @@ func (s *Store) startTree(ln net.Listener) (*ctrl.Ctrl, error) {
 	return c, nil
 }
 
-// treeTiming is the tree's liveness timing: the Ctrl* fields; but when
-// they are unset or ctrl's defaults and Liveness is not its default, the
-// dead-peer deadline is Liveness, with a ping every Liveness/3.6 and
-// probes from twice that on (ctrl's default proportions, 1 s, 2 s, 3.6 s).
+// treeTiming is the tree's liveness timing: the Ctrl* fields when any is
+// set (zero ones take ctrl's defaults); else from Liveness, the mesh's
+// deadline: dead after it, a ping every Liveness/3.6, probes from twice
+// that on (ctrl's default proportions, 1 s, 2 s, 3.6 s).
 func treeTiming(liveness, period, suspect, dead time.Duration) (time.Duration, time.Duration, time.Duration) {
-	unset := period == 0 && suspect == 0 && dead == 0 ||
-		period == ctrl.DefaultPeriod && suspect == ctrl.DefaultSuspectAfter && dead == ctrl.DefaultDeadAfter
-	if !unset || liveness == 0 || liveness == DefaultLiveness {
+	if period != 0 || suspect != 0 || dead != 0 {
 		return period, suspect, dead
+	}
+	if liveness == 0 {
+		liveness = DefaultLiveness
 	}
 	p := liveness * 5 / 18
 	return p, 2 * p, liveness

@@ -88,10 +88,10 @@ func scenarioTree(w *worker) error {
 
 func TestTreeTiming(t *testing.T) {
 	for _, c := range []struct{ live, p, s, d, wp, ws, wd time.Duration }{
-		{DefaultLiveness, 0, 0, 0, 0, 0, 0},                         // ctrl's defaults
-		{0, 0, 0, 0, 0, 0, 0},                                       // unset
-		{time.Second, 0, 0, 0, 277777777, 555555554, time.Second},   // from Liveness
-		{time.Second, 0, 0, 5 * time.Second, 0, 0, 5 * time.Second}, // explicit wins
+		{DefaultLiveness, 0, 0, 0, 2777777777, 5555555554, DefaultLiveness}, // from the mesh's default
+		{0, 0, 0, 0, 2777777777, 5555555554, DefaultLiveness},               // unset: the default
+		{time.Second, 0, 0, 0, 277777777, 555555554, time.Second},           // from Liveness
+		{time.Second, 0, 0, 5 * time.Second, 0, 0, 5 * time.Second},         // explicit wins
 		{3600 * time.Millisecond, 0, 0, 0, time.Second, 2 * time.Second, 3600 * time.Millisecond},
 	} {
 		p, s, d := treeTiming(c.live, c.p, c.s, c.d)

@@ -7,7 +7,6 @@ import (
 
 	"github.com/ddstore/ddstore/configs"
 	"github.com/ddstore/ddstore/engine/bootstrap"
-	"github.com/ddstore/ddstore/engine/ctrl"
 	"github.com/ddstore/ddstore/fabric"
 )
 
@@ -113,16 +112,16 @@ type Options struct {
 	// (lowest rank of the node) over a unix socket, agents form a 16-ary
 	// tree with ring liveness (SWIM) and log-depth collectives
 	// (engine/ctrl). Config key store.control, environment variable
-	// DDSTORE_CONTROL. Liveness applies to the mesh; the tree's agents ping
-	// their ring successor every CtrlPeriod, probe it through others after
-	// CtrlSuspectAfter and declare it dead after CtrlDeadAfter (zero: the
-	// defaults 1s, 2s, 3.6s; config keys store.ctrl_period,
+	// DDSTORE_CONTROL. The tree's agents ping their ring successor every
+	// CtrlPeriod, probe it through others after CtrlSuspectAfter and
+	// declare it dead after CtrlDeadAfter (config keys store.ctrl_period,
 	// store.ctrl_suspect_after, store.ctrl_dead_after; env
-	// DDSTORE_CTRL_PERIOD, _SUSPECT_AFTER, _DEAD_AFTER). When none of the
-	// three is set and Liveness is not its default, the tree declares
-	// death after Liveness (pings every Liveness/3.6); a plain rank frozen
-	// with its socket open is declared dead by its agent after
-	// 2×dead+period. A rank's exit is seen at once in both.
+	// DDSTORE_CTRL_PERIOD, _SUSPECT_AFTER, _DEAD_AFTER). All three zero
+	// (the default) means: from Liveness, as the mesh's deadline: dead
+	// after Liveness, pings every Liveness/3.6, probes after twice that
+	// (engine/ctrl's own defaults, 1s, 2s, 3.6s, have these proportions);
+	// a plain rank frozen with its socket open is declared dead by its
+	// agent after 2×dead+period. A rank's exit is seen at once in both.
 	Control                                     string
 	CtrlPeriod, CtrlSuspectAfter, CtrlDeadAfter time.Duration
 	// ReadMode: "auto" (default; "" means auto), "rma" or "gather"; see
@@ -173,9 +172,6 @@ func (o *Options) EnsureDefaults() *Options {
 	}
 	if o.Control == "" {
 		o.Control = ControlMesh
-	}
-	if o.CtrlPeriod == 0 && o.CtrlSuspectAfter == 0 && o.CtrlDeadAfter == 0 {
-		o.CtrlPeriod, o.CtrlSuspectAfter, o.CtrlDeadAfter = ctrl.DefaultPeriod, ctrl.DefaultSuspectAfter, ctrl.DefaultDeadAfter
 	}
 	if o.TelemetryDir == "" {
 		o.TelemetryDir = DefaultDir

@@ -154,8 +154,8 @@ func Open(o Options) (*Store, error) {
 // ("" or "/dev/shm"); a false DDSTORE_TELEMETRY sets DisableTelemetry (a
 // true one leaves it as set); DDSTORE_PROFILE sets Profile either way; the
 // storage join's variables fill the zero storage fields; DDSTORE_CONTROL
-// replaces Control "" or "mesh", DDSTORE_CTRL_* replace the tree's
-// timings when they are unset or ctrl's defaults. Booleans accept
+// replaces Control "" or "mesh", DDSTORE_CTRL_* fill the tree's timings
+// when none is set. Booleans accept
 // 1/0, true/false, on/off and yes/no in any case; anything else is an
 // error naming the variable. Unset or empty variables change nothing.
 func (o *Options) applyEnv() error {
@@ -181,19 +181,8 @@ func (o *Options) applyEnv() error {
 	if env.Control != "" && (o.Control == "" || o.Control == ControlMesh) {
 		o.Control = env.Control
 	}
-	if env.CtrlPeriod != 0 || env.CtrlSuspectAfter != 0 || env.CtrlDeadAfter != 0 {
-		if o.CtrlPeriod == 0 && o.CtrlSuspectAfter == 0 && o.CtrlDeadAfter == 0 ||
-			o.CtrlPeriod == ctrl.DefaultPeriod && o.CtrlSuspectAfter == ctrl.DefaultSuspectAfter && o.CtrlDeadAfter == ctrl.DefaultDeadAfter {
-			o.CtrlPeriod, o.CtrlSuspectAfter, o.CtrlDeadAfter = ctrl.DefaultPeriod, ctrl.DefaultSuspectAfter, ctrl.DefaultDeadAfter
-			for _, d := range []struct {
-				dst *time.Duration
-				v   time.Duration
-			}{{&o.CtrlPeriod, env.CtrlPeriod}, {&o.CtrlSuspectAfter, env.CtrlSuspectAfter}, {&o.CtrlDeadAfter, env.CtrlDeadAfter}} {
-				if d.v != 0 {
-					*d.dst = d.v
-				}
-			}
-		}
+	if o.CtrlPeriod == 0 && o.CtrlSuspectAfter == 0 && o.CtrlDeadAfter == 0 {
+		o.CtrlPeriod, o.CtrlSuspectAfter, o.CtrlDeadAfter = env.CtrlPeriod, env.CtrlSuspectAfter, env.CtrlDeadAfter
 	}
 	return o.applyStorageEnv()
 }
