@@ -886,30 +886,37 @@ func (c *Ctrl) learnDeadLocal(ranks []int, detail string, _ bool) []int {
 	for _, r := range ranks {
 		if r >= 0 && r < c.o.World && !c.dead.has(r) && r != c.o.Rank {
 			c.dead.set(r)
-			c.deadN++
-			if len(c.deadList) < 64 {
-				c.deadList = append(c.deadList, r)
-			}
 			fresh = append(fresh, r)
 			if c.table != nil && c.table.Local(r) == 0 {
 				c.nodeDead.set(c.table.Node(r))
 			}
 		}
 	}
-	if len(fresh) > 0 && c.deadCause == nil {
-		c.deadCause = errors.New(detail)
-	}
 	c.deadMu.Unlock()
 	if len(fresh) == 0 {
 		return nil
 	}
 	c.firstDead.CompareAndSwap(0, time.Now().UnixNano())
-	c.signal()
+	// OnDead before collectives see the death (deadN, which gone reads): a
+	// collective that fails with it finds it recorded where its caller
+	// looks (the store's health).
 	if c.o.OnDead != nil {
 		for _, r := range fresh {
 			c.o.OnDead(r, &fault.Error{Op: "ctrl", Ranks: []int{r}, Side: fault.Remote, Kind: fault.ErrPeerDead, Detail: detail})
 		}
 	}
+	c.deadMu.Lock()
+	c.deadN += len(fresh)
+	for _, r := range fresh {
+		if len(c.deadList) < 64 {
+			c.deadList = append(c.deadList, r)
+		}
+	}
+	if c.deadCause == nil {
+		c.deadCause = errors.New(detail)
+	}
+	c.deadMu.Unlock()
+	c.signal()
 	return fresh
 }
 
