@@ -33,6 +33,7 @@ type Ctrl struct {
 	up      *link // a plain rank's link to its agent
 	table   *Table
 	agentOf atomic.Pointer[[]int32] // agent rank by node (agents, once the table is there)
+	tabled  atomic.Bool             // the table is there (an agent watches its ranks' silence from then on)
 
 	mbMu sync.Mutex
 	mb   map[mkey]msg
@@ -249,6 +250,7 @@ func (c *Ctrl) startAgent(deadline time.Time) error {
 	c.table = t
 	c.deadMu.Unlock()
 	c.agentOf.Store(&agentOf)
+	c.tabled.Store(true)
 	defer unix.Close(fd)
 	var wg sync.WaitGroup
 	for ch := lo; ch < hi; ch++ {
@@ -577,10 +579,13 @@ func (c *Ctrl) readLoop(l *link) {
 	defer c.wg.Done()
 	localWatch := l.local && c.o.agent()
 	for {
-		if localWatch {
+		// A local rank heartbeats once Start returned: its silence counts
+		// from the table on (the bootstrap may wait long for a late rank).
+		watch := localWatch && c.tabled.Load()
+		if watch {
 			l.conn.SetReadDeadline(time.Now().Add(c.localSilence()))
 		}
-		h, body, err := c.readFrameLive(l, localWatch)
+		h, body, err := c.readFrameLive(l, watch)
 		if err != nil {
 			c.linkLost(l, err)
 			return
@@ -680,7 +685,7 @@ func (c *Ctrl) linkLost(l *link, err error) {
 	case l.local && c.o.agent():
 		d := fmt.Sprintf("rank %d (node %d) closed its control connection without leaving", l.peer, c.o.Node)
 		if silent {
-			d = fmt.Sprintf("rank %d (node %d) silent for %v", l.peer, c.o.Node, c.o.DeadAfter+c.o.Period)
+			d = fmt.Sprintf("rank %d (node %d) silent for %v", l.peer, c.o.Node, c.localSilence())
 		}
 		c.learnDead([]int{l.peer}, nil, d)
 	case l.local:
