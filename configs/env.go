@@ -12,6 +12,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Names of the variables that describe a launch rather than a machine.
@@ -111,6 +112,10 @@ type Overrides struct {
 	Telemetry, Profile *bool  // telemetry.enabled, profile; nil: unset
 	TelemetryDir       string // telemetry.dir
 	Fabric, Iface      string // fabric.provider, fabric.iface
+	// Control is store.control (DDSTORE_CONTROL), checked by CheckControl;
+	// the tree's timings store.ctrl_* (zero: unset).
+	Control                                     string
+	CtrlPeriod, CtrlSuspectAfter, CtrlDeadAfter time.Duration
 }
 
 // ReadOverrides reads the Overrides. A boolean that ParseBool refuses is an
@@ -136,7 +141,53 @@ func ReadOverrides() (Overrides, error) {
 	o.TelemetryDir = env(envOf("telemetry.dir"))
 	o.Fabric = env(envOf("fabric.provider"))
 	o.Iface = env(envOf("fabric.iface"))
+	o.Control = env(envOf("store.control"))
+	if err := CheckControl(o.Control); o.Control != "" && err != nil {
+		errs = append(errs, fmt.Errorf("%w: environment variable %s=%q: %v", ErrConfig, envOf("store.control"), o.Control, err))
+	}
+	duration := func(key string, dst *time.Duration) {
+		name := envOf(key)
+		if v := env(name); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				errs = append(errs, fmt.Errorf("%w: environment variable %s=%q: want a positive duration such as 1s", ErrConfig, name, v))
+				return
+			}
+			*dst = d
+		}
+	}
+	duration("store.ctrl_period", &o.CtrlPeriod)
+	duration("store.ctrl_suspect_after", &o.CtrlSuspectAfter)
+	duration("store.ctrl_dead_after", &o.CtrlDeadAfter)
 	return o, errors.Join(errs...)
+}
+
+// Control planes (store.control).
+const (
+	ControlMesh = "mesh"
+	ControlTree = "tree"
+)
+
+// CheckControl: "" (the default, mesh), "mesh" or "tree".
+func CheckControl(v string) error {
+	switch v {
+	case "", ControlMesh, ControlTree:
+		return nil
+	}
+	return fmt.Errorf("%q is not mesh or tree", v)
+}
+
+// CheckCtrlTiming: the tree's liveness timings must grow (period <
+// suspect-after < dead-after); zero ones take their defaults and are not
+// compared.
+func CheckCtrlTiming(period, suspect, dead time.Duration) error {
+	if period < 0 || suspect < 0 || dead < 0 {
+		return fmt.Errorf("negative duration")
+	}
+	if period > 0 && suspect > 0 && suspect < period || suspect > 0 && dead > 0 && dead <= suspect {
+		return fmt.Errorf("must grow: period %v, suspect after %v, dead after %v", period, suspect, dead)
+	}
+	return nil
 }
 
 // envOf is the environment variable of config key k (the keys table).

@@ -83,6 +83,10 @@ var keys = []key{
 	{"store.width", "DDSTORE_WIDTH", kindInt, func(c *Config, v any) { c.Store.Width = v.(int) }},
 	{"store.timeout", "DDSTORE_TIMEOUT", kindDuration, func(c *Config, v any) { c.Store.Timeout = v.(time.Duration) }},
 	{"store.liveness", "DDSTORE_LIVENESS", kindDuration, func(c *Config, v any) { c.Store.Liveness = v.(time.Duration) }},
+	{"store.control", "DDSTORE_CONTROL", kindString, func(c *Config, v any) { c.Store.Control = v.(string) }},
+	{"store.ctrl_period", "DDSTORE_CTRL_PERIOD", kindDuration, func(c *Config, v any) { c.Store.CtrlPeriod = v.(time.Duration) }},
+	{"store.ctrl_suspect_after", "DDSTORE_CTRL_SUSPECT_AFTER", kindDuration, func(c *Config, v any) { c.Store.CtrlSuspectAfter = v.(time.Duration) }},
+	{"store.ctrl_dead_after", "DDSTORE_CTRL_DEAD_AFTER", kindDuration, func(c *Config, v any) { c.Store.CtrlDeadAfter = v.(time.Duration) }},
 	{"reads.mode", "DDSTORE_READ_MODE", kindString, func(c *Config, v any) { c.Reads.Mode = v.(string) }},
 	{"reads.batch_get", "DDSTORE_BATCH_GET", kindBool, func(c *Config, v any) { c.Reads.BatchGet = v.(bool) }},
 	{"reads.thread_readers", "DDSTORE_THREAD_READERS", kindBool, func(c *Config, v any) { c.Reads.ThreadReaders = v.(bool) }},
@@ -359,6 +363,12 @@ func (c Config) Validate() error {
 	case "auto", "fabric":
 	default:
 		return bad("store.node_mode", "%q is not auto or fabric", c.Store.NodeMode)
+	}
+	if err := CheckControl(c.Store.Control); err != nil {
+		return bad("store.control", "%v", err)
+	}
+	if err := CheckCtrlTiming(c.Store.CtrlPeriod, c.Store.CtrlSuspectAfter, c.Store.CtrlDeadAfter); err != nil {
+		return bad("store.ctrl_period, store.ctrl_suspect_after, store.ctrl_dead_after", "%v", err)
 	}
 	switch c.Reads.Mode {
 	case "auto", "rma", "gather":

@@ -37,6 +37,16 @@ type StoreConfig struct {
 	Width    int           // 0 = world size
 	Timeout  time.Duration // collectives, default 60s
 	Liveness time.Duration // DDSTORE_LIVENESS: dead-peer deadline, default 10s
+	// Control (DDSTORE_CONTROL) is the control plane: "mesh" (default: a
+	// connection from every rank to every other, engine/mesh) or "tree"
+	// (node agents in a k-ary tree, engine/ctrl).
+	Control string
+	// The tree's liveness (engine/ctrl): an agent pings its ring successor
+	// every CtrlPeriod (DDSTORE_CTRL_PERIOD), probes it through others
+	// after CtrlSuspectAfter (DDSTORE_CTRL_SUSPECT_AFTER) and declares it
+	// dead after CtrlDeadAfter (DDSTORE_CTRL_DEAD_AFTER). Default all 0:
+	// from Liveness (dead after it, a ping every Liveness/3.6).
+	CtrlPeriod, CtrlSuspectAfter, CtrlDeadAfter time.Duration
 }
 
 // ReadsConfig selects the read paths (the seed's switches).

@@ -69,7 +69,7 @@ func (s *Store) Close() error {
 	if s.opts.Role == RoleStorage {
 		// Nothing reads a storage rank once the trainers closed the job
 		// (Serve): no barrier among the storage ranks, some may be dead.
-	} else if s.mesh != nil && s.mesh.Broken() != nil {
+	} else if s.cp != nil && s.cp.Broken() != nil {
 		// A collective failed earlier and every rank still connected was
 		// told: no barrier can succeed now. Close releases all the same
 		// (the failure was returned when it happened).
@@ -199,10 +199,15 @@ func (s *Store) release() error {
 	return errors.Join(errs...)
 }
 
-// closeExchange closes the mesh and the launcher's exchange.
+// closeExchange closes the control plane and the launcher's exchange.
 func (s *Store) closeExchange() error {
 	var errs []error
-	if s.mesh != nil {
+	if s.cp != nil {
+		if err := s.cp.Close(); err != nil {
+			errs = append(errs, wrapf(nil, "Close", "", err, "control plane"))
+		}
+		s.cp, s.mesh, s.tree = nil, nil, nil
+	} else if s.mesh != nil {
 		if err := s.mesh.Close(); err != nil {
 			errs = append(errs, wrapf(nil, "Close", "", err, "mesh"))
 		}

@@ -101,6 +101,9 @@ func (s *Store) AllReduceFloat32(tag string, x []float32) error {
 		return errf(ErrClosed, fmt.Sprintf("allreduce-f32 %q", tag), "", "store closed")
 	}
 	s.seq++
+	if s.tree != nil {
+		return s.treeAllReduce(fmt.Sprintf("allreduce-f32 %q", tag), fmt.Sprintf("%d-%s", s.seq, tag), x)
+	}
 	if s.mesh == nil {
 		return nil // one rank: the sum is x
 	}

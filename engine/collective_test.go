@@ -5,11 +5,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/ddstore/ddstore/engine/mesh"
 	"math"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ddstore/ddstore/engine/mesh"
 )
 
 func init() {

@@ -55,6 +55,8 @@ func (c Config) StoreOptions() Options {
 	o.Width = c.Store.Width
 	o.Timeout = c.Store.Timeout
 	o.Liveness = c.Store.Liveness
+	o.Control = c.Store.Control
+	o.CtrlPeriod, o.CtrlSuspectAfter, o.CtrlDeadAfter = c.Store.CtrlPeriod, c.Store.CtrlSuspectAfter, c.Store.CtrlDeadAfter
 	o.DisableTelemetry = !c.Telemetry.Enabled
 	o.TelemetryDir = c.Telemetry.Dir
 	o.Profile = c.Profile

@@ -33,14 +33,14 @@ func ifaceOf(domain string) fabricIface {
 // store's collectives already take). "" when nothing needs choosing.
 func (s *Store) chooseIface(fabricPeers []int) string {
 	o := &s.opts
-	if o.Fabric.Domain != "" || s.mesh == nil || !softwareIfaceProvider(o.Fabric.Provider) {
+	if o.Fabric.Domain != "" || s.cp == nil || !softwareIfaceProvider(o.Fabric.Provider) {
 		return ""
 	}
 	for _, r := range fabricPeers {
 		if s.peers[r].sameMachine {
 			continue
 		}
-		if ip := s.mesh.LocalIP(r); ip != nil {
+		if ip := s.localIP(r); ip != nil {
 			if name, lo := mesh.InterfaceOf(ip); name != "" && !lo {
 				return name
 			}
@@ -82,3 +82,25 @@ func checkLoopback(peers []peerInfo, ifaces []fabricIface, fabricPeers func(r in
 }
 
 func sameMachine(a, b peerInfo) bool { return a.Host == b.Host && a.BootID == b.BootID }
+
+// localIP is this rank's address on the path to rank r: the local end of
+// the mesh's connection to it, or (tree, where most ranks hold no
+// connection to r) the source address the kernel routes to r's first
+// published address with; nil when unknown.
+func (s *Store) localIP(r int) net.IP {
+	if s.mesh != nil {
+		return s.mesh.LocalIP(r)
+	}
+	if len(s.peers[r].CtrlIPs) == 0 {
+		return nil
+	}
+	c, err := net.Dial("udp", net.JoinHostPort(s.peers[r].CtrlIPs[0], "9")) // connect only: nothing is sent
+	if err != nil {
+		return nil
+	}
+	defer c.Close()
+	if a, ok := c.LocalAddr().(*net.UDPAddr); ok {
+		return a.IP
+	}
+	return nil
+}

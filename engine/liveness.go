@@ -23,8 +23,8 @@ func (s *Store) MarkDead(rank int, cause error) {
 		return
 	}
 	s.onDead(rank, cause)
-	if m := s.mesh; m != nil {
-		m.MarkDead(rank, cause)
+	if cp := s.cp; cp != nil {
+		cp.MarkDead(rank, cause)
 	}
 }
 

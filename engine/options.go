@@ -5,6 +5,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/ddstore/ddstore/configs"
 	"github.com/ddstore/ddstore/engine/bootstrap"
 	"github.com/ddstore/ddstore/fabric"
 )
@@ -105,6 +106,25 @@ type Options struct {
 	// Default 10s, at least 100ms. Config key store.liveness, environment
 	// variable DDSTORE_LIVENESS.
 	Liveness time.Duration
+	// Control is the control plane that carries the collectives and finds
+	// dead ranks after the launcher's exchange: "mesh" (default; "" means
+	// it): a connection from every rank to every other, heartbeats every
+	// Liveness/5; "tree": the ranks of a node talk to their node agent
+	// (lowest rank of the node) over a unix socket, agents form a 16-ary
+	// tree with ring liveness (SWIM) and log-depth collectives
+	// (engine/ctrl). Config key store.control, environment variable
+	// DDSTORE_CONTROL. The tree's agents ping their ring successor every
+	// CtrlPeriod, probe it through others after CtrlSuspectAfter and
+	// declare it dead after CtrlDeadAfter (config keys store.ctrl_period,
+	// store.ctrl_suspect_after, store.ctrl_dead_after; env
+	// DDSTORE_CTRL_PERIOD, _SUSPECT_AFTER, _DEAD_AFTER). All three zero
+	// (the default) means: from Liveness, as the mesh's deadline: dead
+	// after Liveness, pings every Liveness/3.6, probes after twice that
+	// (engine/ctrl's own defaults, 1s, 2s, 3.6s, have these proportions);
+	// a plain rank frozen with its socket open is declared dead by its
+	// agent after 2×dead+period. A rank's exit is seen at once in both.
+	Control                                     string
+	CtrlPeriod, CtrlSuspectAfter, CtrlDeadAfter time.Duration
 	// ReadMode: "auto" (default; "" means auto), "rma" or "gather"; see
 	// ReadModeAuto. The config key reads.mode and the environment variable
 	// DDSTORE_READ_MODE set it through LoadConfig. Rounds of a gather are
@@ -150,6 +170,9 @@ func (o *Options) EnsureDefaults() *Options {
 	}
 	if o.Liveness == 0 {
 		o.Liveness = DefaultLiveness
+	}
+	if o.Control == "" {
+		o.Control = ControlMesh
 	}
 	if o.TelemetryDir == "" {
 		o.TelemetryDir = DefaultDir
@@ -199,6 +222,12 @@ func (o *Options) Validate() error {
 	}
 	if o.FailoverAfter < 0 {
 		return errf(ErrInvalid, "options", "", "FailoverAfter %v is negative", o.FailoverAfter)
+	}
+	if err := configs.CheckControl(o.Control); err != nil {
+		return errf(ErrInvalid, "options", "", "Control: %v (config store.control, env DDSTORE_CONTROL)", err)
+	}
+	if err := configs.CheckCtrlTiming(o.CtrlPeriod, o.CtrlSuspectAfter, o.CtrlDeadAfter); err != nil {
+		return errf(ErrInvalid, "options", "", "CtrlPeriod, CtrlSuspectAfter, CtrlDeadAfter: %v", err)
 	}
 	if o.Liveness != 0 && o.Liveness < 100*time.Millisecond {
 		return errf(ErrInvalid, "options", "", "Liveness %v: want at least 100ms (config store.liveness, env DDSTORE_LIVENESS)", o.Liveness)

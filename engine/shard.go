@@ -2,11 +2,12 @@ package engine
 
 import (
 	"fmt"
-	"github.com/ddstore/ddstore/fault"
 	"math"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/ddstore/ddstore/fault"
 
 	"golang.org/x/sys/unix"
 )

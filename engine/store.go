@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/ddstore/ddstore/configs"
 	"github.com/ddstore/ddstore/engine/bootstrap"
+	"github.com/ddstore/ddstore/engine/ctrl"
 	"github.com/ddstore/ddstore/engine/mesh"
 	"github.com/ddstore/ddstore/engine/placement"
 	"github.com/ddstore/ddstore/fabric"
@@ -26,7 +28,9 @@ type peerInfo struct {
 	Node        string    `json:"node"` // node identity; equal means "same node"
 	Pid         int       `json:"pid"`
 	Addr        []byte    `json:"addr,omitempty"` // fabric address, nil without fabric
-	Mesh        mesh.Addr `json:"mesh"`           // where the store's own connections reach it
+	Mesh        mesh.Addr `json:"mesh"`           // where the store's own connections reach it (mesh)
+	CtrlIPs     []string  `json:"cips,omitempty"` // where this rank listens as its node's agent (tree)
+	CtrlPort    int       `json:"cport,omitempty"`
 	sameNode    bool      // shards read through shared memory
 	sameMachine bool      // same host and boot (sameNode, unless NodeMode "fabric")
 }
@@ -41,7 +45,9 @@ type Store struct {
 	opts Options
 	ex   bootstrap.Exchanger // collectives: the mesh once Open has connected it
 	boot bootstrap.Exchanger // the launcher's exchange (only bootstraps)
-	mesh *mesh.Mesh          // the store's own connections; nil in a one-rank world
+	mesh *mesh.Mesh          // the store's own connections (Control mesh); nil in a one-rank world
+	tree *ctrl.Ctrl          // the same with Control tree
+	cp   controlPlane        // mesh or tree; nil in a one-rank world
 	env  bootstrap.Env
 	job  string
 	// bootMethod is how the job bootstrapped: "pmi", "pmi2", "tcp", "dir", "single".
@@ -148,7 +154,9 @@ func Open(o Options) (*Store, error) {
 // Fabric.Domain; DDSTORE_TELEMETRY_DIR replaces the default TelemetryDir
 // ("" or "/dev/shm"); a false DDSTORE_TELEMETRY sets DisableTelemetry (a
 // true one leaves it as set); DDSTORE_PROFILE sets Profile either way; the
-// storage join's variables fill the zero storage fields. Booleans accept
+// storage join's variables fill the zero storage fields; DDSTORE_CONTROL
+// replaces Control "" or "mesh", DDSTORE_CTRL_* fill the tree's timings
+// when none is set. Booleans accept
 // 1/0, true/false, on/off and yes/no in any case; anything else is an
 // error naming the variable. Unset or empty variables change nothing.
 func (o *Options) applyEnv() error {
@@ -170,6 +178,12 @@ func (o *Options) applyEnv() error {
 	}
 	if env.Iface != "" && o.Fabric.Domain == "" {
 		o.Fabric.Domain = env.Iface
+	}
+	if env.Control != "" && (o.Control == "" || o.Control == ControlMesh) {
+		o.Control = env.Control
+	}
+	if o.CtrlPeriod == 0 && o.CtrlSuspectAfter == 0 && o.CtrlDeadAfter == 0 {
+		o.CtrlPeriod, o.CtrlSuspectAfter, o.CtrlDeadAfter = env.CtrlPeriod, env.CtrlSuspectAfter, env.CtrlDeadAfter
 	}
 	return o.applyStorageEnv()
 }
@@ -199,7 +213,20 @@ func (s *Store) open() error {
 	}
 	// The store's own connections: listen now, publish the address in
 	// round 1, connect right after it; every later collective uses them.
-	if s.world > 1 {
+	var treeLn net.Listener
+	if s.world > 1 && o.Control == ControlTree {
+		ln, port, err := treeListen(bootstrap.SecretOf(s.boot), s.rank)
+		if err != nil {
+			return &Error{Op: "Open", Kind: ErrInvalid, Side: fault.Local, Detail: "control plane: cannot listen", Err: err}
+		}
+		treeLn = ln
+		defer func() {
+			if s.tree == nil {
+				ln.Close() // Open failed before the control plane took it
+			}
+		}()
+		me.CtrlIPs, me.CtrlPort = ctrlIPs(), port
+	} else if s.world > 1 {
 		m, addr, err := mesh.Listen(mesh.Options{Rank: s.rank, World: s.world, Token: s.job, Secret: bootstrap.SecretOf(s.boot),
 			Timeout: o.Timeout, Liveness: o.Liveness, OnDead: s.onDead})
 		if err != nil {
@@ -230,7 +257,15 @@ func (s *Store) open() error {
 		if err := s.mesh.Connect(addrs); err != nil {
 			return wrapBootstrap("Open: connecting the ranks", err)
 		}
-		s.ex = s.mesh
+		s.ex, s.cp = s.mesh, s.mesh
+	}
+	if treeLn != nil {
+		t, err := s.startTree(treeLn)
+		if err != nil {
+			return wrapBootstrap("Open: connecting the ranks", err)
+		}
+		s.tree = t
+		s.ex, s.cp = t, t
 	}
 	if err := s.finishLaunchExchange(); err != nil {
 		return err

@@ -7,6 +7,7 @@ package ctrl
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"math/bits"
@@ -35,6 +36,7 @@ type coll struct {
 	seq      uint64
 	tag      uint32
 	deadline time.Time
+	timeout  time.Duration
 	hops     uint8
 }
 
@@ -56,13 +58,36 @@ func (c *Ctrl) begin(op, tag string, n int, timeout time.Duration) (*coll, error
 	}
 	c.seq++
 	if err := c.gone(name); err != nil {
+		c.deadMu.Lock()
+		note, aborted, dead := c.abortNote, c.aborted != nil, c.deadN > 0
+		c.deadMu.Unlock()
+		if aborted && !dead && note.origin >= 0 && note.seq > 0 {
+			err = gaveUp(name, c.seq, note) // this rank comes late: say who gave up, and when
+		}
 		c.broken = err
 		return nil, err
 	}
 	if timeout <= 0 {
 		timeout = c.o.Timeout
 	}
-	return &coll{c: c, op: name, seq: c.seq, tag: tagOf(op, tag, n), deadline: time.Now().Add(timeout)}, nil
+	return &coll{c: c, op: name, seq: c.seq, tag: tagOf(op, tag, n), deadline: time.Now().Add(timeout), timeout: timeout}, nil
+}
+
+// waitUntil is the deadline of a receive: the collective's for an agent
+// waiting on its local ranks, later by one slack for an agent waiting on
+// another agent and by two for a plain rank waiting on its agent. The
+// rank that waits on a late rank itself thus gives up first, and its
+// abort notice, naming the late rank, reaches the others before their
+// own deadlines (which would name only the rank they wait on).
+func (k *coll) waitUntil(local bool) time.Time {
+	slack := min(k.timeout/4, 2*time.Second)
+	switch {
+	case local && k.c.o.agent():
+		return k.deadline
+	case !local:
+		return k.deadline.Add(slack)
+	}
+	return k.deadline.Add(2 * slack)
 }
 
 // end records the collective's outcome: a failure breaks the control
@@ -77,7 +102,7 @@ func (k *coll) end(err error) error {
 	if c.broken == nil {
 		c.broken = err
 		if c.gone(k.op) == nil {
-			c.abort(err)
+			c.abort(k.seq, err)
 		}
 	}
 	return err
@@ -92,6 +117,7 @@ func (k *coll) sendAgent(node, step int, body []byte) error {
 	c.nAgentMsg.Add(1)
 	k.hops++ // a step takes a round, whatever arrives
 	if err := l.send(header{typ: tColl, hops: k.hops, step: uint16(step), seq: k.seq, from: uint32(c.o.Node), tag: k.tag}, body, k.deadline); err != nil {
+		c.sendGrace(err)
 		return &fault.Error{Op: k.op, Ranks: []int{c.agentRank(node)}, Side: fault.Remote, Kind: fault.ErrPeerDead,
 			Detail: fmt.Sprintf("sending to node %d's agent failed", node), Err: err}
 	}
@@ -104,8 +130,12 @@ func (k *coll) recv(from int, local bool, step int) ([]byte, error) {
 	if !local {
 		who = c.agentRank(from)
 	}
-	m, err := c.awaitTag(k.op, mkey{seq: k.seq, step: uint16(step), from: int32(from), local: local}, k.tag, k.deadline, []int{who})
+	m, err := c.awaitTag(k.op, mkey{seq: k.seq, step: uint16(step), from: int32(from), local: local}, k.tag, k.waitUntil(local), []int{who})
 	if err != nil {
+		var fe *fault.Error
+		if errors.As(err, &fe) && fe.Kind == fault.ErrTimeout && len(fe.Ranks) > 0 && c.gone("") == nil {
+			fe.Detail = fmt.Sprintf("%s did not arrive within %v", fault.RankList(fe.Ranks), k.timeout.Round(time.Millisecond))
+		}
 		return nil, err
 	}
 	if m.hops > k.hops {
@@ -128,6 +158,7 @@ func (k *coll) recvAgent(node, step int) ([]byte, error) {
 func (k *coll) sendLocal(l *link, step int, body []byte) error {
 	k.c.nLocalMsg.Add(1)
 	if err := l.send(header{typ: tColl, hops: k.hops, step: uint16(step), seq: k.seq, from: uint32(k.c.o.Rank), tag: k.tag}, body, k.deadline); err != nil {
+		k.c.sendGrace(err)
 		return &fault.Error{Op: k.op, Ranks: []int{l.peer}, Side: fault.Remote, Kind: fault.ErrPeerDead,
 			Detail: fmt.Sprintf("sending to rank %d failed", l.peer), Err: err}
 	}

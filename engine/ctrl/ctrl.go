@@ -33,6 +33,7 @@ type Ctrl struct {
 	up      *link // a plain rank's link to its agent
 	table   *Table
 	agentOf atomic.Pointer[[]int32] // agent rank by node (agents, once the table is there)
+	tabled  atomic.Bool             // the table is there (an agent watches its ranks' silence from then on)
 
 	mbMu sync.Mutex
 	mb   map[mkey]msg
@@ -46,6 +47,7 @@ type Ctrl struct {
 	deadList  []int
 	deadCause error
 	aborted   error
+	abortNote abortNote // the first abort learnt (aborted)
 	abortSeen map[int]bool
 	firstDead atomic.Int64 // unix ns when this rank first learned of a death
 
@@ -54,6 +56,8 @@ type Ctrl struct {
 	broken error
 
 	live liveState
+
+	scratch *scratch // one node's shared all-reduce memory (ring.go); nil if none
 
 	nHB, nAgentMsg, nLocalMsg atomic.Uint64
 	rounds                    atomic.Int32
@@ -227,7 +231,7 @@ func (c *Ctrl) startAgent(deadline time.Time) error {
 		if len(missing) > 0 {
 			e := &fault.Error{Op: "ctrl bootstrap", Ranks: missing, Side: fault.Remote, Kind: fault.ErrTimeout,
 				Detail: fmt.Sprintf("%s did not reach the root within %v", fault.RankList(missing), o.Timeout)}
-			c.abort(e)
+			c.abort(0, e)
 			c.bg.Wait()
 			return e
 		}
@@ -246,6 +250,7 @@ func (c *Ctrl) startAgent(deadline time.Time) error {
 	c.table = t
 	c.deadMu.Unlock()
 	c.agentOf.Store(&agentOf)
+	c.tabled.Store(true)
 	defer unix.Close(fd)
 	var wg sync.WaitGroup
 	for ch := lo; ch < hi; ch++ {
@@ -266,6 +271,13 @@ func (c *Ctrl) startAgent(deadline time.Time) error {
 	var h2 [hdrLen]byte
 	header{typ: tTable, step: stTable, seq: uint64(t.Bytes())}.put(h2[:], 0)
 	rights := unix.UnixRights(fd)
+	if o.Nodes == 1 {
+		// One node: the shared scratch of AllReduceRingOrder goes along.
+		if sfd, err := c.newScratch(); err == nil {
+			defer unix.Close(sfd)
+			rights = unix.UnixRights(fd, sfd)
+		}
+	}
 	for _, l := range locals {
 		l.wmu.Lock()
 		l.conn.SetWriteDeadline(deadline)
@@ -312,7 +324,7 @@ func (c *Ctrl) startPlain(deadline time.Time) error {
 	fd := -1
 	for {
 		var hb [hdrLen]byte
-		oob := make([]byte, unix.CmsgSpace(4))
+		oob := make([]byte, unix.CmsgSpace(8))
 		got := 0
 		for got < hdrLen {
 			n, oobn, _, _, err := conn.ReadMsgUnix(hb[got:], oob)
@@ -325,6 +337,10 @@ func (c *Ctrl) startPlain(deadline time.Time) error {
 				if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil && len(msgs) > 0 {
 					if fds, err := unix.ParseUnixRights(&msgs[0]); err == nil && len(fds) > 0 {
 						fd = fds[0]
+						if len(fds) > 1 {
+							c.mapScratch(fds[1]) // without it, AllReduceRingOrder gathers
+							unix.Close(fds[1])
+						}
 					}
 				}
 			}
@@ -536,6 +552,9 @@ func (c *Ctrl) dialAgent(node int, deadline time.Time) (net.Conn, error) {
 // setTCP: no delay, and TCP_USER_TIMEOUT so that unacknowledged data to a
 // dead host fails the connection after d, not after the kernel's minutes.
 func setTCP(conn net.Conn, d time.Duration) {
+	if w, ok := conn.(interface{ NetConn() net.Conn }); ok {
+		conn = w.NetConn() // a wrapper (an authenticating listener's)
+	}
 	tc, ok := conn.(*net.TCPConn)
 	if !ok {
 		return
@@ -560,10 +579,13 @@ func (c *Ctrl) readLoop(l *link) {
 	defer c.wg.Done()
 	localWatch := l.local && c.o.agent()
 	for {
-		if localWatch {
+		// A local rank heartbeats once Start returned: its silence counts
+		// from the table on (the bootstrap may wait long for a late rank).
+		watch := localWatch && c.tabled.Load()
+		if watch {
 			l.conn.SetReadDeadline(time.Now().Add(c.localSilence()))
 		}
-		h, body, err := c.readFrameLive(l, localWatch)
+		h, body, err := c.readFrameLive(l, watch)
 		if err != nil {
 			c.linkLost(l, err)
 			return
@@ -586,15 +608,17 @@ func (c *Ctrl) localSilence() time.Duration { return 2*c.o.DeadAfter + c.o.Perio
 // readFrameLive reads one frame; when watch, the silence deadline is
 // renewed per 64 KiB of a long body (a slow sender is not a dead one).
 func (c *Ctrl) readFrameLive(l *link, watch bool) (header, []byte, error) {
-	var b [hdrLen]byte
-	if _, err := io.ReadFull(l.br, b[:]); err != nil {
+	if _, err := io.ReadFull(l.br, l.rhdr[:]); err != nil {
 		return header{}, nil, err
 	}
-	h, n := parseHeader(b[:])
+	h, n := parseHeader(l.rhdr[:])
 	if n < 0 || n > maxBody {
 		return header{}, nil, fmt.Errorf("ctrl: frame of %d bytes (limit %d)", n, maxBody)
 	}
-	body := make([]byte, n)
+	var body []byte
+	if n > 0 {
+		body = make([]byte, n)
+	}
 	for off := 0; off < n; {
 		m := min(n-off, 64<<10)
 		if watch {
@@ -635,6 +659,7 @@ func (c *Ctrl) handle(l *link, h header, body []byte) bool {
 		c.put(mkey{seq: h.seq, step: h.step, from: int32(l.peer), local: l.local}, msg{body: body, hops: h.hops, tag: h.tag})
 	case tBye:
 		l.left.Store(true)
+		defer c.signal() // collectives waiting for it fail (leftPeer)
 		if !l.local {
 			c.deadMu.Lock()
 			c.nodeLeft.set(l.peer)
@@ -642,7 +667,7 @@ func (c *Ctrl) handle(l *link, h header, body []byte) bool {
 		}
 		if l.local && !c.o.agent() {
 			// The agent left: collectives need it.
-			c.learnAbort(abortBody(l.peer, fault.ErrClosed, []int{l.peer}, fmt.Sprintf("rank %d (this node's agent) closed", l.peer)), nil)
+			c.learnAbort(abortBody(l.peer, 0, time.Time{}, fault.ErrClosed, []int{l.peer}, fmt.Sprintf("rank %d (this node's agent) closed", l.peer)), nil)
 		}
 		return true
 	}
@@ -660,7 +685,7 @@ func (c *Ctrl) linkLost(l *link, err error) {
 	case l.local && c.o.agent():
 		d := fmt.Sprintf("rank %d (node %d) closed its control connection without leaving", l.peer, c.o.Node)
 		if silent {
-			d = fmt.Sprintf("rank %d (node %d) silent for %v", l.peer, c.o.Node, c.o.DeadAfter+c.o.Period)
+			d = fmt.Sprintf("rank %d (node %d) silent for %v", l.peer, c.o.Node, c.localSilence())
 		}
 		c.learnDead([]int{l.peer}, nil, d)
 	case l.local:
@@ -726,6 +751,10 @@ func (c *Ctrl) awaitTagged(op string, k mkey, tag uint32, deadline time.Time, wh
 		if err := c.gone(op); err != nil {
 			return msg{}, err
 		}
+		if r := c.leftPeer(k); r >= 0 {
+			return msg{}, &fault.Error{Op: op, Ranks: []int{r}, Side: fault.Remote, Kind: fault.ErrClosed,
+				Detail: fmt.Sprintf("rank %d closed the store before this collective", r)}
+		}
 		if timer == nil {
 			timer = time.NewTimer(time.Until(deadline))
 			defer timer.Stop()
@@ -741,6 +770,56 @@ func (c *Ctrl) awaitTagged(op string, k mkey, tag uint32, deadline time.Time, wh
 		case <-c.stop:
 			return msg{}, &fault.Error{Op: op, Kind: fault.ErrClosed, Detail: "control plane closed"}
 		}
+	}
+}
+
+// leftPeer is the rank that message k is to come from when that rank has
+// closed its control plane (said goodbye on the link k comes over), else
+// -1. The bootstrap's messages are not concerned.
+func (c *Ctrl) leftPeer(k mkey) int {
+	if k.seq == 0 {
+		return -1
+	}
+	if !k.local {
+		c.deadMu.Lock()
+		left := c.nodeLeft.has(int(k.from))
+		c.deadMu.Unlock()
+		if left {
+			return c.agentRank(int(k.from))
+		}
+		return -1
+	}
+	c.mu.Lock()
+	l := c.locals[int(k.from)]
+	if !c.o.agent() {
+		l = c.up
+	}
+	c.mu.Unlock()
+	if l != nil && l.left.Load() {
+		return l.peer
+	}
+	return -1
+}
+
+// ExitGrace is how long a collective waits, once a send to a peer failed
+// on a broken connection (closed, reset; not a timeout), before it fails
+// with the peer's death: long enough for a signal that the launcher
+// forwards to every rank (Ctrl-C) to reach this one too, so that an
+// interrupted job ends by its signal. As engine/mesh's ExitGrace.
+var ExitGrace = 500 * time.Millisecond
+
+// sendGrace sleeps ExitGrace after a failed send unless err is a timeout
+// (or the control plane closes meanwhile).
+func (c *Ctrl) sendGrace(err error) {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return
+	}
+	t := time.NewTimer(ExitGrace)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-c.stop:
 	}
 }
 
@@ -812,30 +891,37 @@ func (c *Ctrl) learnDeadLocal(ranks []int, detail string, _ bool) []int {
 	for _, r := range ranks {
 		if r >= 0 && r < c.o.World && !c.dead.has(r) && r != c.o.Rank {
 			c.dead.set(r)
-			c.deadN++
-			if len(c.deadList) < 64 {
-				c.deadList = append(c.deadList, r)
-			}
 			fresh = append(fresh, r)
 			if c.table != nil && c.table.Local(r) == 0 {
 				c.nodeDead.set(c.table.Node(r))
 			}
 		}
 	}
-	if len(fresh) > 0 && c.deadCause == nil {
-		c.deadCause = errors.New(detail)
-	}
 	c.deadMu.Unlock()
 	if len(fresh) == 0 {
 		return nil
 	}
 	c.firstDead.CompareAndSwap(0, time.Now().UnixNano())
-	c.signal()
+	// OnDead before collectives see the death (deadN, which gone reads): a
+	// collective that fails with it finds it recorded where its caller
+	// looks (the store's health).
 	if c.o.OnDead != nil {
 		for _, r := range fresh {
 			c.o.OnDead(r, &fault.Error{Op: "ctrl", Ranks: []int{r}, Side: fault.Remote, Kind: fault.ErrPeerDead, Detail: detail})
 		}
 	}
+	c.deadMu.Lock()
+	c.deadN += len(fresh)
+	for _, r := range fresh {
+		if len(c.deadList) < 64 {
+			c.deadList = append(c.deadList, r)
+		}
+	}
+	if c.deadCause == nil {
+		c.deadCause = errors.New(detail)
+	}
+	c.deadMu.Unlock()
+	c.signal()
 	return fresh
 }
 
@@ -892,8 +978,9 @@ func (c *Ctrl) flood(h header, body []byte, via *link) {
 
 var abortKinds = []error{nil, fault.ErrTimeout, fault.ErrPeerDead, fault.ErrMismatch, fault.ErrClosed, fault.ErrToken}
 
-// abortBody: origin rank, kind code, ranks, detail.
-func abortBody(origin int, kind error, ranks []int, detail string) []byte {
+// abortBody: origin rank, kind code, ranks, the collective's sequence
+// number and when the origin gave up (Unix ns), detail.
+func abortBody(origin int, seq uint64, at time.Time, kind error, ranks []int, detail string) []byte {
 	code := byte(0)
 	for i, k := range abortKinds {
 		if k != nil && errors.Is(kind, k) {
@@ -907,14 +994,30 @@ func abortBody(origin int, kind error, ranks []int, detail string) []byte {
 	for _, r := range ranks {
 		b = binary.LittleEndian.AppendUint32(b, uint32(r))
 	}
+	b = binary.LittleEndian.AppendUint64(b, seq)
+	b = binary.LittleEndian.AppendUint64(b, uint64(at.UnixNano()))
 	return append(b, detail...)
 }
 
+// abortNote is a parsed abort notice.
+type abortNote struct {
+	origin int
+	seq    uint64
+	at     time.Time
+	detail string // the origin's own
+	err    *fault.Error
+}
+
 func parseAbort(op string, b []byte) (int, *fault.Error) {
+	n := parseAbortNote(op, b)
+	return n.origin, n.err
+}
+
+func parseAbortNote(op string, b []byte) abortNote {
 	e := &fault.Error{Op: op, Side: fault.Remote, Kind: fault.ErrPeerDead}
 	if len(b) < 9 {
 		e.Detail = "malformed abort notice"
-		return -1, e
+		return abortNote{origin: -1, err: e}
 	}
 	origin := int(binary.LittleEndian.Uint32(b))
 	if int(b[4]) < len(abortKinds) && b[4] > 0 {
@@ -927,13 +1030,40 @@ func parseAbort(op string, b []byte) (int, *fault.Error) {
 	if len(e.Ranks) == 0 {
 		e.Ranks = []int{origin}
 	}
-	e.Detail = fmt.Sprintf("rank %d reports: %s", origin, b[9+4*n:])
-	return origin, e
+	rest := b[9+4*n:]
+	note := abortNote{origin: origin, err: e}
+	if len(rest) >= 16 {
+		note.seq = binary.LittleEndian.Uint64(rest)
+		note.at = time.Unix(0, int64(binary.LittleEndian.Uint64(rest[8:])))
+		rest = rest[16:]
+	}
+	note.detail = string(rest)
+	e.Detail = fmt.Sprintf("rank %d reports: %s", origin, rest)
+	return note
+}
+
+// gaveUp is the error of a rank that begins collective seq after another
+// rank gave up on it (or on an earlier one that this rank completed
+// late): it names who gave up, when, and why.
+func gaveUp(op string, seq uint64, n abortNote) error {
+	e := *n.err
+	e.Op = op
+	what := "this collective"
+	if n.seq < seq {
+		what = fmt.Sprintf("the collective before it (#%d), which this rank completed late", n.seq)
+	}
+	when := ""
+	if !n.at.IsZero() {
+		when = fmt.Sprintf(" at %s, %v before this rank got there", n.at.Format("15:04:05.000"), time.Since(n.at).Round(time.Millisecond))
+	}
+	e.Detail = fmt.Sprintf("rank %d gave up on %s%s: %s", n.origin, what, when, n.detail)
+	return &e
 }
 
 // learnAbort records another rank's failure; collectives fail with it.
 func (c *Ctrl) learnAbort(body []byte, via *link) {
-	origin, e := parseAbort("ctrl", body)
+	note := parseAbortNote("ctrl", body)
+	origin := note.origin
 	c.deadMu.Lock()
 	if c.abortSeen[origin] {
 		c.deadMu.Unlock()
@@ -941,7 +1071,8 @@ func (c *Ctrl) learnAbort(body []byte, via *link) {
 	}
 	c.abortSeen[origin] = true
 	if c.aborted == nil {
-		c.aborted = e
+		c.aborted = note.err
+		c.abortNote = note
 	}
 	c.deadMu.Unlock()
 	c.signal()
@@ -952,8 +1083,8 @@ func (c *Ctrl) learnAbort(body []byte, via *link) {
 	}
 }
 
-// abort tells every rank of this rank's failure.
-func (c *Ctrl) abort(err error) {
+// abort tells every rank of this rank's failure (of collective seq).
+func (c *Ctrl) abort(seq uint64, err error) {
 	var fe *fault.Error
 	kind, ranks, detail := error(nil), []int(nil), err.Error()
 	if errors.As(err, &fe) {
@@ -962,7 +1093,7 @@ func (c *Ctrl) abort(err error) {
 			detail = fe.Detail
 		}
 	}
-	body := abortBody(c.o.Rank, kind, ranks, detail)
+	body := abortBody(c.o.Rank, seq, time.Now(), kind, ranks, detail)
 	c.deadMu.Lock()
 	c.abortSeen[c.o.Rank] = true
 	c.deadMu.Unlock()
@@ -1073,6 +1204,7 @@ func (c *Ctrl) shutdown() {
 	c.wg.Wait()
 	c.bg.Wait()
 	c.table.close()
+	c.scratch.close()
 }
 
 // pauseFor stops this rank's control goroutines for d, as SIGSTOP would

@@ -78,6 +78,12 @@ type link struct {
 	peer  int
 	local bool
 	left  atomic.Bool
+	// Under wmu: the frame being written (no allocation per frame: an
+	// idle control plane allocates nothing).
+	whdr [hdrLen]byte
+	wvec [2][]byte
+	bufs net.Buffers
+	rhdr [hdrLen]byte // the read loop's header
 }
 
 func newLink(c net.Conn, peer int, local bool) *link {
@@ -86,13 +92,23 @@ func newLink(c net.Conn, peer int, local bool) *link {
 
 // send writes one frame (one writev) by deadline.
 func (l *link) send(h header, body []byte, deadline time.Time) error {
-	var b [hdrLen]byte
-	h.put(b[:], len(body))
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
+	return l.write(h, body, deadline)
+}
+
+// write writes one frame (wmu held).
+func (l *link) write(h header, body []byte, deadline time.Time) error {
+	h.put(l.whdr[:], len(body))
 	l.conn.SetWriteDeadline(deadline)
-	bufs := net.Buffers{b[:], body}
-	_, err := bufs.WriteTo(l.conn)
+	if len(body) == 0 {
+		_, err := l.conn.Write(l.whdr[:])
+		return err
+	}
+	l.wvec[0], l.wvec[1] = l.whdr[:], body
+	l.bufs = l.wvec[:]
+	_, err := l.bufs.WriteTo(l.conn)
+	l.wvec[1], l.bufs = nil, nil
 	return err
 }
 
@@ -102,11 +118,7 @@ func (l *link) trySend(h header, body []byte, deadline time.Time) bool {
 	if !l.wmu.TryLock() {
 		return false
 	}
-	var b [hdrLen]byte
-	h.put(b[:], len(body))
-	l.conn.SetWriteDeadline(deadline)
-	bufs := net.Buffers{b[:], body}
-	bufs.WriteTo(l.conn)
+	l.write(h, body, deadline)
 	l.wmu.Unlock()
 	return true
 }

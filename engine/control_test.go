@@ -1,0 +1,102 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+func init() { scenarios["tree"] = scenarioTree }
+
+// TestTreeControlPlane: with Control "tree", 4 ranks on one node (one
+// agent, three plain ranks with one connection each) and 4 ranks as 4
+// nodes (NodeMode fabric: agents over TCP) get the mesh's all-reduce bits,
+// and a rank that exits without Close is found dead by every other: its
+// rows fail at once with ErrPeerDead naming it, and so do collectives.
+func TestTreeControlPlane(t *testing.T) {
+	for _, mode := range []string{"local", "tcp"} {
+		t.Run(mode, func(t *testing.T) {
+			spawnRanks(t, 4, "tree", map[string]string{"MODE": mode}, 90*time.Second,
+				func(r rankResult) bool { return r.rank == 3 }) // the victim exits with an error
+		})
+	}
+}
+
+func scenarioTree(w *worker) error {
+	o := storeOptions(w.mode, w.params)
+	o.Control = ControlTree
+	s, err := Open(o)
+	if err != nil {
+		return err
+	}
+	w.rank, w.world = s.Rank(), s.World()
+	ci := s.Control()
+	want := 1
+	if w.mode == "local" && ci.Agent {
+		want = s.World() - 1
+	}
+	if ci.Kind != ControlTree || (w.mode == "local" && ci.Conns != want) {
+		return fmt.Errorf("control plane %+v, want tree with %d connections", ci, want)
+	}
+	w.logf("control plane %+v", ci)
+	if err := checkReduce(s, 4096); err != nil {
+		return err
+	}
+	spec := varSpec{name: "t", dt: Bytes, rowBytes: 128, base: 20, emptyMember: -1}
+	if err := addPattern(s, spec); err != nil {
+		return err
+	}
+	victim := s.World() - 1
+	if err := fileBarrier(w.param("TELDIR", os.TempDir()), "added", w.rank, s.World(), 30*time.Second); err != nil {
+		return err
+	}
+	if s.Rank() == victim {
+		os.Exit(3) // no Close: its connection breaks
+	}
+	info, _ := s.Query(spec.name)
+	rows := seqIdx(info.Shards[victim], 2)
+	dst := make([]byte, 2*spec.rowBytes)
+	deadline := time.Now().Add(15 * time.Second)
+	for s.Alive(victim) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if s.Alive(victim) {
+		return fmt.Errorf("rank %d still alive 15 s after it exited", victim)
+	}
+	if err := s.GetBatch(spec.name, rows, dst); !errors.Is(err, ErrPeerDead) || !strings.Contains(err.Error(), fmt.Sprintf("rank %d", victim)) {
+		return fmt.Errorf("read of the dead rank's rows: %v, want ErrPeerDead naming rank %d", err, victim)
+	}
+	live := seqIdx(0, 2)
+	if err := s.GetBatch(spec.name, live, dst); err != nil {
+		return fmt.Errorf("rows of rank 0: %w", err)
+	}
+	if err := checkRows(dst, spec.rowBytes, spec.salt(0), live); err != nil {
+		return err
+	}
+	if err := fileBarrier(w.param("TELDIR", os.TempDir()), "read", w.rank, victim, 30*time.Second); err != nil {
+		return err
+	}
+	if err := s.Barrier(); !errors.Is(err, ErrPeerDead) || !strings.Contains(err.Error(), fmt.Sprintf("rank %d", victim)) {
+		return fmt.Errorf("barrier with a dead rank: %v, want ErrPeerDead naming rank %d", err, victim)
+	}
+	s.Close()
+	return nil
+}
+
+func TestTreeTiming(t *testing.T) {
+	for _, c := range []struct{ live, p, s, d, wp, ws, wd time.Duration }{
+		{DefaultLiveness, 0, 0, 0, 2777777777, 5555555554, DefaultLiveness}, // from the mesh's default
+		{0, 0, 0, 0, 2777777777, 5555555554, DefaultLiveness},               // unset: the default
+		{time.Second, 0, 0, 0, 277777777, 555555554, time.Second},           // from Liveness
+		{time.Second, 0, 0, 5 * time.Second, 0, 0, 5 * time.Second},         // explicit wins
+		{3600 * time.Millisecond, 0, 0, 0, time.Second, 2 * time.Second, 3600 * time.Millisecond},
+	} {
+		p, s, d := treeTiming(c.live, c.p, c.s, c.d)
+		if p != c.wp || s != c.ws || d != c.wd {
+			t.Errorf("treeTiming(%v, %v, %v, %v) = %v, %v, %v; want %v, %v, %v", c.live, c.p, c.s, c.d, p, s, d, c.wp, c.ws, c.wd)
+		}
+	}
+}

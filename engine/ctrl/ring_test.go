@@ -1,0 +1,131 @@
+package ctrl
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/ddstore/ddstore/fault"
+)
+
+// ringWant is the ring all-reduce's sum of element i: segment c's
+// elements summed from rank c on, ranks modulo world (written from the
+// definition, element by element).
+func ringWant(world, l, i int) float32 {
+	c := 0
+	for i >= (c+1)*l/world {
+		c++
+	}
+	s := fracValueOf(c, i)
+	for k := 1; k < world; k++ {
+		s += fracValueOf((c+k)%world, i)
+	}
+	return s
+}
+
+// TestAllReduceRingOrder: on one node (shared memory) and across nodes
+// (gather), every rank gets the ring order's bits; a length mismatch
+// fails on every rank naming a rank, and the next collective works.
+func TestAllReduceRingOrder(t *testing.T) {
+	for _, c := range []struct{ world, ppn int }{{4, 4}, {5, 5}, {4, 1}, {7, 3}} {
+		for _, n := range []int{3, 1000, 50000} {
+			t.Run(fmt.Sprintf("world=%d,ppn=%d,n=%d", c.world, c.ppn, n), func(t *testing.T) {
+				cl, errs := startCluster(t, c.world, c.ppn, fast, nil)
+				if err := firstErr(errs); err != nil {
+					t.Fatal(err)
+				}
+				if c.world == c.ppn && cl.rank(1).scratch == nil {
+					t.Fatal("one node, but rank 1 has no shared scratch")
+				}
+				res := make([][]float32, c.world)
+				orderMatters := 0
+				for round := range 2 { // twice: the scratch is reused
+					err := firstErr(cl.each(func(k *Ctrl) error {
+						x := make([]float32, n)
+						for i := range x {
+							x[i] = fracValueOf(k.Rank(), i)
+						}
+						res[k.Rank()] = x
+						return k.AllReduceRingOrder(fmt.Sprint("r", round), x, 0)
+					}))
+					if err != nil {
+						t.Fatal(err)
+					}
+					for i := 0; i < n; i++ {
+						want := ringWant(c.world, n, i)
+						var rev float32
+						for r := c.world - 1; r >= 0; r-- {
+							rev += fracValueOf(r, i)
+						}
+						if rev != want {
+							orderMatters++
+						}
+						for r := range res {
+							if math.Float32bits(res[r][i]) != math.Float32bits(want) {
+								t.Fatalf("rank %d element %d: %x, want the ring order's %x", r, i, math.Float32bits(res[r][i]), math.Float32bits(want))
+							}
+						}
+					}
+				}
+				if n >= 1000 && orderMatters == 0 {
+					t.Fatal("inputs do not tell the orders apart")
+				}
+				errs = cl.each(func(k *Ctrl) error {
+					x := make([]float32, n)
+					if k.Rank() == 1 {
+						x = append(x, 0)
+					}
+					return k.AllReduceRingOrder("bad", x, 0)
+				})
+				for r, err := range errs {
+					if !errors.Is(err, fault.ErrMismatch) || !strings.Contains(err.Error(), "rank ") {
+						t.Fatalf("rank %d with rank 1 passing another length: %v, want ErrMismatch", r, err)
+					}
+				}
+				if err := firstErr(cl.each(func(k *Ctrl) error { return k.Barrier("after", 0) })); err != nil {
+					t.Fatalf("barrier after a length mismatch: %v", err)
+				}
+			})
+		}
+	}
+}
+
+// TestAllReduceRingOrderLarge: past ExactBytes across nodes, the tree's
+// order: still the same bits on every rank.
+func TestAllReduceRingOrderLarge(t *testing.T) {
+	old := ExactBytes
+	ExactBytes = 1 << 10
+	defer func() { ExactBytes = old }()
+	cl, errs := startCluster(t, 6, 2, fast, nil)
+	if err := firstErr(errs); err != nil {
+		t.Fatal(err)
+	}
+	const n = 5000
+	res := make([][]float32, 6)
+	if err := firstErr(cl.each(func(k *Ctrl) error {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = fracValueOf(k.Rank(), i)
+		}
+		res[k.Rank()] = x
+		return k.AllReduceRingOrder("big", x, 0)
+	})); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < n; i++ {
+		var s float64
+		for r := range 6 {
+			s += float64(fracValueOf(r, i))
+		}
+		if math.Abs(float64(res[0][i])-s) > 1e-2 {
+			t.Fatalf("element %d: %v, float64 sum %v", i, res[0][i], s)
+		}
+		for r := 1; r < 6; r++ {
+			if math.Float32bits(res[r][i]) != math.Float32bits(res[0][i]) {
+				t.Fatalf("element %d: rank %d differs from rank 0", i, r)
+			}
+		}
+	}
+}
