@@ -13,7 +13,7 @@ device-bundle: deps
 	$(GO) test -c $(DEVICE_LDFLAGS) -o $(BIN)/device/gpu.test ./gpu
 	$(GO) test -c $(DEVICE_LDFLAGS) -o $(BIN)/device/fabric.test ./fabric
 	$(GO) test -c $(DEVICE_LDFLAGS) -o $(BIN)/device/mesh.test ./engine/mesh
-	$(GO) build $(DEVICE_LDFLAGS) -o $(BIN)/device/ ./cmd/doctor ./cmd/ddrun ./examples/opentime
+	$(GO) build $(DEVICE_LDFLAGS) -o $(BIN)/device/ ./cmd/doctor ./cmd/ddrun ./examples/opentime ./examples/train
 	lib=$$(ldconfig -p | awk '/libfabric\.so\.1 .*x86-64/ {print $$NF; exit}'); \
 	  cp -L "$$lib" $(BIN)/device/lib/libfabric.so.1 && \
 	  ldd "$$lib" | awk '$$3 ~ /^\// && $$1 !~ /^(libc|libm|libpthread|libdl|ld-linux)/ {print $$3}' | \

@@ -25,6 +25,10 @@
 #             BenchmarkRead, alternating (ROUNDS, default 5)
 #   authcost  examples/opentime/authcost.sh: Open of 16 ranks with the job
 #             secret ÷ insecure, ABBA pairs (PAIRS, default 6)
+#   ctrl      the control planes: all-reduce of 800 KB, tree ÷ plain TCP ring
+#             ÷ mesh at 4 ranks (BenchmarkTreeVsTCPRing), then Open + 1
+#             epoch of 16 ranks under ddrun, mesh against tree
+#             (examples/opentime/control.sh, CTRL_REPS pairs, default 3)
 #   ddtopcost ddtop's CPU share at 10 Hz over 64 synthetic ranks
 # Environment: TEL_ROUNDS (telemetry, default 300).
 set -uo pipefail
@@ -32,7 +36,7 @@ cd "$(dirname "$0")/../.."
 bundle=$(cd "${1:?bundle dir}" && pwd)
 out=$(mkdir -p "${2:?out dir}" && cd "$2" && pwd)
 shift 2
-steps=${*:-env doctor gpu getdevice hotpath compare authcost}
+steps=${*:-env doctor gpu getdevice hotpath compare authcost ctrl}
 export LD_LIBRARY_PATH=$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 for d in /usr/local/nvidia/lib64 /usr/local/nvidia/lib; do
   [ -d "$d" ] && LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$d
@@ -89,6 +93,8 @@ for s in $steps; do
   hotpath) step hotpath 200 bash "$bundle/hotpath.sh" run "${HOT_ROUNDS:-3}" "${HOT_PAIRS:-2}" ;;
   compare) step compare 150 env BIN="$bundle" ROUNDS="${ROUNDS:-5}" bash examples/doctor/compare.sh ;;
   authcost) step authcost 150 env BIN="$bundle" PAIRS="${PAIRS:-6}" bash examples/opentime/authcost.sh ;;
+  ctrl) step ctrl 150 bash -c "cd engine/mesh && '$bundle/mesh.test' -test.run '^\$' -test.bench TreeVsTCPRing \
+      -test.benchtime 20x -test.count 3 && cd ../.. && BIN='$bundle' REPS=${CTRL_REPS:-3} bash examples/opentime/control.sh" ;;
   ddtopcost) step ddtopcost 90 "$bundle/ddtopcost" --ddtop "$bundle/ddtop" --for 20s ;;
   *) echo "unknown step $s" >&2; status=2 ;;
   esac

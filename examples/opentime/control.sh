@@ -8,10 +8,14 @@
 # ratios tree ÷ mesh, and checks that both planes print the same losses.
 # Run under flock /tmp/ddstore-bench.lock.
 #   examples/opentime/control.sh            # REPS=5 RANKS=16
+#   BIN=DIR examples/opentime/control.sh    # prebuilt DIR/ddrun and DIR/train, no Go
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 REPS=${REPS:-5} RANKS=${RANKS:-16} ROWS=${ROWS:-512}
-go build -o bin/ ./cmd/ddrun ./examples/train
+if [[ -z ${BIN:-} ]]; then
+  BIN=bin
+  go build -o bin/ ./cmd/ddrun ./examples/train
+fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 launchers=(ddrun)
@@ -28,7 +32,7 @@ launch() {
   local l=$1
   shift
   case $l in
-    ddrun) bin/ddrun -n "$RANKS" "$@" ;;
+    ddrun) "$BIN/ddrun" -n "$RANKS" "$@" ;;
     mpiexec) mpiexec.mpich -n "$RANKS" "$@" ;;
     srun) srun ${SRUN_ARGS:-} -n "$RANKS" "$@" ;;
   esac
@@ -39,7 +43,7 @@ for rep in $(seq "$REPS"); do
     if (( rep % 2 )); then order="mesh tree"; else order="tree mesh"; fi
     for c in $order; do
       t0=$(date +%s%N)
-      DDSTORE_CONTROL=$c launch "$l" bin/train --epochs 1 --rows-per-rank "$ROWS" --json >"$tmp/out" 2>>"$tmp/err" ||
+      DDSTORE_CONTROL=$c launch "$l" "$BIN/train" --epochs 1 --rows-per-rank "$ROWS" --json >"$tmp/out" 2>>"$tmp/err" ||
         { echo "$l $c failed:"; tail -5 "$tmp/err"; exit 1; }
       t1=$(date +%s%N)
       loss=$(python3 -c "import json,sys; print([json.loads(x)['loss'] for x in open(sys.argv[1]) if x.startswith('{')][0])" "$tmp/out")
