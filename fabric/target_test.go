@@ -88,6 +88,22 @@ func startTarget(tb testing.TB, o Options, size int, busy bool) *target {
 	return &target{TargetProcess: tp, cmd: cmd, addr: tp.Addr, key: tp.Key, base: tp.Base, size: size}
 }
 
+// readerOf is a new Reader of f (closed at the end of the test; Close may
+// come earlier) with tg as its peer rank 1.
+func readerOf(tb testing.TB, f *Fabric, tg *target) (*Reader, Peer) {
+	tb.Helper()
+	r, err := f.NewReader()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { r.Close() })
+	p, err := r.AddPeer(1, tg.addr)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return r, p
+}
+
 type provCase struct {
 	name string
 	opts Options
