@@ -114,15 +114,7 @@ func TestOptionsOneOf(t *testing.T) {
 // TestSingleRank is an in-process store of one rank: the whole API on the
 // mapped path, zero allocations, telemetry on.
 func TestSingleRank(t *testing.T) {
-	o := DefaultOptions()
-	o.TelemetryDir = t.TempDir()
-	o.Bootstrap.Method = "single"
-	job := testJob("single")
-	o.Bootstrap.Env = bootstrap.Env{Rank: 0, World: 1, LocalWorld: 1, Launcher: "none", Job: job}
-	s, err := Open(o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, job := openSingleJob(t, "single")
 	defer checkNoShardFiles(t, job)
 	spec := varSpec{name: "x", dt: Int32, rowBytes: 40, base: 1000, emptyMember: -1}
 	if err := addPattern(s, spec); err != nil {
