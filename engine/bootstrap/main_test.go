@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/ddstore/ddstore/fault"
+	"github.com/ddstore/ddstore/internal/testkit"
 )
 
 // The multi-rank tests re-execute the test binary: with BSTEST_ROLE set,
@@ -37,12 +38,7 @@ type rankResult struct {
 	SecretLen int    `json:"secret_len,omitempty"`
 }
 
-func TestMain(m *testing.M) {
-	if role := os.Getenv("BSTEST_ROLE"); role != "" {
-		os.Exit(runRole(role))
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { testkit.Main(m, "BSTEST_ROLE", runRole) }
 
 // blobFor is rank r's blob of round k: its length and bytes derive from both.
 func blobFor(r, k int) []byte {

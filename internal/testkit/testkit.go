@@ -1,9 +1,14 @@
-// Package testkit owns helpers that the tests of several packages share
-// (fuzz input mutation). It imports nothing of ddstore's, so any package's
-// tests may use it; no library code does.
+// Package testkit owns helpers that the tests of several packages share:
+// fuzz input mutation and the TestMain of a test binary that re-executes
+// itself. It imports nothing of ddstore's, so any package's tests may use
+// it; no library code does.
 package testkit
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"os"
+	"testing"
+)
 
 // Mutate returns a copy of b changed by muts, a fuzzer's bytes: each 3
 // bytes {pos u16 little-endian, xor u8} flip bits at pos modulo len+1 (at
@@ -23,4 +28,14 @@ func Mutate(b, muts []byte, cut int) []byte {
 		b = b[:max(0, len(b)-cut*int(c%8))]
 	}
 	return b
+}
+
+// Main is the TestMain of a test binary that re-executes itself as child
+// processes: where the environment variable env is set, this process is a
+// child and exits with run(its value); otherwise it runs the tests.
+func Main(m *testing.M, env string, run func(value string) int) {
+	if v := os.Getenv(env); v != "" {
+		os.Exit(run(v))
+	}
+	os.Exit(m.Run())
 }
