@@ -282,40 +282,76 @@ func fabricBatch(b *testing.B, c *benchCluster, v *Var, idx []int64, dst []byte)
 // is the code path of a store opened with telemetry off (DDSTORE_TELEMETRY=0).
 // With -count=N the on and off runs alternate, N pairs.
 func BenchmarkTelemetry(b *testing.B) {
-	const rb = 3072
-	c := startBenchCluster(b, "local", true, []int64{rb})
-	defer c.close(b)
-	spec := benchSpec(rb)
-	v, err := c.s.Var(spec.name)
-	if err != nil {
-		b.Fatal(err)
-	}
-	telID := v.telID
-	defer func() { v.telID = telID }()
-	r, err := c.s.NewReader()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer r.Close()
+	tb := startTelemetryBench(b)
+	defer tb.close(b)
 	for _, on := range []bool{true, false} {
 		name := "telemetry=off"
-		v.telID = -1
 		if on {
 			name = "telemetry=on"
-			v.telID = telID
 		}
+		tb.telemetry(on)
 		b.Run(name, func(b *testing.B) {
 			for _, batch := range []int{1, 128} {
-				idx := peerIdx(c, spec, batch)
-				dst := make([]byte, int64(batch)*rb)
-				read := func() error { return r.GetBatch(spec.name, idx, dst) }
-				if batch == 1 {
-					read = func() error { return r.Get(spec.name, idx[0], 1, dst) }
-				}
-				b.Run(fmt.Sprintf("row=%d/batch=%d", rb, batch), func(b *testing.B) {
-					runRead(b, rb, batch, read, func() error { return checkRows(dst, rb, spec.salt(0), idx) })
+				idx, dst, read := tb.read(batch)
+				b.Run(fmt.Sprintf("row=%d/batch=%d", telBenchRow, batch), func(b *testing.B) {
+					runRead(b, telBenchRow, batch, read, func() error { return checkRows(dst, telBenchRow, tb.spec.salt(0), idx) })
 				})
 			}
 		})
 	}
+}
+
+// telBenchRow is the row size of the telemetry benchmarks.
+const telBenchRow = 3072
+
+// telemetryBench is the setting of the telemetry benchmarks: a one-process
+// cluster of one variable of telBenchRow-byte rows, and a Reader.
+type telemetryBench struct {
+	c     *benchCluster
+	spec  varSpec
+	v     *Var
+	telID int32
+	r     *Reader
+}
+
+func startTelemetryBench(b *testing.B) *telemetryBench {
+	tb := &telemetryBench{c: startBenchCluster(b, "local", true, []int64{telBenchRow}), spec: benchSpec(telBenchRow)}
+	var err error
+	if tb.v, err = tb.c.s.Var(tb.spec.name); err != nil {
+		tb.c.close(b)
+		b.Fatal(err)
+	}
+	tb.telID = tb.v.telID
+	if tb.r, err = tb.c.s.NewReader(); err != nil {
+		tb.c.close(b)
+		b.Fatal(err)
+	}
+	return tb
+}
+
+// telemetry takes the variable out of telemetry (off: the code path of a
+// store opened with telemetry off) or puts it back.
+func (tb *telemetryBench) telemetry(on bool) {
+	tb.v.telID = -1
+	if on {
+		tb.v.telID = tb.telID
+	}
+}
+
+// read is a read of batch rows of a peer (Get for one, GetBatch for more)
+// into dst, and the rows it reads.
+func (tb *telemetryBench) read(batch int) (idx []int64, dst []byte, read func() error) {
+	idx = peerIdx(tb.c, tb.spec, batch)
+	dst = make([]byte, int64(batch)*telBenchRow)
+	read = func() error { return tb.r.GetBatch(tb.spec.name, idx, dst) }
+	if batch == 1 {
+		read = func() error { return tb.r.Get(tb.spec.name, idx[0], 1, dst) }
+	}
+	return idx, dst, read
+}
+
+func (tb *telemetryBench) close(b *testing.B) {
+	tb.telemetry(true)
+	tb.r.Close()
+	tb.c.close(b)
 }

@@ -27,16 +27,10 @@ func scenarioGPUFailover(w *worker) error {
 	if v := w.intParam("MAXPIECE", 0); v > 0 {
 		maxPieceBytes = int64(v)
 	}
-	s, err := w.open()
-	if err != nil {
-		return err
-	}
-	if s.World() != 4 || s.Width() != 2 {
-		return fmt.Errorf("want 4 ranks of width 2, got %d/%d", s.World(), s.Width())
-	}
 	spec := varSpec{name: "devrep", dt: Uint8, rowBytes: 3000, base: 60, emptyMember: -1}
 	salt := spec.salt(0)
-	if err := addSalted(s, spec, salt); err != nil {
+	s, err := w.openSalted(spec, true)
+	if err != nil {
 		return err
 	}
 	info, err := s.Query(spec.name)

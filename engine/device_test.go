@@ -105,6 +105,21 @@ type devBuf struct {
 	off  int
 }
 
+// openDevice opens the rank's store with specs (openWith) and its device;
+// on an error the store is closed.
+func (w *worker) openDevice(specs ...varSpec) (*Store, *gpu.Device, error) {
+	s, err := w.openWith(specs...)
+	if err != nil {
+		return nil, nil, err
+	}
+	dev, err := s.Device()
+	if err != nil {
+		s.Close()
+		return nil, nil, err
+	}
+	return s, dev, nil
+}
+
 // newDevBuf allocates n bytes past off on the store's device.
 func newDevBuf(s *Store, off, n int) (*devBuf, error) {
 	dev, err := s.Device()
@@ -167,15 +182,11 @@ func scenarioGPU(w *worker) error {
 	if v := w.intParam("MAXPIECE", 0); v > 0 {
 		maxPieceBytes = int64(v) // reads split below a row, as 4 MiB splits larger rows
 	}
-	s, err := w.open()
+	s, dev, err := w.openDevice()
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	dev, err := s.Device()
-	if err != nil {
-		return err
-	}
 	if w.rank == 0 {
 		w.logf("device: %s", dev)
 	}
@@ -724,15 +735,11 @@ func init() { scenarios["gpuloader"] = scenarioGPULoader }
 func scenarioGPULoader(w *worker) error {
 	specs := []varSpec{gpuSpec(1001), gpuSpec(12800)}
 	specs[0].base, specs[1].base = 90, 90 // equal global rows
-	s, err := w.openWith(specs...)
+	s, dev, err := w.openDevice(specs...)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	dev, err := s.Device()
-	if err != nil {
-		return err
-	}
 	cs, err := dev.NewStream() // the consumer's (training) stream
 	if err != nil {
 		return err
@@ -882,15 +889,11 @@ func init() { scenarios["gpudirect"] = scenarioGPUDirect }
 // either way.
 func scenarioGPUDirect(w *worker) error {
 	spec := gpuSpec(3072)
-	s, err := w.openWith(spec)
+	s, dev, err := w.openDevice(spec)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	dev, err := s.Device()
-	if err != nil {
-		return err
-	}
 	buf, err := dev.Alloc(4 * 3072)
 	if err != nil {
 		return err

@@ -962,9 +962,10 @@ func fileBarrier(dir, tag string, rank, n int, timeout time.Duration) error {
 	return nil
 }
 
-// openSingle opens a one-rank store (every shard mapped, no fabric) with
-// telemetry in a temporary directory; change, if any, edits the options.
-func openSingle(t *testing.T, tag string, change ...func(*Options)) *Store {
+// openSingleJob opens a one-rank store (every shard mapped, no fabric) of
+// a new job named after tag, with telemetry in a temporary directory;
+// change, where not nil, edits the options first. The caller closes it.
+func openSingleJob(t *testing.T, tag string, change ...func(*Options)) (*Store, string) {
 	t.Helper()
 	o := DefaultOptions()
 	o.TelemetryDir = t.TempDir()
@@ -972,12 +973,22 @@ func openSingle(t *testing.T, tag string, change ...func(*Options)) *Store {
 	job := testJob(tag)
 	o.Bootstrap.Env = bootstrap.Env{Rank: 0, World: 1, LocalWorld: 1, Launcher: "none", Job: job}
 	for _, c := range change {
-		c(&o)
+		if c != nil {
+			c(&o)
+		}
 	}
 	s, err := Open(o)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s, job
+}
+
+// openSingle opens a one-rank store (every shard mapped, no fabric) with
+// telemetry in a temporary directory; change, if any, edits the options.
+func openSingle(t *testing.T, tag string, change ...func(*Options)) *Store {
+	t.Helper()
+	s, job := openSingleJob(t, tag, change...)
 	t.Cleanup(func() {
 		s.Close()
 		checkNoShardFiles(t, job)

@@ -5,6 +5,7 @@ package engine
 // device read path itself is device.go.
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"strconv"
@@ -122,18 +123,10 @@ func parseGPUDevice(s string) (gpuTarget, error) {
 
 // ensureDefaults fills the zero fields of the GPU options.
 func (g *GPUOptions) ensureDefaults() {
-	if g.Device == "" {
-		g.Device = GPUDeviceAuto
-	}
-	if g.Sync == "" {
-		g.Sync = GPUSyncStream
-	}
-	if g.Direct == "" {
-		g.Direct = GPUDirectAuto
-	}
-	if g.StageBytes == 0 {
-		g.StageBytes = defaultStageBytes
-	}
+	g.Device = cmp.Or(g.Device, GPUDeviceAuto)
+	g.Sync = cmp.Or(g.Sync, GPUSyncStream)
+	g.Direct = cmp.Or(g.Direct, GPUDirectAuto)
+	g.StageBytes = cmp.Or(g.StageBytes, defaultStageBytes)
 }
 
 // validate checks the GPU options; zero fields are valid (defaults).
@@ -141,15 +134,11 @@ func (g *GPUOptions) validate() error {
 	if _, err := parseGPUDevice(g.Device); err != nil {
 		return wrapf(ErrInvalid, "options", "", err, "GPU.Device")
 	}
-	switch g.Sync {
-	case "", GPUSyncStream, GPUSyncDevice:
-	default:
-		return errf(ErrInvalid, "options", "", "GPU.Sync %q: want %q or %q", g.Sync, GPUSyncStream, GPUSyncDevice)
+	if err := oneOf("GPU.Sync", g.Sync, GPUSyncStream, GPUSyncDevice); err != nil {
+		return err
 	}
-	switch g.Direct {
-	case "", GPUDirectAuto, GPUDirectOn, GPUDirectOff:
-	default:
-		return errf(ErrInvalid, "options", "", "GPU.Direct %q: want %q, %q or %q", g.Direct, GPUDirectAuto, GPUDirectOn, GPUDirectOff)
+	if err := oneOf("GPU.Direct", g.Direct, GPUDirectAuto, GPUDirectOn, GPUDirectOff); err != nil {
+		return err
 	}
 	if g.SpinWait > 10*time.Millisecond {
 		return errf(ErrInvalid, "options", "", "GPU.SpinWait %v: want at most 10ms (past it a wait should sleep)", g.SpinWait)

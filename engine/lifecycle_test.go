@@ -21,26 +21,12 @@ import (
 	"github.com/ddstore/ddstore/telemetry"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/ddstore/ddstore/engine/bootstrap"
 )
 
 // openLifecycleStore opens a one-rank store; edit adjusts the options.
 func openLifecycleStore(t *testing.T, edit func(*Options)) (*Store, string) {
 	t.Helper()
-	o := DefaultOptions()
-	o.TelemetryDir = t.TempDir()
-	o.Bootstrap.Method = "single"
-	job := testJob("life")
-	o.Bootstrap.Env = bootstrap.Env{Rank: 0, World: 1, LocalWorld: 1, Launcher: "none", Job: job}
-	if edit != nil {
-		edit(&o)
-	}
-	s, err := Open(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s, job
+	return openSingleJob(t, "life", edit)
 }
 
 // lifeAddRows adds variable name of n pattern rows of rowBytes (Uint8).

@@ -1,8 +1,12 @@
 package engine
 
 import (
+	"cmp"
 	"io"
 	"os"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ddstore/ddstore/configs"
@@ -156,37 +160,19 @@ func DefaultOptions() Options {
 // returns o. It checks nothing (Validate does) and leaves set fields,
 // also invalid ones, as they are.
 func (o *Options) EnsureDefaults() *Options {
-	if o.NodeMode == "" {
-		o.NodeMode = NodeModeAuto
-	}
-	if o.ReadMode == "" {
-		o.ReadMode = ReadModeAuto
-	}
-	if o.Timeout == 0 {
-		o.Timeout = DefaultTimeout
-	}
-	if o.FailoverAfter == 0 {
-		o.FailoverAfter = DefaultFailoverAfter
-	}
-	if o.Liveness == 0 {
-		o.Liveness = DefaultLiveness
-	}
-	if o.Control == "" {
-		o.Control = ControlMesh
-	}
-	if o.TelemetryDir == "" {
-		o.TelemetryDir = DefaultDir
-	}
-	if o.ShardDir == "" {
-		o.ShardDir = DefaultDir
-	}
+	o.NodeMode = cmp.Or(o.NodeMode, NodeModeAuto)
+	o.ReadMode = cmp.Or(o.ReadMode, ReadModeAuto)
+	o.Timeout = cmp.Or(o.Timeout, DefaultTimeout)
+	o.FailoverAfter = cmp.Or(o.FailoverAfter, DefaultFailoverAfter)
+	o.Liveness = cmp.Or(o.Liveness, DefaultLiveness)
+	o.Control = cmp.Or(o.Control, ControlMesh)
+	o.TelemetryDir = cmp.Or(o.TelemetryDir, DefaultDir)
+	o.ShardDir = cmp.Or(o.ShardDir, DefaultDir)
 	if o.ProfileOutput == nil {
 		o.ProfileOutput = os.Stderr
 	}
 	o.Fabric.EnsureDefaults() // the fabric's own documented defaults
-	if o.Bootstrap.Method == "" {
-		o.Bootstrap.Method = "auto"
-	}
+	o.Bootstrap.Method = cmp.Or(o.Bootstrap.Method, "auto")
 	if o.Bootstrap.Timeout == 0 && o.Timeout > 0 {
 		o.Bootstrap.Timeout = o.Timeout
 	}
@@ -198,15 +184,11 @@ func (o *Options) EnsureDefaults() *Options {
 // (it means the default). The error is an *Error of class ErrInvalid
 // naming the field.
 func (o *Options) Validate() error {
-	switch o.NodeMode {
-	case "", NodeModeAuto, NodeModeFabric:
-	default:
-		return errf(ErrInvalid, "options", "", "NodeMode %q: want %q or %q", o.NodeMode, NodeModeAuto, NodeModeFabric)
+	if err := oneOf("NodeMode", o.NodeMode, NodeModeAuto, NodeModeFabric); err != nil {
+		return err
 	}
-	switch o.ReadMode {
-	case "", ReadModeAuto, ReadModeRMA, ReadModeGather:
-	default:
-		return errf(ErrInvalid, "options", "", "ReadMode %q: want %q, %q or %q", o.ReadMode, ReadModeAuto, ReadModeRMA, ReadModeGather)
+	if err := oneOf("ReadMode", o.ReadMode, ReadModeAuto, ReadModeRMA, ReadModeGather); err != nil {
+		return err
 	}
 	if err := o.GPU.validate(); err != nil {
 		return err
@@ -239,4 +221,22 @@ func (o *Options) Validate() error {
 		return wrapf(ErrInvalid, "options", "", err, "Bootstrap")
 	}
 	return nil
+}
+
+// oneOf checks an option of a few named values: "" (the default) or one
+// of want. The error names the field, its value and what it may be
+// ("want "a", "b" or "c"").
+func oneOf(field, v string, want ...string) error {
+	if v == "" || slices.Contains(want, v) {
+		return nil
+	}
+	q := make([]string, len(want))
+	for i, w := range want {
+		q[i] = strconv.Quote(w)
+	}
+	list := q[len(q)-1]
+	if len(q) > 1 {
+		list = strings.Join(q[:len(q)-1], ", ") + " or " + list
+	}
+	return errf(ErrInvalid, "options", "", "%s %q: want %s", field, v, list)
 }

@@ -8,26 +8,17 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ddstore/ddstore/engine/bootstrap"
 	"github.com/ddstore/ddstore/telemetry"
 )
 
 // openProfiled opens a single-rank store whose profile goes to out.
 func openProfiled(t *testing.T, profile, tel bool, out io.Writer) (*Store, string) {
 	t.Helper()
-	o := DefaultOptions()
-	o.TelemetryDir = t.TempDir()
-	o.DisableTelemetry = !tel
-	o.Profile = profile
-	o.ProfileOutput = out
-	o.Bootstrap.Method = "single"
-	job := testJob("prof")
-	o.Bootstrap.Env = bootstrap.Env{Rank: 0, World: 1, LocalWorld: 1, Launcher: "none", Job: job}
-	s, err := Open(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s, job
+	return openSingleJob(t, "prof", func(o *Options) {
+		o.DisableTelemetry = !tel
+		o.Profile = profile
+		o.ProfileOutput = out
+	})
 }
 
 // profileRow returns the fields of the table line of variable name.

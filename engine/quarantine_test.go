@@ -18,15 +18,12 @@ func init() { scenarios["quarantine"] = scenarioQuarantine }
 // through the store and a new Reader keep working; every row is checked.
 func scenarioQuarantine(w *worker) error {
 	spec := varSpec{name: "q", dt: Bytes, rowBytes: 3072, base: 40, emptyMember: -1}
-	s, err := w.open()
+	s, err := w.openSalted(spec, false)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
 	salt := spec.salt(0)
-	if err := addSalted(s, spec, salt); err != nil {
-		return err
-	}
 	info, err := s.Query(spec.name)
 	if err != nil {
 		return err

@@ -21,12 +21,9 @@ func init() { scenarios["stall-bench"] = scenarioStallBench }
 // resumes it; it writes the per-call latencies' p50 and p99 of both
 // phases (µs) to TELDIR/stall.txt. The other ranks wait.
 func scenarioStallBench(w *worker) error {
-	s, err := w.open()
-	if err != nil {
-		return err
-	}
 	spec := varSpec{name: "stall", dt: Bytes, rowBytes: 3072, base: 2000, emptyMember: -1}
-	if err := addSalted(s, spec, spec.salt(0)); err != nil {
+	s, err := w.openSalted(spec, false)
+	if err != nil {
 		return err
 	}
 	if s.Rank() == 0 {

@@ -18,6 +18,27 @@ import (
 
 func init() { scenarios["replicas"] = scenarioReplicas }
 
+// openSalted opens the rank's store and adds spec with the rows of its
+// replica group salted with spec.salt(0) (addSalted); with replicated the
+// store must be 4 ranks in 2 replica groups. On an error the store is
+// closed.
+func (w *worker) openSalted(spec varSpec, replicated bool) (*Store, error) {
+	s, err := w.open()
+	if err != nil {
+		return nil, err
+	}
+	if replicated && (s.World() != 4 || s.Width() != 2) {
+		err = fmt.Errorf("want 4 ranks of width 2, got %d/%d", s.World(), s.Width())
+	} else {
+		err = addSalted(s, spec, spec.salt(0))
+	}
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
 // addSalted adds spec with this rank's rows of the pattern salted salt
 // (the same salt in every group: the groups are true replicas).
 func addSalted(s *Store, spec varSpec, salt uint64) error {
@@ -66,16 +87,10 @@ func filesMeet(dir, tag string, rank int, ranks []int, timeout time.Duration) er
 //  4. Rank 3 dies too: rows of shard 1 have no rank left, and the error
 //     names both ranks tried (1 and 3).
 func scenarioReplicas(w *worker) error {
-	s, err := w.open()
-	if err != nil {
-		return err
-	}
-	if s.World() != 4 || s.Width() != 2 {
-		return fmt.Errorf("want 4 ranks of width 2, got %d/%d", s.World(), s.Width())
-	}
 	spec := varSpec{name: "rep", dt: Bytes, rowBytes: 3072, base: 30, emptyMember: -1}
 	salt, salt2 := spec.salt(0), spec.salt(77)
-	if err := addSalted(s, spec, salt); err != nil {
+	s, err := w.openSalted(spec, true)
+	if err != nil {
 		return err
 	}
 	info, _ := s.Query(spec.name)
@@ -254,14 +269,11 @@ func init() { scenarios["lastresort"] = scenarioLastResort }
 // matches its pattern, and nothing counts as a failover.
 func scenarioLastResort(w *worker) error {
 	spec := varSpec{name: "last", dt: Bytes, rowBytes: 3072, base: 30, emptyMember: -1}
-	s, err := w.open()
+	s, err := w.openSalted(spec, false)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	if err := addSalted(s, spec, spec.salt(0)); err != nil {
-		return err
-	}
 	dir := w.param("TELDIR", os.TempDir())
 	info, _ := s.Query(spec.name)
 	switch s.Rank() {

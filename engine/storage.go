@@ -223,6 +223,19 @@ func (s *Store) joinGather(tag string, mine any, decode func(r int, b []byte) er
 	return nil
 }
 
+// joinNodes is the "join-node" round of trainers and storage ranks: every
+// one of the n ranks' records (joinGather), checked to agree (checkJoin).
+func (s *Store) joinNodes(mine joinRecord, n int) ([]joinRecord, error) {
+	recs := make([]joinRecord, n)
+	if err := s.joinGather("join-node", mine, func(r int, b []byte) error { return json.Unmarshal(b, &recs[r]) }); err != nil {
+		return nil, err
+	}
+	if err := checkJoin(recs); err != nil {
+		return nil, err
+	}
+	return recs, nil
+}
+
 // checkJoin returns an error naming the ranks whose job name or counts
 // differ from rank 0's.
 func checkJoin(recs []joinRecord) error {
@@ -289,11 +302,8 @@ func (s *Store) openStorageRole() error {
 	}
 	me := nodeRecord(o, id)
 	mine := joinRecord{peerInfo: me, Role: RoleStorage, Job: st.Job, Trainers: T, Storage: st.Ranks, Width: width}
-	recs := make([]joinRecord, T+st.Ranks)
-	if err := s.joinGather("join-node", mine, func(r int, b []byte) error { return json.Unmarshal(b, &recs[r]) }); err != nil {
-		return err
-	}
-	if err := checkJoin(recs); err != nil {
+	recs, err := s.joinNodes(mine, T+st.Ranks)
+	if err != nil {
 		return err
 	}
 	needFabric := false

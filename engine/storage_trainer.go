@@ -32,11 +32,8 @@ func (s *Store) joinStorage() error {
 		me.Node = s.peers[s.rank].Node // as in the trainers' own round
 	}
 	mine := joinRecord{peerInfo: me, Role: RoleTrain, Job: o.Storage.Job, Trainers: T, Storage: S, Width: width}
-	recs := make([]joinRecord, T+S)
-	if err := s.joinGather("join-node", mine, func(r int, b []byte) error { return json.Unmarshal(b, &recs[r]) }); err != nil {
-		return err
-	}
-	if err := checkJoin(recs); err != nil {
+	recs, err := s.joinNodes(mine, T+S)
+	if err != nil {
 		return err
 	}
 	needFabric := false

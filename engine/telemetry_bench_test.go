@@ -20,36 +20,16 @@ import (
 //
 //	go test ./engine -run '^$' -bench BenchmarkTelemetryPaired -benchtime 300x
 func BenchmarkTelemetryPaired(b *testing.B) {
-	const rb, pairBlock = 3072, 64
-	c := startBenchCluster(b, "local", true, []int64{rb})
-	defer c.close(b)
-	spec := benchSpec(rb)
-	v, err := c.s.Var(spec.name)
-	if err != nil {
-		b.Fatal(err)
-	}
-	telID := v.telID
-	defer func() { v.telID = telID }()
-	r, err := c.s.NewReader()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer r.Close()
+	const rb, pairBlock = telBenchRow, 64
+	tb := startTelemetryBench(b)
+	defer tb.close(b)
 	for _, batch := range []int{1, 128} {
-		idx := peerIdx(c, spec, batch)
-		dst := make([]byte, int64(batch)*rb)
-		read := func() error { return r.GetBatch(spec.name, idx, dst) }
-		if batch == 1 {
-			read = func() error { return r.Get(spec.name, idx[0], 1, dst) }
-		}
+		idx, dst, read := tb.read(batch)
 		b.Run(fmt.Sprintf("row=%d/batch=%d", rb, batch), func(b *testing.B) {
 			runtime.LockOSThread() // thread CPU time is this goroutine's
 			defer runtime.UnlockOSThread()
 			block := func(on bool) (cpu, wall int64) {
-				v.telID = -1
-				if on {
-					v.telID = telID
-				}
+				tb.telemetry(on)
 				c0, w0 := threadCPU(b), monoNow(b)
 				for range pairBlock {
 					if err := read(); err != nil {
@@ -78,7 +58,7 @@ func BenchmarkTelemetryPaired(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			if err := checkRows(dst, rb, spec.salt(0), idx); err != nil {
+			if err := checkRows(dst, rb, tb.spec.salt(0), idx); err != nil {
 				b.Fatal(err)
 			}
 			b.ReportMetric(median(cpuR), "on/off-cpu")

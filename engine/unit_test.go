@@ -82,18 +82,39 @@ func TestOptionsValidate(t *testing.T) {
 	}
 }
 
+// A bad named value is refused with a message naming the field, the value
+// and every value it may take; "" (the default) and each named value pass.
+func TestOptionsOneOf(t *testing.T) {
+	for _, c := range []struct {
+		set  func(*Options)
+		want string
+	}{
+		{func(o *Options) { o.NodeMode = "cluster" }, `NodeMode "cluster": want "auto" or "fabric"`},
+		{func(o *Options) { o.ReadMode = "osmosis" }, `ReadMode "osmosis": want "auto", "rma" or "gather"`},
+		{func(o *Options) { o.GPU.Sync = "always" }, `GPU.Sync "always": want "stream" or "device"`},
+		{func(o *Options) { o.GPU.Direct = "maybe" }, `GPU.Direct "maybe": want "auto", "on" or "off"`},
+	} {
+		o := DefaultOptions()
+		c.set(&o)
+		err := o.Validate()
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Validate: %v, want ErrInvalid saying %s", err, c.want)
+		}
+	}
+	for _, v := range []string{"", "a", "b", "c"} {
+		if err := oneOf("F", v, "a", "b", "c"); err != nil {
+			t.Errorf("oneOf(%q): %v", v, err)
+		}
+	}
+	if err := oneOf("F", "x", "a"); err == nil || !strings.Contains(err.Error(), `F "x": want "a"`) {
+		t.Errorf("oneOf of one value: %v", err)
+	}
+}
+
 // TestSingleRank is an in-process store of one rank: the whole API on the
 // mapped path, zero allocations, telemetry on.
 func TestSingleRank(t *testing.T) {
-	o := DefaultOptions()
-	o.TelemetryDir = t.TempDir()
-	o.Bootstrap.Method = "single"
-	job := testJob("single")
-	o.Bootstrap.Env = bootstrap.Env{Rank: 0, World: 1, LocalWorld: 1, Launcher: "none", Job: job}
-	s, err := Open(o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, job := openSingleJob(t, "single")
 	defer checkNoShardFiles(t, job)
 	spec := varSpec{name: "x", dt: Int32, rowBytes: 40, base: 1000, emptyMember: -1}
 	if err := addPattern(s, spec); err != nil {

@@ -27,15 +27,7 @@ func benchReads(b *testing.B, baseline bool) {
 			o.Window = 128
 			f := openOrSkip(b, o)
 			tg := startTarget(b, o, targetMiB<<20, false)
-			r, err := f.NewReader()
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { r.Close() })
-			p, err := r.AddPeer(1, tg.addr)
-			if err != nil {
-				b.Fatal(err)
-			}
+			r, p := readerOf(b, f, tg)
 			dstMem, err := Alloc(128 * 1048576)
 			if err != nil {
 				b.Fatal(err)

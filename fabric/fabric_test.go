@@ -502,14 +502,7 @@ func TestLocalMRCache(t *testing.T) {
 	f := openOrSkip(t, Options{Provider: o.Provider, Domain: o.Domain, RegisterDst: true})
 	tg := startTarget(t, o, 16<<20, false)
 	base := liveLocalMRs.Load()
-	r, err := f.NewReader()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := r.AddPeer(1, tg.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, p := readerOf(t, f, tg)
 	const row, n = 12800, 16
 	var mems []*Memory
 	for k := 0; k < mrCacheSize+4; k++ {

@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ddstore/ddstore/internal/testkit"
 )
 
 // TestGatherCheckC builds the C unit tests of the gather request validator
@@ -192,24 +194,8 @@ func slicesRepeat(e []gatherEnt, n int) []gatherEnt {
 	return out
 }
 
-// applyMutations changes b by muts: each 3 bytes {pos u16, xor u8} flip
-// bits at pos (mod len+1; past the end appends); a last 1 or 2 bytes cut
-// that many (times 8) bytes off the end.
-func applyMutations(b, muts []byte) []byte {
-	b = append([]byte(nil), b...)
-	for ; len(muts) >= 3; muts = muts[3:] {
-		p := int(binary.LittleEndian.Uint16(muts)) % (len(b) + 1)
-		if p == len(b) {
-			b = append(b, muts[2])
-		} else {
-			b[p] ^= muts[2]
-		}
-	}
-	for _, c := range muts {
-		b = b[:max(0, len(b)-8*int(c%8))]
-	}
-	return b
-}
+// applyMutations is testkit.Mutate with cuts of 8 bytes.
+func applyMutations(b, muts []byte) []byte { return testkit.Mutate(b, muts, 8) }
 
 // gatherLayout is a random set of exports: 1-4 regions of 1 B-8 KiB with
 // distinct keys, at address 0, anywhere, or at the top of the address

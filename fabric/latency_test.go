@@ -46,15 +46,7 @@ func BenchmarkSingleGet(b *testing.B) {
 			}
 			f := openOrSkip(b, o)
 			tg := startTarget(b, o, 64<<20, false)
-			r, err := f.NewReader()
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { r.Close() })
-			p, err := r.AddPeer(1, tg.addr)
-			if err != nil {
-				b.Fatal(err)
-			}
+			r, p := readerOf(b, f, tg)
 			rows := uint64(tg.size / row)
 			offs := make([]uint64, b.N)
 			rng := rand.New(rand.NewSource(1))

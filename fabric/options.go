@@ -1,6 +1,7 @@
 package fabric
 
 import (
+	"cmp"
 	"strings"
 	"time"
 )
@@ -111,27 +112,13 @@ func (o Options) Validate() error {
 // (Open's default provider order, the provider's first domain). It does not
 // validate (Validate does), so a negative field stays as it is.
 func (o *Options) EnsureDefaults() *Options {
-	if o.Window == 0 {
-		o.Window = DefaultWindow
-	}
-	if o.Timeout == 0 {
-		o.Timeout = DefaultTimeout
-	}
-	if o.MaxPeers == 0 {
-		o.MaxPeers = DefaultMaxPeers
-	}
-	if o.GatherMaxBytes == 0 {
-		o.GatherMaxBytes = DefaultGatherMaxBytes
-	}
-	if o.GatherRounds == 0 {
-		o.GatherRounds = DefaultGatherRounds
-	}
-	if o.Progress == "" {
-		o.Progress = DefaultProgress
-	}
-	if o.ProgressWindow == 0 {
-		o.ProgressWindow = DefaultProgressWindow
-	}
+	o.Window = cmp.Or(o.Window, DefaultWindow)
+	o.Timeout = cmp.Or(o.Timeout, DefaultTimeout)
+	o.MaxPeers = cmp.Or(o.MaxPeers, DefaultMaxPeers)
+	o.GatherMaxBytes = cmp.Or(o.GatherMaxBytes, DefaultGatherMaxBytes)
+	o.GatherRounds = cmp.Or(o.GatherRounds, DefaultGatherRounds)
+	o.Progress = cmp.Or(o.Progress, DefaultProgress)
+	o.ProgressWindow = cmp.Or(o.ProgressWindow, DefaultProgressWindow)
 	return o
 }
 

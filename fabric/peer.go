@@ -3,14 +3,21 @@ package fabric
 // The target side of a two-process read measurement, shared by the
 // package's tests and benchmarks and by engine/doctor: a process exports a
 // region filled with PatternWord, prints where it is on one line, and
-// serves reads until its input closes.
+// serves reads until its input closes. StartTarget starts one and reads
+// that line; Stop ends it.
 
 import (
+	"bufio"
 	"bytes"
+	"context"
 	"encoding/binary"
 	"fmt"
 	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"sync/atomic"
+	"time"
 )
 
 // PatternWord is the 8 bytes at offset 8*w of every target region.
@@ -60,6 +67,84 @@ func ParseTargetReady(line string) (TargetInfo, error) {
 		return t, fmt.Errorf("target address %q: %v", hexAddr, err)
 	}
 	return t, nil
+}
+
+// TargetProcess is a started process whose body is ServeTarget, and what
+// its READY line said.
+type TargetProcess struct {
+	TargetInfo
+	Cmd   *exec.Cmd
+	stdin io.WriteCloser
+}
+
+// StartTarget starts cmd (a process that runs ServeTarget; its stdin and
+// stdout must be unset) and waits for its READY line until ctx is done.
+// On an error the process is stopped; otherwise Stop ends it.
+func StartTarget(ctx context.Context, cmd *exec.Cmd) (*TargetProcess, error) {
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start target %s: %w", cmd.Path, err)
+	}
+	tg := &TargetProcess{Cmd: cmd, stdin: stdin}
+	line := make(chan string, 1)
+	go func() {
+		s, _ := bufio.NewReader(stdout).ReadString('\n')
+		line <- s
+		io.Copy(io.Discard, stdout) // a full pipe would block the target
+	}()
+	select {
+	case s := <-line:
+		if s == "" {
+			tg.Stop()
+			return nil, fmt.Errorf("target process exited before it was ready (%s)", cmd.ProcessState)
+		}
+		if tg.TargetInfo, err = ParseTargetReady(s); err != nil {
+			tg.Stop()
+			return nil, err
+		}
+		return tg, nil
+	case <-ctx.Done():
+		tg.Kill()
+		return nil, fmt.Errorf("target process not ready: %w", context.Cause(ctx))
+	}
+}
+
+// Stop closes the target's input and waits for it to exit, killing it
+// after 5s (see Kill).
+func (tg *TargetProcess) Stop() {
+	tg.stdin.Close()
+	done := make(chan struct{})
+	go func() { tg.Cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		tg.Cmd.Process.Kill()
+		<-done
+		removeShmRegions(tg.Cmd.Process.Pid)
+	}
+}
+
+// Kill kills the target now and waits for it.
+func (tg *TargetProcess) Kill() {
+	tg.Cmd.Process.Kill()
+	tg.Cmd.Wait()
+	removeShmRegions(tg.Cmd.Process.Pid)
+}
+
+// removeShmRegions removes what the shm provider of a killed process left:
+// its regions are named /dev/shm/<pid>:<n>:<m>, 16 MiB each.
+func removeShmRegions(pid int) {
+	left, _ := filepath.Glob(fmt.Sprintf("/dev/shm/%d:*", pid))
+	for _, f := range left {
+		os.Remove(f)
+	}
 }
 
 // ServeTarget is a target process's body: it opens o, exports size bytes

@@ -1,12 +1,10 @@
 package fabric
 
 import (
-	"bufio"
+	"context"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -57,45 +55,18 @@ func runTarget(spec string) int {
 	return 0
 }
 
+// target is a target process (StartTarget) as the tests use it.
 type target struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	addr  []byte
-	key   uint64
-	base  uint64
-	size  int
+	*TargetProcess
+	cmd  *exec.Cmd
+	addr []byte
+	key  uint64
+	base uint64
+	size int
 }
 
-func (tg *target) stop() {
-	if tg.cmd.Process == nil {
-		return
-	}
-	tg.stdin.Close()
-	done := make(chan struct{})
-	go func() { tg.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		tg.cmd.Process.Kill()
-		<-done
-		removeShmRegions(tg.cmd.Process.Pid)
-	}
-}
-
-func (tg *target) kill() {
-	tg.cmd.Process.Kill()
-	tg.cmd.Wait()
-	removeShmRegions(tg.cmd.Process.Pid)
-}
-
-// removeShmRegions removes what the shm provider of a killed process left:
-// its regions are named /dev/shm/<pid>:<n>:<m>, 16 MiB each.
-func removeShmRegions(pid int) {
-	left, _ := filepath.Glob(fmt.Sprintf("/dev/shm/%d:*", pid))
-	for _, f := range left {
-		os.Remove(f)
-	}
-}
+func (tg *target) stop() { tg.Stop() }
+func (tg *target) kill() { tg.Kill() }
 
 func startTarget(tb testing.TB, o Options, size int, busy bool) *target {
 	tb.Helper()
@@ -106,37 +77,31 @@ func startTarget(tb testing.TB, o Options, size int, busy bool) *target {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s|%s|%d|%s|%s|%d", envTarget, o.Provider, o.Domain, size, mode, o.Progress, o.GatherKey))
 	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
+	wait := 20 * time.Second * raceScale
+	ctx, cancel := context.WithTimeoutCause(context.Background(), wait, fmt.Errorf("no READY line within %v", wait))
+	defer cancel()
+	tp, err := StartTarget(ctx, cmd)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	stdout, err := cmd.StdoutPipe()
+	tb.Cleanup(tp.Stop)
+	return &target{TargetProcess: tp, cmd: cmd, addr: tp.Addr, key: tp.Key, base: tp.Base, size: size}
+}
+
+// readerOf is a new Reader of f (closed at the end of the test; Close may
+// come earlier) with tg as its peer rank 1.
+func readerOf(tb testing.TB, f *Fabric, tg *target) (*Reader, Peer) {
+	tb.Helper()
+	r, err := f.NewReader()
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
+	tb.Cleanup(func() { r.Close() })
+	p, err := r.AddPeer(1, tg.addr)
+	if err != nil {
 		tb.Fatal(err)
 	}
-	tg := &target{cmd: cmd, stdin: stdin, size: size}
-	tb.Cleanup(tg.stop)
-	line := make(chan string, 1)
-	go func() {
-		s, _ := bufio.NewReader(stdout).ReadString('\n')
-		line <- s
-		io.Copy(io.Discard, stdout)
-	}()
-	select {
-	case s := <-line:
-		ti, err := ParseTargetReady(s)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		tg.addr, tg.key, tg.base = ti.Addr, ti.Key, ti.Base
-	case <-time.After(20 * time.Second * raceScale):
-		tg.kill()
-		tb.Fatalf("target did not report within %v", 20*time.Second*raceScale)
-	}
-	return tg
+	return r, p
 }
 
 type provCase struct {

@@ -285,15 +285,31 @@ static ddg_rc ddg_leave(ddg_dev *d, ddg_scope *sc, ddg_rc rc) {
 	return rc;
 }
 
+// DDG_DO runs the call of the device's runtime (cucall on CUDA, hipcall
+// on HIP) while rc is still success, and sets rc to its failure, named.
+#define DDG_DO(d, rc, cucall, cuname, hipcall, hipname)                                  \
+	do {                                                                            \
+		if ((rc).code == 0) {                                                   \
+			int cuda_ = (d)->api->kind == DDG_CUDA;                         \
+			int c_ = cuda_ ? (cucall) : (hipcall);                          \
+			if (c_ != 0) (rc) = (ddg_rc){c_, cuda_ ? (cuname) : (hipname)}; \
+		}                                                                       \
+	} while (0)
+
+// DDG_ENTER makes the device current for the rest of the function (rc is
+// its result so far); DDG_LEAVE restores the caller's device and returns rc.
+#define DDG_ENTER(d)                        \
+	ddg_scope sc_;                      \
+	ddg_rc rc = ddg_enter(d, &sc_);      \
+	if (rc.code != 0) return rc
+#define DDG_LEAVE(d) return ddg_leave(d, &sc_, rc)
+
 // DDG_CALL runs one driver call of each runtime inside the device's scope.
-#define DDG_CALL(d, cucall, cuname, hipcall, hipname)                          \
-	do {                                                                  \
-		ddg_scope sc_;                                                 \
-		ddg_rc rc_ = ddg_enter(d, &sc_);                                \
-		if (rc_.code != 0) return rc_;                                \
-		int c_ = (d)->api->kind == DDG_CUDA ? (cucall) : (hipcall);    \
-		if (c_ != 0) rc_ = (ddg_rc){c_, (d)->api->kind == DDG_CUDA ? cuname : hipname}; \
-		return ddg_leave(d, &sc_, rc_);                                \
+#define DDG_CALL(d, cucall, cuname, hipcall, hipname)            \
+	do {                                                    \
+		DDG_ENTER(d);                                   \
+		DDG_DO(d, rc, cucall, cuname, hipcall, hipname); \
+		DDG_LEAVE(d);                                   \
 	} while (0)
 
 #define CU (&d->api->cu)
@@ -302,19 +318,10 @@ static ddg_rc ddg_leave(ddg_dev *d, ddg_scope *sc, ddg_rc rc) {
 ddg_rc ddg_alloc(ddg_dev *d, size_t n, uint64_t *ptr) {
 	CUdeviceptr cp = 0;
 	void *hp = NULL;
-	ddg_scope sc;
-	ddg_rc rc = ddg_enter(d, &sc);
-	if (rc.code != 0) return rc;
-	if (d->api->kind == DDG_CUDA) {
-		int c = CU->cuMemAlloc_v2(&cp, n);
-		if (c != 0) rc = (ddg_rc){c, "cuMemAlloc_v2"};
-		*ptr = cp;
-	} else {
-		int c = HIP->hipMalloc(&hp, n);
-		if (c != 0) rc = (ddg_rc){c, "hipMalloc"};
-		*ptr = (uint64_t)(uintptr_t)hp;
-	}
-	return ddg_leave(d, &sc, rc);
+	DDG_ENTER(d);
+	DDG_DO(d, rc, CU->cuMemAlloc_v2(&cp, n), "cuMemAlloc_v2", HIP->hipMalloc(&hp, n), "hipMalloc");
+	*ptr = d->api->kind == DDG_CUDA ? cp : (uint64_t)(uintptr_t)hp;
+	DDG_LEAVE(d);
 }
 
 ddg_rc ddg_free(ddg_dev *d, uint64_t ptr) {
@@ -341,18 +348,14 @@ ddg_rc ddg_stream_create(ddg_dev *d, ddg_handle *s, int blocking) {
 // ddg_stream_destroy waits for the stream's work first, so that no copy
 // lands in memory its owner is about to free.
 ddg_rc ddg_stream_destroy(ddg_dev *d, ddg_handle s) {
-	ddg_scope sc;
-	ddg_rc rc = ddg_enter(d, &sc);
-	if (rc.code != 0) return rc;
-	int c;
-	if (d->api->kind == DDG_CUDA) {
-		if ((c = CU->cuStreamSynchronize((CUstream)s)) != 0) rc = (ddg_rc){c, "cuStreamSynchronize"};
-		if ((c = CU->cuStreamDestroy_v2((CUstream)s)) != 0 && rc.code == 0) rc = (ddg_rc){c, "cuStreamDestroy_v2"};
-	} else {
-		if ((c = HIP->hipStreamSynchronize((hipStream_t)s)) != 0) rc = (ddg_rc){c, "hipStreamSynchronize"};
-		if ((c = HIP->hipStreamDestroy((hipStream_t)s)) != 0 && rc.code == 0) rc = (ddg_rc){c, "hipStreamDestroy"};
-	}
-	return ddg_leave(d, &sc, rc);
+	DDG_ENTER(d);
+	DDG_DO(d, rc, CU->cuStreamSynchronize((CUstream)s), "cuStreamSynchronize",
+	       HIP->hipStreamSynchronize((hipStream_t)s), "hipStreamSynchronize");
+	ddg_rc destroyed = DDG_OK; // destroyed also when the wait failed
+	DDG_DO(d, destroyed, CU->cuStreamDestroy_v2((CUstream)s), "cuStreamDestroy_v2",
+	       HIP->hipStreamDestroy((hipStream_t)s), "hipStreamDestroy");
+	if (rc.code == 0) rc = destroyed;
+	DDG_LEAVE(d);
 }
 
 ddg_rc ddg_event_create(ddg_dev *d, ddg_handle *e) {
@@ -390,16 +393,16 @@ static ddg_rc ddg_wait_event(ddg_dev *d, ddg_handle e) {
 			if (c != DDG_NOT_READY) return (ddg_rc){c, cuda ? "cuEventQuery" : "hipEventQuery"};
 		} while (ddg_now_ns() < end);
 	}
-	c = cuda ? CU->cuEventSynchronize((CUevent)e) : HIP->hipEventSynchronize((hipEvent_t)e);
-	if (c != 0) return (ddg_rc){c, cuda ? "cuEventSynchronize" : "hipEventSynchronize"};
-	return DDG_OK;
+	ddg_rc rc = DDG_OK;
+	DDG_DO(d, rc, CU->cuEventSynchronize((CUevent)e), "cuEventSynchronize",
+	       HIP->hipEventSynchronize((hipEvent_t)e), "hipEventSynchronize");
+	return rc;
 }
 
 ddg_rc ddg_event_sync(ddg_dev *d, ddg_handle e) {
-	ddg_scope sc;
-	ddg_rc rc = ddg_enter(d, &sc);
-	if (rc.code != 0) return rc;
-	return ddg_leave(d, &sc, ddg_wait_event(d, e));
+	DDG_ENTER(d);
+	rc = ddg_wait_event(d, e);
+	DDG_LEAVE(d);
 }
 
 ddg_rc ddg_event_query(ddg_dev *d, ddg_handle e) {
@@ -418,68 +421,44 @@ ddg_rc ddg_ctx_sync(ddg_dev *d) {
 
 // record e on s (if e), then, if wait, block on e.
 static ddg_rc ddg_record_wait(ddg_dev *d, ddg_handle s, ddg_handle e, int wait) {
-	int c;
-	if (!e) return DDG_OK;
-	if (d->api->kind == DDG_CUDA) {
-		if ((c = CU->cuEventRecord((CUevent)e, (CUstream)s)) != 0) return (ddg_rc){c, "cuEventRecord"};
-	} else {
-		if ((c = HIP->hipEventRecord((hipEvent_t)e, (hipStream_t)s)) != 0) return (ddg_rc){c, "hipEventRecord"};
-	}
-	return wait ? ddg_wait_event(d, e) : DDG_OK;
+	ddg_rc rc = DDG_OK;
+	if (!e) return rc;
+	DDG_DO(d, rc, CU->cuEventRecord((CUevent)e, (CUstream)s), "cuEventRecord",
+	       HIP->hipEventRecord((hipEvent_t)e, (hipStream_t)s), "hipEventRecord");
+	if (wait && rc.code == 0) rc = ddg_wait_event(d, e);
+	return rc;
 }
 
 ddg_rc ddg_stream_sync(ddg_dev *d, ddg_handle s, ddg_handle e) {
-	ddg_scope sc;
-	ddg_rc rc = ddg_enter(d, &sc);
-	if (rc.code != 0) return rc;
-	return ddg_leave(d, &sc, ddg_record_wait(d, s, e, 1));
+	DDG_ENTER(d);
+	rc = ddg_record_wait(d, s, e, 1);
+	DDG_LEAVE(d);
 }
 
 ddg_rc ddg_htod(ddg_dev *d, uint64_t dst, const void *src, size_t n, ddg_handle s, ddg_handle e) {
-	ddg_scope sc;
-	ddg_rc rc = ddg_enter(d, &sc);
-	if (rc.code != 0) return rc;
-	int c;
-	if (d->api->kind == DDG_CUDA) {
-		if ((c = CU->cuMemcpyHtoDAsync_v2(dst, src, n, (CUstream)s)) != 0) rc = (ddg_rc){c, "cuMemcpyHtoDAsync_v2"};
-	} else {
-		if ((c = HIP->hipMemcpyHtoDAsync((hipDeviceptr_t)(uintptr_t)dst, (void *)src, n, (hipStream_t)s)) != 0)
-			rc = (ddg_rc){c, "hipMemcpyHtoDAsync"};
-	}
+	DDG_ENTER(d);
+	DDG_DO(d, rc, CU->cuMemcpyHtoDAsync_v2(dst, src, n, (CUstream)s), "cuMemcpyHtoDAsync_v2",
+	       HIP->hipMemcpyHtoDAsync((hipDeviceptr_t)(uintptr_t)dst, (void *)src, n, (hipStream_t)s), "hipMemcpyHtoDAsync");
 	if (rc.code == 0) rc = ddg_record_wait(d, s, e, 0);
-	return ddg_leave(d, &sc, rc);
+	DDG_LEAVE(d);
 }
 
 ddg_rc ddg_dtoh(ddg_dev *d, void *dst, uint64_t src, size_t n, ddg_handle s, ddg_handle e) {
-	ddg_scope sc;
-	ddg_rc rc = ddg_enter(d, &sc);
-	if (rc.code != 0) return rc;
-	int c;
-	if (d->api->kind == DDG_CUDA) {
-		if ((c = CU->cuMemcpyDtoHAsync_v2(dst, src, n, (CUstream)s)) != 0) rc = (ddg_rc){c, "cuMemcpyDtoHAsync_v2"};
-	} else {
-		if ((c = HIP->hipMemcpyDtoHAsync(dst, (hipDeviceptr_t)(uintptr_t)src, n, (hipStream_t)s)) != 0)
-			rc = (ddg_rc){c, "hipMemcpyDtoHAsync"};
-	}
+	DDG_ENTER(d);
+	DDG_DO(d, rc, CU->cuMemcpyDtoHAsync_v2(dst, src, n, (CUstream)s), "cuMemcpyDtoHAsync_v2",
+	       HIP->hipMemcpyDtoHAsync(dst, (hipDeviceptr_t)(uintptr_t)src, n, (hipStream_t)s), "hipMemcpyDtoHAsync");
 	if (rc.code == 0) rc = ddg_record_wait(d, s, e, 1);
-	return ddg_leave(d, &sc, rc);
+	DDG_LEAVE(d);
 }
 
 ddg_rc ddg_memsets(ddg_dev *d, uint64_t p, size_t n, int count, ddg_handle s, ddg_handle e) {
-	ddg_scope sc;
-	ddg_rc rc = ddg_enter(d, &sc);
-	if (rc.code != 0) return rc;
-	for (int i = 0; i < count && rc.code == 0; i++) {
-		int c;
-		if (d->api->kind == DDG_CUDA) {
-			if ((c = CU->cuMemsetD8Async(p, (unsigned char)i, n, (CUstream)s)) != 0) rc = (ddg_rc){c, "cuMemsetD8Async"};
-		} else {
-			if ((c = HIP->hipMemsetD8Async((hipDeviceptr_t)(uintptr_t)p, (unsigned char)i, n, (hipStream_t)s)) != 0)
-				rc = (ddg_rc){c, "hipMemsetD8Async"};
-		}
-	}
+	DDG_ENTER(d);
+	for (int i = 0; i < count && rc.code == 0; i++)
+		DDG_DO(d, rc, CU->cuMemsetD8Async(p, (unsigned char)i, n, (CUstream)s), "cuMemsetD8Async",
+		       HIP->hipMemsetD8Async((hipDeviceptr_t)(uintptr_t)p, (unsigned char)i, n, (hipStream_t)s),
+		       "hipMemsetD8Async");
 	if (rc.code == 0) rc = ddg_record_wait(d, s, e, 0);
-	return ddg_leave(d, &sc, rc);
+	DDG_LEAVE(d);
 }
 
 // HIP has no module entry points here: there is no portable code object
@@ -489,9 +468,7 @@ ddg_rc ddg_memsets(ddg_dev *d, uint64_t p, size_t n, int count, ddg_handle s, dd
 
 ddg_rc ddg_module_load(ddg_dev *d, const char *image, const char *fname, ddg_handle *mod, ddg_handle *fn) {
 	DDG_CUDA_ONLY(d, "cuModuleLoadData");
-	ddg_scope sc;
-	ddg_rc rc = ddg_enter(d, &sc);
-	if (rc.code != 0) return rc;
+	DDG_ENTER(d);
 	int c;
 	*mod = 0;
 	if ((c = CU->cuModuleLoadData((CUmodule *)mod, image)) != 0) {
@@ -501,7 +478,7 @@ ddg_rc ddg_module_load(ddg_dev *d, const char *image, const char *fname, ddg_han
 		CU->cuModuleUnload((CUmodule)*mod);
 		*mod = 0;
 	}
-	return ddg_leave(d, &sc, rc);
+	DDG_LEAVE(d);
 }
 
 ddg_rc ddg_module_unload(ddg_dev *d, ddg_handle mod) {
@@ -511,12 +488,10 @@ ddg_rc ddg_module_unload(ddg_dev *d, ddg_handle mod) {
 
 ddg_rc ddg_spin(ddg_dev *d, ddg_handle fn, uint64_t ns, ddg_handle e) {
 	DDG_CUDA_ONLY(d, "cuLaunchKernel");
-	ddg_scope sc;
-	ddg_rc rc = ddg_enter(d, &sc);
-	if (rc.code != 0) return rc;
+	DDG_ENTER(d);
 	void *params[] = {&ns};
 	int c = CU->cuLaunchKernel((CUfunction)fn, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL);
 	if (c != 0) rc = (ddg_rc){c, "cuLaunchKernel"};
 	else rc = ddg_record_wait(d, 0, e, 0);
-	return ddg_leave(d, &sc, rc);
+	DDG_LEAVE(d);
 }

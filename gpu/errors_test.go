@@ -96,6 +96,30 @@ func TestInitFailures(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+		// Each call of the device's runtime, failed by the stand-in, is
+		// named in the error (CUDA's name on CUDA, HIP's on HIP). (A failed
+		// destroy is left out: the stand-in would keep the stream's queue
+		// for the tests after this one.)
+		t.Run("driver errors name the call", func(t *testing.T) {
+			for _, c := range []struct {
+				cu, hip string
+				run     func(s *Stream, buf *Buffer) error
+			}{
+				{"cuMemcpyHtoDAsync_v2", "hipMemcpyHtoDAsync", func(s *Stream, buf *Buffer) error { return s.CopyIn(buf, 0, make([]byte, 64)) }},
+				{"cuMemcpyDtoHAsync_v2", "hipMemcpyDtoHAsync", func(s *Stream, buf *Buffer) error { return s.ReadBack(make([]byte, 64), buf, 0) }},
+				{"cuStreamSynchronize", "hipStreamSynchronize", func(s *Stream, _ *Buffer) error { return s.Close() }},
+			} {
+				name := map[Runtime]string{CUDA: c.cu, HIP: c.hip}[b.opts.Runtime]
+				t.Setenv("DDSTORE_STANDIN_FAIL", name+":2")
+				d := must[*Device](t)(Open(b.opts)) // its Close may fail too: the failure stays injected
+				s := must[*Stream](t)(d.NewStream())
+				buf := must[*Buffer](t)(d.Alloc(64))
+				wantErr(t, name, c.run(s, buf), ErrDriver, name, "error 2")
+				s.Close()
+				buf.Free()
+				d.Close()
+			}
+		})
 		t.Run("driver error", func(t *testing.T) {
 			alloc := map[Runtime]string{CUDA: "cuMemAlloc_v2", HIP: "hipMalloc"}[b.opts.Runtime]
 			t.Setenv("DDSTORE_STANDIN_FAIL", alloc+":2")

@@ -38,7 +38,5 @@ test-netns: deps
 FUZZ_TARGETS += fuzz-bootstrap
 FUZZ_BOOT_EXECS ?= 1000000x
 fuzz-bootstrap: deps
-	$(GO) test -run '^$$' -fuzz '^FuzzRendezvousFrames$$' -fuzztime $(FUZZ_BOOT_EXECS) -fuzzminimizetime 2x -parallel 2 ./engine/bootstrap
-	@$(call keep_fuzz_corpus,engine/bootstrap,FuzzRendezvousFrames)
-	$(GO) test -run '^$$' -fuzz '^FuzzPMIGather$$' -fuzztime $(FUZZ_BOOT_EXECS) -fuzzminimizetime 2x -parallel 2 ./engine/bootstrap
-	@$(call keep_fuzz_corpus,engine/bootstrap,FuzzPMIGather)
+	$(call fuzz_run,engine/bootstrap,FuzzRendezvousFrames,$(FUZZ_BOOT_EXECS))
+	$(call fuzz_run,engine/bootstrap,FuzzPMIGather,$(FUZZ_BOOT_EXECS))

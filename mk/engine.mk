@@ -8,12 +8,16 @@
 DEPS += stress-ng:stress-ng
 FUZZ_TARGETS += fuzz-telemetry
 
-# keep_fuzz_corpus copies what go test -fuzz found interesting for target
-# $(2) of package directory $(1) from the Go cache into $(1)/testdata/fuzz,
-# where plain go test replays it.
-keep_fuzz_corpus = d="$$($(GO) env GOCACHE)/fuzz/github.com/ddstore/ddstore/$(1)/$(2)"; \
+# fuzz_run PKG,TARGET,EXECS runs fuzz target TARGET of package directory
+# PKG for EXECS executions (every make fuzz target goes through it), then
+# copies what it found interesting from the Go cache into
+# PKG/testdata/fuzz, where plain go test replays it.
+define fuzz_run
+	$(GO) test -run '^$$' -fuzz '^$(2)$$' -fuzztime $(3) -fuzzminimizetime 2x -parallel 2 ./$(1)
+	@d="$$($(GO) env GOCACHE)/fuzz/github.com/ddstore/ddstore/$(1)/$(2)"; \
 	if [ -d "$$d" ]; then mkdir -p $(1)/testdata/fuzz/$(2) && cp -n "$$d"/* $(1)/testdata/fuzz/$(2)/; fi; \
 	echo "corpus: $$(ls $(1)/testdata/fuzz/$(2) 2>/dev/null | wc -l) inputs in $(1)/testdata/fuzz/$(2)"
+endef
 
 # make test STRESS_RUNS times while stress-ng keeps STRESS_CPUS cores busy;
 # it fails unless every run passes. STRESS_PKGS runs go test on those
@@ -62,7 +66,5 @@ test-soak: deps
 # the inputs they found interesting are kept in telemetry/testdata/fuzz.
 FUZZ_TELEMETRY_EXECS ?= 1000000x
 fuzz-telemetry: deps
-	$(GO) test -run '^$$' -fuzz '^FuzzTelemetryReader$$' -fuzztime $(FUZZ_TELEMETRY_EXECS) -fuzzminimizetime 2x -parallel 2 ./telemetry
-	@$(call keep_fuzz_corpus,telemetry,FuzzTelemetryReader)
-	$(GO) test -run '^$$' -fuzz '^FuzzTelemetryModel$$' -fuzztime $(FUZZ_TELEMETRY_EXECS) -fuzzminimizetime 2x -parallel 2 ./telemetry
-	@$(call keep_fuzz_corpus,telemetry,FuzzTelemetryModel)
+	$(call fuzz_run,telemetry,FuzzTelemetryReader,$(FUZZ_TELEMETRY_EXECS))
+	$(call fuzz_run,telemetry,FuzzTelemetryModel,$(FUZZ_TELEMETRY_EXECS))

@@ -14,10 +14,8 @@ test-asan: deps
 # against a model (fabric/gcheck_test.go): FuzzGatherRequest (the target's
 # validator and reply builder) and FuzzGatherReply (the reader's reply
 # check). The inputs they found interesting are kept in fabric/testdata/fuzz
-# (go test replays them). keep_fuzz_corpus is in mk/engine.mk.
+# (go test replays them). fuzz_run is in mk/engine.mk.
 FUZZ_GATHER_EXECS ?= 1000000x
 fuzz-gather: deps
-	$(GO) test -run '^$$' -fuzz '^FuzzGatherRequest$$' -fuzztime $(FUZZ_GATHER_EXECS) -fuzzminimizetime 2x -parallel 2 ./fabric
-	@$(call keep_fuzz_corpus,fabric,FuzzGatherRequest)
-	$(GO) test -run '^$$' -fuzz '^FuzzGatherReply$$' -fuzztime $(FUZZ_GATHER_EXECS) -fuzzminimizetime 2x -parallel 2 ./fabric
-	@$(call keep_fuzz_corpus,fabric,FuzzGatherReply)
+	$(call fuzz_run,fabric,FuzzGatherRequest,$(FUZZ_GATHER_EXECS))
+	$(call fuzz_run,fabric,FuzzGatherReply,$(FUZZ_GATHER_EXECS))

@@ -11,20 +11,13 @@ DEPS += iptables:iptables
 FUZZ_TARGETS += fuzz-auth fuzz-mesh fuzz-rendezvous
 FUZZ_SEC_EXECS ?= 1000000x
 
-# fuzz-one PKG TARGET
-define fuzz-one
-	$(GO) test -run '^$$' -fuzz '^$(2)$$' -fuzztime $(FUZZ_SEC_EXECS) -parallel 2 ./$(1)
-	@d="$$($(GO) env GOCACHE)/fuzz/github.com/ddstore/ddstore/$(1)/$(2)"; \
-	if [ -d "$$d" ]; then mkdir -p $(1)/testdata/fuzz/$(2) && cp -n "$$d"/* $(1)/testdata/fuzz/$(2)/; \
-	echo "corpus: $$(ls $(1)/testdata/fuzz/$(2) | wc -l) inputs in $(1)/testdata/fuzz/$(2)"; fi
-endef
-
+# fuzz_run is in mk/engine.mk.
 fuzz-auth: deps
-	$(call fuzz-one,engine/auth,FuzzHandshake)
+	$(call fuzz_run,engine/auth,FuzzHandshake,$(FUZZ_SEC_EXECS))
 fuzz-mesh: deps
-	$(call fuzz-one,engine/mesh,FuzzMeshWire)
+	$(call fuzz_run,engine/mesh,FuzzMeshWire,$(FUZZ_SEC_EXECS))
 fuzz-rendezvous: deps
-	$(call fuzz-one,engine/bootstrap,FuzzRendezvousFrame)
+	$(call fuzz_run,engine/bootstrap,FuzzRendezvousFrame,$(FUZZ_SEC_EXECS))
 
 # authcost: the added cost of authentication on Open (16 ranks, paired
 # ABBA, secret against DDSTORE_INSECURE=1). authcost-bins builds what it

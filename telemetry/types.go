@@ -207,23 +207,7 @@ func (c Counters) Add(o Counters) Counters {
 }
 
 // Accumulate adds o to c, field by field (c += o without copying either).
-func (c *Counters) Accumulate(o *Counters) {
-	c.Calls += o.Calls
-	c.Rows += o.Rows
-	c.Bytes += o.Bytes
-	c.LocalRows += o.LocalRows
-	c.RemoteRows += o.RemoteRows
-	c.Errors += o.Errors
-	c.MRRegs += o.MRRegs
-	c.Failovers += o.Failovers
-	for i := range c.PhaseNs {
-		c.PhaseNs[i] += o.PhaseNs[i]
-	}
-	for i := range c.CallHist {
-		c.CallHist[i] += o.CallHist[i]
-		c.RowHist[i] += o.RowHist[i]
-	}
-}
+func (c *Counters) Accumulate(o *Counters) { c.addTimes(o, 1) }
 
 // Sub returns c - prev, field by field: the work done between two
 // snapshots of the same stripe. Use it only when both snapshots have the
@@ -235,21 +219,25 @@ func (c Counters) Sub(prev Counters) Counters {
 
 // Deduct subtracts prev from c, field by field (c -= prev without copying
 // either; see Sub).
-func (c *Counters) Deduct(prev *Counters) {
-	c.Calls -= prev.Calls
-	c.Rows -= prev.Rows
-	c.Bytes -= prev.Bytes
-	c.LocalRows -= prev.LocalRows
-	c.RemoteRows -= prev.RemoteRows
-	c.Errors -= prev.Errors
-	c.MRRegs -= prev.MRRegs
-	c.Failovers -= prev.Failovers
+func (c *Counters) Deduct(prev *Counters) { c.addTimes(prev, -1) }
+
+// addTimes adds k·o to c, field by field (k is 1 or -1; the histograms'
+// uint64 buckets wrap as c -= o does).
+func (c *Counters) addTimes(o *Counters, k int64) {
+	c.Calls += k * o.Calls
+	c.Rows += k * o.Rows
+	c.Bytes += k * o.Bytes
+	c.LocalRows += k * o.LocalRows
+	c.RemoteRows += k * o.RemoteRows
+	c.Errors += k * o.Errors
+	c.MRRegs += k * o.MRRegs
+	c.Failovers += k * o.Failovers
 	for i := range c.PhaseNs {
-		c.PhaseNs[i] -= prev.PhaseNs[i]
+		c.PhaseNs[i] += k * o.PhaseNs[i]
 	}
 	for i := range c.CallHist {
-		c.CallHist[i] -= prev.CallHist[i]
-		c.RowHist[i] -= prev.RowHist[i]
+		c.CallHist[i] += uint64(k) * o.CallHist[i]
+		c.RowHist[i] += uint64(k) * o.RowHist[i]
 	}
 }
 

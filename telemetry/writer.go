@@ -1,6 +1,7 @@
 package telemetry
 
 import (
+	"cmp"
 	"fmt"
 	"math/bits"
 	"os"
@@ -66,33 +67,19 @@ const (
 )
 
 func (o WriterOptions) withDefaults() WriterOptions {
-	if o.Dir == "" {
-		o.Dir = DefaultDir
-	}
-	if o.Job == "" {
-		o.Job = DefaultJob
-	}
-	if o.World == 0 {
-		o.World = 1
-	}
-	if o.Host == "" {
+	o.Dir = cmp.Or(o.Dir, DefaultDir)
+	o.Job = cmp.Or(o.Job, DefaultJob)
+	o.World = cmp.Or(o.World, 1)
+	if o.Host == "" { // asked only when not given
 		o.Host = localHost()
 	}
 	if o.Pid == 0 {
 		o.Pid = os.Getpid()
 	}
-	if o.MaxVars == 0 {
-		o.MaxVars = DefaultMaxVars
-	}
-	if o.MaxReaders == 0 {
-		o.MaxReaders = DefaultMaxReaders
-	}
-	if o.RingSize == 0 {
-		o.RingSize = DefaultRingSize
-	}
-	if o.MaxPeers == 0 {
-		o.MaxPeers = min(max(o.World, 1), maxMaxPeers)
-	}
+	o.MaxVars = cmp.Or(o.MaxVars, DefaultMaxVars)
+	o.MaxReaders = cmp.Or(o.MaxReaders, DefaultMaxReaders)
+	o.RingSize = cmp.Or(o.RingSize, DefaultRingSize)
+	o.MaxPeers = cmp.Or(o.MaxPeers, min(max(o.World, 1), maxMaxPeers))
 	if o.PeerLanes == 0 && o.MaxPeers > 0 && o.MaxReaders > 0 {
 		o.PeerLanes = max(1, min(DefaultPeerLanes, o.MaxReaders+1, DefaultPeerLaneBytes/(o.MaxPeers*peerSlotBytes)))
 	}

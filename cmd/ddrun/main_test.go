@@ -10,15 +10,11 @@ import (
 	"time"
 
 	"github.com/ddstore/ddstore/engine/bootstrap"
+	"github.com/ddstore/ddstore/internal/testkit"
 )
 
 // With DDRUNTEST_ROLE set the test binary is one rank started by ddrun.
-func TestMain(m *testing.M) {
-	if role := os.Getenv("DDRUNTEST_ROLE"); role != "" {
-		os.Exit(rank(role))
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { testkit.Main(m, "DDRUNTEST_ROLE", rank) }
 
 func rankBlob(r int) []byte {
 	b := make([]byte, 10+r*1000)

@@ -8,6 +8,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"time"
 
@@ -66,14 +67,7 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "doctor:", err)
 		return 1
 	}
-	if *asJSON {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		err = enc.Encode(rep)
-	} else {
-		err = rep.WriteTable(os.Stdout)
-	}
-	if err != nil {
+	if err := writeReport(rep, *asJSON); err != nil {
 		fmt.Fprintln(os.Stderr, "doctor:", err)
 		return 1
 	}
@@ -106,16 +100,19 @@ func runJob(cfgPath string, asJSON, quiet bool, o doctor.JobOptions) int {
 	if !rep.IsRankZero {
 		return 0
 	}
-	if asJSON {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		err = enc.Encode(rep)
-	} else {
-		err = rep.WriteTable(os.Stdout)
-	}
-	if err != nil {
+	if err := writeReport(rep, asJSON); err != nil {
 		fmt.Fprintln(os.Stderr, "doctor --job:", err)
 		return 1
 	}
 	return 0
+}
+
+// writeReport prints a report on stdout: indented JSON, or its table.
+func writeReport(rep interface{ WriteTable(io.Writer) error }, asJSON bool) error {
+	if !asJSON {
+		return rep.WriteTable(os.Stdout)
+	}
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(rep)
 }

@@ -5,13 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/ddstore/ddstore/fault"
@@ -256,20 +254,5 @@ func (x *dirEx) Close() error {
 // readPrivateFile reads a peer's file, refusing one that is not a regular
 // file of this user with mode 0600 or stricter.
 func readPrivateFile(p string) ([]byte, error) {
-	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if err := checkOwned(p, fi, false); err != nil {
-		return nil, err
-	}
-	if fi.Size() > maxFrame {
-		return nil, fmt.Errorf("%w: %d bytes", ErrTooLarge, fi.Size())
-	}
-	return io.ReadAll(io.LimitReader(f, maxFrame+1))
+	return readOwnedFile(p, maxFrame, func(n int64) error { return fmt.Errorf("%w: %d bytes", ErrTooLarge, n) })
 }

@@ -162,13 +162,24 @@ func localPair(look lookupFunc, e *Env, rankVar, sizeVar string) error {
 	return nil
 }
 
-func detectTorch(look lookupFunc) (Env, error) {
-	r, w, err := rankWorld(look, "RANK", "WORLD_SIZE")
+// launcherEnv is the Env of a launcher that names rank and world size in
+// the variables rankVar and worldVar and the local ones in localRankVar and
+// localSizeVar.
+func launcherEnv(look lookupFunc, launcher, rankVar, worldVar, localRankVar, localSizeVar string) (Env, error) {
+	r, w, err := rankWorld(look, rankVar, worldVar)
 	if err != nil {
 		return Env{}, err
 	}
-	e := Env{Rank: r, World: w, Launcher: "torchrun"}
-	if err := localPair(look, &e, "LOCAL_RANK", "LOCAL_WORLD_SIZE"); err != nil {
+	e := Env{Rank: r, World: w, Launcher: launcher}
+	if err := localPair(look, &e, localRankVar, localSizeVar); err != nil {
+		return Env{}, err
+	}
+	return e, nil
+}
+
+func detectTorch(look lookupFunc) (Env, error) {
+	e, err := launcherEnv(look, "torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+	if err != nil {
 		return Env{}, err
 	}
 	switch {
@@ -185,12 +196,8 @@ func detectTorch(look lookupFunc) (Env, error) {
 }
 
 func detectOMPI(look lookupFunc) (Env, error) {
-	r, w, err := rankWorld(look, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE")
+	e, err := launcherEnv(look, "openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE")
 	if err != nil {
-		return Env{}, err
-	}
-	e := Env{Rank: r, World: w, Launcher: "openmpi"}
-	if err := localPair(look, &e, "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"); err != nil {
 		return Env{}, err
 	}
 	switch {
@@ -237,12 +244,8 @@ func OpenMPIDir(look func(string) (string, bool), e Env) (string, error) {
 // from the KVS name (see JobOf). Set DDSTORE_JOB to use the dir method
 // under mpiexec.
 func detectHydra(look lookupFunc) (Env, error) {
-	r, w, err := rankWorld(look, "PMI_RANK", "PMI_SIZE")
+	e, err := launcherEnv(look, "hydra", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS")
 	if err != nil {
-		return Env{}, err
-	}
-	e := Env{Rank: r, World: w, Launcher: "hydra"}
-	if err := localPair(look, &e, "MPI_LOCALRANKID", "MPI_LOCALNRANKS"); err != nil {
 		return Env{}, err
 	}
 	if fd, ok := look("PMI_FD"); ok {

@@ -17,26 +17,11 @@ import (
 	"time"
 
 	"github.com/ddstore/ddstore/fault"
+	"github.com/ddstore/ddstore/internal/testkit"
 )
 
-// flipBytes xors b at the positions muts names: each 3 bytes {pos u16,
-// xor u8} (pos modulo len(b)+1; at len(b) it appends the byte); a last 1
-// or 2 bytes cut that many times 3 bytes off the end.
-func flipBytes(b, muts []byte) []byte {
-	b = append([]byte(nil), b...)
-	for ; len(muts) >= 3; muts = muts[3:] {
-		p := int(binary.LittleEndian.Uint16(muts)) % (len(b) + 1)
-		if p == len(b) {
-			b = append(b, muts[2])
-		} else {
-			b[p] ^= muts[2]
-		}
-	}
-	for _, c := range muts {
-		b = b[:max(0, len(b)-3*int(c%8))]
-	}
-	return b
-}
+// flipBytes is testkit.Mutate with cuts of 3 bytes.
+func flipBytes(b, muts []byte) []byte { return testkit.Mutate(b, muts, 3) }
 
 func randBytes(rng *rand.Rand, max int) []byte {
 	b := make([]byte, rng.IntN(max+1))

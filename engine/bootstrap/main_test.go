@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/ddstore/ddstore/fault"
+	"github.com/ddstore/ddstore/internal/testkit"
 )
 
 // The multi-rank tests re-execute the test binary: with BSTEST_ROLE set,
@@ -37,12 +38,7 @@ type rankResult struct {
 	SecretLen int    `json:"secret_len,omitempty"`
 }
 
-func TestMain(m *testing.M) {
-	if role := os.Getenv("BSTEST_ROLE"); role != "" {
-		os.Exit(runRole(role))
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { testkit.Main(m, "BSTEST_ROLE", runRole) }
 
 // blobFor is rank r's blob of round k: its length and bytes derive from both.
 func blobFor(r, k int) []byte {
@@ -182,12 +178,7 @@ func spawn(t *testing.T, s spawnSpec) map[int]rankResult {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	type out struct {
-		rank int
-		b    []byte
-		err  error
-	}
-	outs := make(chan out, len(s.ranks))
+	outs := make(chan rankOut, len(s.ranks))
 	for i, r := range s.ranks {
 		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
 		rankVar, worldVar := "RANK=", "WORLD_SIZE="
@@ -207,20 +198,34 @@ func spawn(t *testing.T, s spawnSpec) map[int]rankResult {
 			if err != nil {
 				err = fmt.Errorf("%v: %s", err, stderr.String())
 			}
-			outs <- out{r, b, err}
+			outs <- rankOut{r, b, err}
 		}()
 	}
+	return collectResults(t, outs, len(s.ranks), func(rank int) bool { return s.role == "die" && rank == 2 })
+}
+
+// rankOut is what a rank process printed, and how it exited.
+type rankOut struct {
+	rank int
+	b    []byte
+	err  error
+}
+
+// collectResults reads n ranks' outputs from outs and parses each one's
+// result; a rank that printed none fails the test unless mayMiss(rank).
+func collectResults(t *testing.T, outs <-chan rankOut, n int, mayMiss func(rank int) bool) map[int]rankResult {
+	t.Helper()
 	res := map[int]rankResult{}
-	for range s.ranks {
+	for range n {
 		o := <-outs
 		rr, ok := parseResult(o.b)
-		if !ok && s.role == "die" && o.rank == 2 {
+		if !ok && mayMiss != nil && mayMiss(o.rank) {
 			continue
 		}
 		if !ok {
 			t.Fatalf("rank %d printed no result (err %v): %q", o.rank, o.err, o.b)
 		}
-		t.Logf("rank %d: ok=%v %s", o.rank, rr.OK, rr.Err)
+		t.Logf("rank %d: ok=%v job=%s %s", o.rank, rr.OK, rr.Job, rr.Err)
 		res[o.rank] = rr
 	}
 	return res

@@ -133,12 +133,7 @@ func runPMI2(t *testing.T, srv *pmi2Server, role string, env ...string) map[int]
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	type out struct {
-		rank int
-		b    []byte
-		err  error
-	}
-	outs := make(chan out, srv.n)
+	outs := make(chan rankOut, srv.n)
 	var served sync.WaitGroup
 	for r := range srv.n {
 		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
@@ -169,19 +164,10 @@ func runPMI2(t *testing.T, srv *pmi2Server, role string, env ...string) map[int]
 			if err != nil {
 				err = fmt.Errorf("%v: %s", err, stderr.String())
 			}
-			outs <- out{r, stdout.Bytes(), err}
+			outs <- rankOut{r, stdout.Bytes(), err}
 		}()
 	}
-	res := map[int]rankResult{}
-	for range srv.n {
-		o := <-outs
-		rr, ok := parseResult(o.b)
-		if !ok {
-			t.Fatalf("rank %d printed no result (err %v): %q", o.rank, o.err, o.b)
-		}
-		t.Logf("rank %d: ok=%v job=%s %s", o.rank, rr.OK, rr.Job, rr.Err)
-		res[o.rank] = rr
-	}
+	res := collectResults(t, outs, srv.n, nil)
 	served.Wait()
 	srv.mu.Lock()
 	defer srv.mu.Unlock()

@@ -94,11 +94,17 @@ func runLauncher(t *testing.T, launch []string, role string, timeout time.Durati
 }
 
 func TestPMIAllGather(t *testing.T) {
-	res := runMPIExec(t, 4, "gather", 10*time.Second, 4)
+	wantJobNamed(t, runMPIExec(t, 4, "gather", 10*time.Second, 4), "mpiexec-", "mpiexec's pid in the PMI kvsname")
+}
+
+// wantJobNamed checks that every rank succeeded and named the same job,
+// one that starts with prefix (named after what).
+func wantJobNamed(t *testing.T, res map[int]rankResult, prefix, what string) {
+	t.Helper()
 	wantAllOK(t, res)
 	job := res[0].Job
-	if !strings.HasPrefix(job, "mpiexec-") {
-		t.Errorf("job %q is not named after mpiexec's pid in the PMI kvsname", job)
+	if !strings.HasPrefix(job, prefix) {
+		t.Errorf("job %q is not named after %s", job, what)
 	}
 	for r, rr := range res {
 		if rr.Job != job {
@@ -149,17 +155,7 @@ func TestPMIMismatchViaRoot(t *testing.T) {
 // picks the dir method in the node's PMIx session directory, and the job
 // is named after the PMIx namespace on every rank.
 func TestOpenMPIAllGather(t *testing.T) {
-	res := runOpenMPI(t, 4, "gather", 10*time.Second, 4)
-	wantAllOK(t, res)
-	job := res[0].Job
-	if !strings.HasPrefix(job, "ompi-") {
-		t.Errorf("job %q is not named after Open MPI's PMIx namespace", job)
-	}
-	for r, rr := range res {
-		if rr.Job != job {
-			t.Errorf("rank %d job %q, rank 0 %q", r, rr.Job, job)
-		}
-	}
+	wantJobNamed(t, runOpenMPI(t, 4, "gather", 10*time.Second, 4), "ompi-", "Open MPI's PMIx namespace")
 }
 
 func TestOpenMPIMismatch(t *testing.T) {

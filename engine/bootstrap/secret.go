@@ -19,6 +19,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -178,11 +179,21 @@ func tokenErr(path, detail string, err error) error {
 // readPrivate reads a regular file that this user owns and nobody else may
 // read or write (no symlink followed).
 func readPrivate(path string) ([]byte, error) {
+	b, err := readOwnedFile(path, 4096, func(n int64) error {
+		return fmt.Errorf("is %d bytes long; a token file holds one line", n)
+	})
+	if errors.Is(err, syscall.ELOOP) {
+		return nil, errors.New("is a symbolic link; want a regular file")
+	}
+	return b, err
+}
+
+// readOwnedFile reads a regular file of at most max bytes that this user
+// owns and nobody else may read or write (checkOwned), following no
+// symlink; tooLarge(size) is the error of a larger one.
+func readOwnedFile(path string, max int64, tooLarge func(size int64) error) ([]byte, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
-		if errors.Is(err, syscall.ELOOP) {
-			return nil, errors.New("is a symbolic link; want a regular file")
-		}
 		return nil, err
 	}
 	defer f.Close()
@@ -193,12 +204,10 @@ func readPrivate(path string) ([]byte, error) {
 	if err := checkOwned(path, fi, false); err != nil {
 		return nil, err
 	}
-	if fi.Size() > 4096 {
-		return nil, fmt.Errorf("is %d bytes long; a token file holds one line", fi.Size())
+	if fi.Size() > max {
+		return nil, tooLarge(fi.Size())
 	}
-	b := make([]byte, fi.Size())
-	_, err = f.ReadAt(b, 0)
-	return b, err
+	return io.ReadAll(io.LimitReader(f, max+1))
 }
 
 // checkOwned refuses path unless this user owns it and, for a directory,

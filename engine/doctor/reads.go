@@ -8,14 +8,12 @@ package doctor
 // registering memory. Every row read is checked against the pattern.
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"math/rand"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"time"
 
@@ -77,67 +75,22 @@ const (
 )
 
 // target is a started target process.
-type target struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	info  fabric.TargetInfo
-}
+// target is a target process (fabric.StartTarget).
+type target struct{ *fabric.TargetProcess }
 
 func startTarget(ctx context.Context, exe, provider, domain string) (*target, error) {
 	cmd := exec.CommandContext(ctx, exe, TargetArg, provider, domain, strconv.Itoa(targetBytes))
 	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
+	tp, err := fabric.StartTarget(ctx, cmd)
 	if err != nil {
 		return nil, err
 	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start target %s: %w", exe, err)
-	}
-	tg := &target{cmd: cmd, stdin: stdin}
-	line := make(chan string, 1)
-	go func() {
-		s, _ := bufio.NewReader(stdout).ReadString('\n')
-		line <- s
-		io.Copy(io.Discard, stdout)
-	}()
-	select {
-	case s := <-line:
-		if s == "" {
-			tg.stop()
-			return nil, fmt.Errorf("target process exited before it was ready (%s)", cmd.ProcessState)
-		}
-		if tg.info, err = fabric.ParseTargetReady(s); err != nil {
-			tg.stop()
-			return nil, err
-		}
-		return tg, nil
-	case <-ctx.Done():
-		tg.stop()
-		return nil, fmt.Errorf("target process not ready: %w", ctx.Err())
-	}
+	return &target{tp}, nil
 }
 
 // stop closes the target's input and waits for it, killing it after 5s
 // (and removing what a killed shm endpoint leaves in /dev/shm).
-func (tg *target) stop() {
-	tg.stdin.Close()
-	done := make(chan struct{})
-	go func() { tg.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		tg.cmd.Process.Kill()
-		<-done
-		left, _ := filepath.Glob(fmt.Sprintf("/dev/shm/%d:*", tg.cmd.Process.Pid))
-		for _, f := range left {
-			os.Remove(f)
-		}
-	}
-}
+func (tg *target) stop() { tg.Stop() }
 
 // probeReads measures reads from a target process on provider/domain,
 // spending about per on each measurement (count > 0: count rows for the
@@ -171,7 +124,7 @@ func probeReads(ctx context.Context, exe, provider, domain string, per time.Dura
 		return res, err
 	}
 	defer r.Close()
-	peer, err := r.AddPeer(1, tg.info.Addr)
+	peer, err := r.AddPeer(1, tg.Addr)
 	if err != nil {
 		return res, err
 	}
@@ -180,7 +133,7 @@ func probeReads(ctx context.Context, exe, provider, domain string, per time.Dura
 		return res, err
 	}
 	defer mem.Free()
-	m := meter{r: r, peer: peer, tg: tg.info, dst: mem.Bytes(), rng: rand.New(rand.NewSource(1)), ctx: ctx}
+	m := meter{r: r, peer: peer, tg: tg.TargetInfo, dst: mem.Bytes(), rng: rand.New(rand.NewSource(1)), ctx: ctx}
 	// Connect and warm up (the target connects back on its first gather).
 	if _, err := m.batches(4096, 256, 1, 0, false); err != nil {
 		return res, err

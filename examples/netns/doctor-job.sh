@@ -17,31 +17,14 @@ id=$$
 sw=ddsw$id
 hosts=(ddj0$id ddj1$id ddj2$id ddj3$id)
 tmp=$(mktemp -d)
-cleanup() {
-  for p in $(cat "$tmp"/pids 2>/dev/null); do kill -9 "$p" 2>/dev/null || true; done
-  for n in "${hosts[@]}" "$sw"; do ip netns del "$n" 2>/dev/null || true; done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-if ! ip netns add "$sw" 2>"$tmp/err"; then
+. examples/netns/lib.sh
+trap netns_cleanup EXIT
+addr_of() { echo "10.78.0.$(($1 + 1))"; }
+if ! netns_switch; then
   echo "SKIP: cannot create network namespaces: $(cat "$tmp/err")"
   exit 0
 fi
-ip -n "$sw" link add br0 type bridge
-ip -n "$sw" link set br0 up
-for i in 0 1 2 3; do
-  h=${hosts[$i]}
-  ip netns add "$h"
-  ip link add "j$i$id" type veth peer name "k$i$id"
-  ip link set "j$i$id" netns "$h"
-  ip link set "k$i$id" netns "$sw"
-  ip -n "$h" link set "j$i$id" name eth0
-  ip -n "$h" addr add "10.78.0.$((i + 1))/24" dev eth0
-  ip -n "$h" link set eth0 up
-  ip -n "$h" link set lo up
-  ip -n "$sw" link set "k$i$id" master br0
-  ip -n "$sw" link set "k$i$id" up
-done
+netns_hosts j k addr_of
 tc -n "${hosts[$SLOW]}" qdisc replace dev eth0 root tbf rate 50mbit burst 32kbit latency 50ms
 ${GO:-go} build -o bin/ ./cmd/doctor
 
@@ -57,14 +40,8 @@ for run in $(seq "$RUNS"); do
       timeout 60 bin/doctor --job --json --quiet" >"$tmp/rank$r.out" 2>"$tmp/rank$r.err" &
     echo $! >>"$tmp/pids"
   done
-  fail=0
-  for p in $(cat "$tmp/pids"); do wait "$p" || fail=1; done
+  wait_ranks "doctor-job: run $run"
   took=$(( ($(date +%s%N) - t0) / 1000000 ))e-3
-  if (( fail )); then
-    for r in 0 1 2 3; do echo "rank $r:"; tail -n 5 "$tmp/rank$r.err"; done >&2
-    echo "doctor-job: run $run failed" >&2
-    exit 1
-  fi
   python3 - "$tmp/rank0.out" "$SLOW" "$took" "$run" <<'PY'
 import json, sys
 rep = json.load(open(sys.argv[1]))

@@ -48,31 +48,11 @@ id=$$
 sw=ddsw$id
 hosts=(ddh0$id ddh1$id ddh9$id ddh3$id) # two job hosts, the stranger's (steps 4, 5), a third job host (step 4)
 tmp=$(mktemp -d)
-cleanup() {
-  for p in $(cat "$tmp"/pids 2>/dev/null); do kill -9 "$p" 2>/dev/null || true; done
-  for n in "${hosts[@]}" "$sw"; do ip netns del "$n" 2>/dev/null || true; done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-if ! ip netns add "$sw" 2>"$tmp/err"; then
-  skip "cannot create network namespaces: $(cat "$tmp/err")"
-fi
-ip -n "$sw" link add br0 type bridge
-ip -n "$sw" link set br0 up
+. examples/netns/lib.sh
+trap netns_cleanup EXIT
 addr_of() { case $1 in 2) echo 10.77.0.9 ;; 3) echo 10.77.0.4 ;; *) echo "10.77.0.$(($1 + 1))" ;; esac; }
-for i in 0 1 2 3; do
-  h=${hosts[$i]}
-  ip netns add "$h"
-  ip link add "v$i$id" type veth peer name "p$i$id"
-  ip link set "v$i$id" netns "$h"
-  ip link set "p$i$id" netns "$sw"
-  ip -n "$h" link set "v$i$id" name eth0
-  ip -n "$h" addr add "$(addr_of "$i")/24" dev eth0
-  ip -n "$h" link set eth0 up
-  ip -n "$h" link set lo up
-  ip -n "$sw" link set "p$i$id" master br0
-  ip -n "$sw" link set "p$i$id" up
-done
+netns_switch || skip "cannot create network namespaces: $(cat "$tmp/err")"
+netns_hosts v p addr_of
 go build -o bin/ ./cmd/ddrun ./cmd/ddtop ./examples/train ./examples/netns/stranger
 
 # start_job EPOCHS [FABRIC_TIMEOUT_S]: ranks 0,1 on host 0 and 2,3 on host 1,
@@ -121,13 +101,7 @@ PY
 bin/ddrun -n 4 bin/train --epochs "$EPOCHS" --rows-per-rank "$ROWS" --json >"$tmp/one.out"
 one=$(losses "$tmp/one.out")
 RSS=1 start_job "$EPOCHS" 10
-fail=0
-for p in $(cat "$tmp/pids"); do wait "$p" || fail=1; done
-if (( fail )); then
-  for r in 0 1 2 3; do echo "rank $r:"; tail -n 5 "$tmp/rank$r.err"; done >&2
-  echo "netns-test: the two-host job failed" >&2
-  exit 1
-fi
+wait_ranks "netns-test: the two-host job"
 two=$(losses "$tmp"/rank{0,1,2,3}.out)
 grep -h "fabric\|train:" "$tmp"/rank0.err | head -n 2 || true
 echo "one host:  $one"
@@ -205,13 +179,7 @@ ip netns exec "${hosts[2]}" bin/stranger -refuse "$targets" || { echo "netns-tes
 # ports open; then rank 3 is let through and the job must start.
 ip netns exec "${hosts[2]}" bin/stranger -flood "$targets" -n 1000
 ip netns exec "${hosts[3]}" iptables -F OUTPUT
-fail=0
-for p in $(cat "$tmp/pids"); do wait "$p" || fail=1; done
-if (( fail )); then
-  for r in 0 1 2 3; do echo "rank $r:"; tail -n 5 "$tmp/rank$r.err"; done >&2
-  echo "netns-test: the job with a stranger failed" >&2
-  exit 1
-fi
+wait_ranks "netns-test: the job with a stranger"
 three=$(losses "$tmp"/rank{0,1,2,3}.out)
 refusals=$(cat "$tmp"/rank{0,1,2,3}.err | grep -c 'refused a connection' || true)
 rss_flood=$(cat "$tmp"/rank{0,1,2,3}.rss | grep -o '[0-9]*' | sort -n | tail -n1)

@@ -24,66 +24,33 @@ class Error(Exception):
         return self.msg
 
 
-class OutOfRangeError(Error, IndexError):
-    """A row or range outside the variable, or an update outside the shard."""
-    kind = "INDEX"
+def _kind(name, builtin, kind, doc, python_only=False):
+    """An Error subclass named name that is also the builtin exception
+    builtin, for the library's kind."""
+    return type(name, (Error, builtin), {"__doc__": doc, "__module__": __name__, "kind": kind,
+                                         "python_only": python_only})
 
 
-class UnknownVariableError(Error, KeyError):
-    """No variable of that name."""
-    kind = "UNKNOWN_VAR"
-
-
-class ShortBufferError(Error, ValueError):
-    """A destination too small for the rows asked."""
-    kind = "SHORT"
-
-
-class DTypeError(Error, TypeError):
-    """A dtype or row shape that does not fit the variable, or indices,
-    starts, lengths or a start that are not integers (a TypeError, as
-    list[1.7] raises)."""
-    kind = "DTYPE"
-
-
-class MismatchError(Error, ValueError):
-    """Ranks disagree in a collective call, or on the job token."""
-    kind = "MISMATCH"
-
-
-class ExistsError(Error, ValueError):
-    """The variable exists already."""
-    kind = "EXISTS"
-
-
-class PeerDeadError(Error, ConnectionError):
-    """A rank that owns the rows died; .rank names it."""
-    kind = "PEER_DEAD"
-
-
-class ClosedError(Error, ValueError):
-    """The store (or loader) is closed."""
-    kind = "CLOSED"
-
-
-class DeadlineError(Error, TimeoutError):
-    """An operation did not finish before its deadline."""
-    kind = "TIMEOUT"
-
-
-class InvalidError(Error, ValueError):
-    """A bad argument, option or handle, or a launcher environment the
-    bootstrap cannot use (among them a rendezvous that another open store
-    of this process holds)."""
-    kind = "INVALID"
-
-
-class ForkError(Error, RuntimeError):
-    """The store is used in a forked child; only its creator may use it.
-    Its code is INVALID's (an invalid use), but the library's INVALID
-    errors stay InvalidError."""
-    kind = "INVALID"
-    python_only = True
+# The exceptions: one row each (name, builtin, kind, doc).
+OutOfRangeError = _kind("OutOfRangeError", IndexError, "INDEX",
+                        "A row or range outside the variable, or an update outside the shard.")
+UnknownVariableError = _kind("UnknownVariableError", KeyError, "UNKNOWN_VAR", "No variable of that name.")
+ShortBufferError = _kind("ShortBufferError", ValueError, "SHORT", "A destination too small for the rows asked.")
+DTypeError = _kind("DTypeError", TypeError, "DTYPE",
+                   "A dtype or row shape that does not fit the variable, or indices, starts, lengths or a "
+                   "start that are not integers (a TypeError, as list[1.7] raises).")
+MismatchError = _kind("MismatchError", ValueError, "MISMATCH",
+                      "Ranks disagree in a collective call, or on the job token.")
+ExistsError = _kind("ExistsError", ValueError, "EXISTS", "The variable exists already.")
+PeerDeadError = _kind("PeerDeadError", ConnectionError, "PEER_DEAD", "A rank that owns the rows died; .rank names it.")
+ClosedError = _kind("ClosedError", ValueError, "CLOSED", "The store (or loader) is closed.")
+DeadlineError = _kind("DeadlineError", TimeoutError, "TIMEOUT", "An operation did not finish before its deadline.")
+InvalidError = _kind("InvalidError", ValueError, "INVALID",
+                     "A bad argument, option or handle, or a launcher environment the bootstrap cannot use "
+                     "(among them a rendezvous that another open store of this process holds).")
+ForkError = _kind("ForkError", RuntimeError, "INVALID",
+                  "The store is used in a forked child; only its creator may use it. Its code is INVALID's "
+                  "(an invalid use), but the library's INVALID errors stay InvalidError.", python_only=True)
 
 
 # Code → exception and kind → code, learned from the library at load

@@ -395,27 +395,25 @@ func cstr(p *C.char) string {
 
 // cbytes views C memory as a slice; valid during the call (or started op).
 func cbytes(p unsafe.Pointer, n C.int64_t) ([]byte, error) {
-	switch {
-	case n < 0:
-		return nil, fmt.Errorf("%w: negative length %d", errInvalid, int64(n))
-	case n == 0:
-		return nil, nil
-	case p == nil:
-		return nil, fmt.Errorf("%w: NULL buffer of %d bytes", errInvalid, int64(n))
-	}
-	return unsafe.Slice((*byte)(p), int(n)), nil
+	return cslice[byte](p, n, "length", "buffer of %d bytes")
 }
 
 func cints(p *C.int64_t, n C.int64_t) ([]int64, error) {
+	return cslice[int64](unsafe.Pointer(p), n, "count", "array of %d entries")
+}
+
+// cslice views n Ts of C memory at p as a slice; an error names a negative
+// n as its count word, or a NULL p as what (with n).
+func cslice[T any](p unsafe.Pointer, n C.int64_t, count, what string) ([]T, error) {
 	switch {
 	case n < 0:
-		return nil, fmt.Errorf("%w: negative count %d", errInvalid, int64(n))
+		return nil, fmt.Errorf("%w: negative %s %d", errInvalid, count, int64(n))
 	case n == 0:
 		return nil, nil
 	case p == nil:
-		return nil, fmt.Errorf("%w: NULL array of %d entries", errInvalid, int64(n))
+		return nil, fmt.Errorf("%w: NULL "+what, errInvalid, int64(n))
 	}
-	return unsafe.Slice((*int64)(unsafe.Pointer(p)), int(n)), nil
+	return unsafe.Slice((*T)(p), int(n)), nil
 }
 
 //export dds_close_start

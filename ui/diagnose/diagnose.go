@@ -7,6 +7,7 @@
 package diagnose
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"sort"
@@ -61,26 +62,19 @@ var Defaults = Thresholds{
 
 func (t Thresholds) withDefaults() Thresholds {
 	d := Defaults
-	orDefault(&t.MinCalls, d.MinCalls)
-	orDefault(&t.GPUSyncShare, d.GPUSyncShare)
-	orDefault(&t.LockWaitShare, d.LockWaitShare)
-	orDefault(&t.RowsPerCall, d.RowsPerCall)
-	orDefault(&t.SmallRowBytes, d.SmallRowBytes)
-	orDefault(&t.MRShare, d.MRShare)
-	orDefault(&t.RegsPerCall, d.RegsPerCall)
-	orDefault(&t.StragglerRatio, d.StragglerRatio)
-	orDefault(&t.StragglerMinNs, d.StragglerMinNs)
-	orDefault(&t.MinPeerCalls, d.MinPeerCalls)
-	orDefault(&t.LoaderWait, d.LoaderWait)
-	orDefault(&t.MinBatches, d.MinBatches)
+	t.MinCalls = cmp.Or(t.MinCalls, d.MinCalls)
+	t.GPUSyncShare = cmp.Or(t.GPUSyncShare, d.GPUSyncShare)
+	t.LockWaitShare = cmp.Or(t.LockWaitShare, d.LockWaitShare)
+	t.RowsPerCall = cmp.Or(t.RowsPerCall, d.RowsPerCall)
+	t.SmallRowBytes = cmp.Or(t.SmallRowBytes, d.SmallRowBytes)
+	t.MRShare = cmp.Or(t.MRShare, d.MRShare)
+	t.RegsPerCall = cmp.Or(t.RegsPerCall, d.RegsPerCall)
+	t.StragglerRatio = cmp.Or(t.StragglerRatio, d.StragglerRatio)
+	t.StragglerMinNs = cmp.Or(t.StragglerMinNs, d.StragglerMinNs)
+	t.MinPeerCalls = cmp.Or(t.MinPeerCalls, d.MinPeerCalls)
+	t.LoaderWait = cmp.Or(t.LoaderWait, d.LoaderWait)
+	t.MinBatches = cmp.Or(t.MinBatches, d.MinBatches)
 	return t
-}
-
-// orDefault sets *v to def when it is zero.
-func orDefault[T int64 | float64](v *T, def T) {
-	if *v == 0 {
-		*v = def
-	}
 }
 
 // rankRule judges one rank; jobRule judges the ranks of one job together.

@@ -16,15 +16,11 @@ import (
 	"time"
 
 	"github.com/ddstore/ddstore/engine/bootstrap"
+	"github.com/ddstore/ddstore/internal/testkit"
 )
 
 // With LAUNCHTEST_ROLE set the test binary is one rank started by Run.
-func TestMain(m *testing.M) {
-	if role := os.Getenv("LAUNCHTEST_ROLE"); role != "" {
-		os.Exit(rank(role))
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { testkit.Main(m, "LAUNCHTEST_ROLE", rank) }
 
 func rank(role string) int {
 	r, _ := strconv.Atoi(os.Getenv("RANK"))

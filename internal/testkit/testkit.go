@@ -1,0 +1,41 @@
+// Package testkit owns helpers that the tests of several packages share:
+// fuzz input mutation and the TestMain of a test binary that re-executes
+// itself. It imports nothing of ddstore's, so any package's tests may use
+// it; no library code does.
+package testkit
+
+import (
+	"encoding/binary"
+	"os"
+	"testing"
+)
+
+// Mutate returns a copy of b changed by muts, a fuzzer's bytes: each 3
+// bytes {pos u16 little-endian, xor u8} flip bits at pos modulo len+1 (at
+// len it appends the byte); each of the last 1 or 2 bytes c then cuts
+// cut*(c%8) bytes off the end.
+func Mutate(b, muts []byte, cut int) []byte {
+	b = append([]byte(nil), b...)
+	for ; len(muts) >= 3; muts = muts[3:] {
+		p := int(binary.LittleEndian.Uint16(muts)) % (len(b) + 1)
+		if p == len(b) {
+			b = append(b, muts[2])
+		} else {
+			b[p] ^= muts[2]
+		}
+	}
+	for _, c := range muts {
+		b = b[:max(0, len(b)-cut*int(c%8))]
+	}
+	return b
+}
+
+// Main is the TestMain of a test binary that re-executes itself as child
+// processes: where the environment variable env is set, this process is a
+// child and exits with run(its value); otherwise it runs the tests.
+func Main(m *testing.M, env string, run func(value string) int) {
+	if v := os.Getenv(env); v != "" {
+		os.Exit(run(v))
+	}
+	os.Exit(m.Run())
+}
