@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -31,10 +32,18 @@ import (
 // deviceBenchRows are the row sizes of the device÷host goals.
 var deviceBenchRows = []int64{3072, 12800, 1048576}
 
+// The device benchmarks' GPU settings, for side-by-side runs of one test
+// binary (Open reads no DDSTORE_GPU_* variable; LoadConfig maps them).
+var (
+	benchGPUSpin  = flag.Duration("bench.gpu.spin", 0, "GPUOptions.SpinWait of device benchmarks (0: default, negative: never poll)")
+	benchGPUStage = flag.Int("bench.gpu.stage", 0, "GPUOptions.StageBytes of device benchmarks (0: default)")
+)
+
 // benchGPUParams are the cluster parameters of a device benchmark: the real
 // driver unless standin names a stand-in library.
 func benchGPUParams(standin, sync string) map[string]string {
-	p := map[string]string{"GPUDEV": os.Getenv("DDSTORE_GPU_DEVICE"), "GPUSYNC": sync, "STAGE": "0"}
+	p := map[string]string{"GPUDEV": os.Getenv("DDSTORE_GPU_DEVICE"), "GPUSYNC": sync, "STAGE": strconv.Itoa(*benchGPUStage),
+		"GPUSPIN": benchGPUSpin.String()}
 	if standin != "" {
 		p["GPUDEV"], p["GPULIB"] = "cuda", standin
 	}

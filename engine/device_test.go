@@ -87,6 +87,9 @@ func gpuOptionsFrom(params map[string]string) GPUOptions {
 	if lib := params["GPULIB"]; lib != "" {
 		g.Libraries = []string{lib}
 	}
+	if d, err := time.ParseDuration(params["GPUSPIN"]); err == nil {
+		g.SpinWait = d
+	}
 	return g
 }
 

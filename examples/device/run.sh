@@ -14,8 +14,9 @@
 #   gpu       examples/gpu/check.sh: package gpu and the engine's device
 #             path on the real driver, with their goals
 #   getdevice GetBatch of 128 rows into device ÷ host memory (3 KB and 1 MiB,
-#             tcp) under the default settings, gpu.spin_wait 0 and
-#             gpu.stage_bytes 64MiB, alternating, GETDEV_ROUNDS rounds (2)
+#             tcp) under the default settings, no polling (-bench.gpu.spin)
+#             and 64 MiB staging halves (-bench.gpu.stage), alternating,
+#             GETDEV_ROUNDS rounds (2)
 #   telemetry BenchmarkTelemetryPaired (engine): telemetry on ÷ off for Get
 #             and GetBatch of 128 local 3 KB rows; BenchmarkRecord (telemetry)
 #   hotpath   examples/bench/hotpath.sh run: Record ÷ format v1, telemetry
@@ -64,11 +65,11 @@ getdevice() { # GetBatchDevice ÷ GetBatch, three settings alternating
   local i cfg
   cd engine || return 1
   for i in $(seq "${GETDEV_ROUNDS:-2}"); do
-    for cfg in default DDSTORE_GPU_SPIN_WAIT=0 DDSTORE_GPU_STAGE_BYTES=64MiB; do
+    for cfg in default -bench.gpu.spin=-1ns -bench.gpu.stage=67108864; do
       echo "# round $i: $cfg"
       local set=()
       [ "$cfg" = default ] || set=("$cfg")
-      env "${set[@]}" DDSTORE_GPU_REAL=1 "$bundle/engine.test" -test.run '^$' \
+      DDSTORE_GPU_REAL=1 "$bundle/engine.test" -test.run '^$' "${set[@]}" \
         -test.bench 'BenchmarkGetDevice/path=tcp/row=(3072|1048576)$' -test.benchtime 50x 2>&1 | grep -E '^Benchmark.*row=' || return 1
     done
   done
