@@ -127,6 +127,7 @@ func (g *GPUOptions) ensureDefaults() {
 	g.Sync = cmp.Or(g.Sync, GPUSyncStream)
 	g.Direct = cmp.Or(g.Direct, GPUDirectAuto)
 	g.StageBytes = cmp.Or(g.StageBytes, defaultStageBytes)
+	g.SpinWait = cmp.Or(g.SpinWait, gpu.DefaultSpinWait)
 }
 
 // validate checks the GPU options; zero fields are valid (defaults).
