@@ -20,29 +20,8 @@ go build -o bin/ ./cmd/ddrun ./examples/train ./examples/opentime
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-launchers=(ddrun)
-command -v mpiexec.mpich >/dev/null && launchers+=(mpiexec)
-if command -v srun >/dev/null; then
-  # No Slurm running (SLURM_CONF unset or dead): start a one-machine one
-  # for the duration, as root (examples/slurm/local-slurm.sh).
-  if ! timeout 20 srun -n 1 true >/dev/null 2>&1 && [[ $(id -u) == 0 ]] &&
-    examples/slurm/local-slurm.sh start "$tmp/slurm" >/dev/null; then
-    export SLURM_CONF=$tmp/slurm/slurm.conf
-    trap 'examples/slurm/local-slurm.sh stop "$tmp/slurm"; rm -rf "$tmp"' EXIT
-  fi
-  timeout 20 srun -n 1 true >/dev/null 2>&1 && launchers+=(srun)
-fi
-
-# launch L N CMD...: run CMD as N ranks under launcher L.
-launch() {
-  local l=$1 n=$2
-  shift 2
-  case $l in
-    ddrun) bin/ddrun -n "$n" "$@" ;;
-    mpiexec) mpiexec.mpich -n "$n" "$@" ;;
-    srun) srun ${SRUN_ARGS:-} -n "$n" "$@" ;;
-  esac
-}
+. examples/launch-lib.sh
+find_launchers
 
 for rep in $(seq "$REPS"); do
   for l in "${launchers[@]}"; do

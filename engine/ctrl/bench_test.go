@@ -1,11 +1,12 @@
 package ctrl
 
 import (
-	"sync"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/ddstore/ddstore/engine/mesh"
+	"github.com/ddstore/ddstore/internal/testkit"
 )
 
 // BenchmarkAllReduceVsMesh: 800 KB all-reduces of 4 ranks (goroutines of
@@ -32,17 +33,9 @@ func BenchmarkAllReduceVsMesh(b *testing.B) {
 				}
 			}
 			run := func(f func(r int) error) {
-				var wg sync.WaitGroup
-				for r := 0; r < ranks; r++ {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						if err := f(r); err != nil {
-							b.Error(err)
-						}
-					}()
+				if err := errors.Join(testkit.Each(ranks, f)...); err != nil {
+					b.Error(err)
 				}
-				wg.Wait()
 			}
 			b.SetBytes(4 * floats)
 			b.ResetTimer()
@@ -71,17 +64,9 @@ func meshWorld(b *testing.B, n int) []*mesh.Mesh {
 		}
 		ms[r], addrs[r] = m, a
 	}
-	var wg sync.WaitGroup
-	for _, m := range ms {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := m.Connect(addrs); err != nil {
-				b.Error(err)
-			}
-		}()
+	if err := errors.Join(testkit.Each(n, func(r int) error { return ms[r].Connect(addrs) })...); err != nil {
+		b.Error(err)
 	}
-	wg.Wait()
 	b.Cleanup(func() {
 		for _, m := range ms {
 			m.Close()

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ddstore/ddstore/fault"
+	"github.com/ddstore/ddstore/internal/testkit"
 )
 
 var testSecret = []byte("mesh-test-secret-0123456789")
@@ -40,13 +41,7 @@ func world(t testing.TB, n int, o Options, perRank ...func(r int, o *Options)) [
 		}
 		ms[r], addrs[r] = m, a
 	}
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Add(1)
-		go func() { defer wg.Done(); errs[r] = ms[r].Connect(addrs) }()
-	}
-	wg.Wait()
+	errs := each(ms, func(r int, m *Mesh) error { return m.Connect(addrs) })
 	for r, err := range errs {
 		if err != nil {
 			t.Fatalf("rank %d: %v", r, err)
@@ -62,14 +57,7 @@ func world(t testing.TB, n int, o Options, perRank ...func(r int, o *Options)) [
 
 // each runs f on every rank concurrently and returns the errors.
 func each(ms []*Mesh, f func(r int, m *Mesh) error) []error {
-	errs := make([]error, len(ms))
-	var wg sync.WaitGroup
-	for r, m := range ms {
-		wg.Add(1)
-		go func() { defer wg.Done(); errs[r] = f(r, m) }()
-	}
-	wg.Wait()
-	return errs
+	return testkit.Each(len(ms), func(r int) error { return f(r, ms[r]) })
 }
 
 func blob(r, k int) []byte {

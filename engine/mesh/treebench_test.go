@@ -1,14 +1,15 @@
 package mesh
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/ddstore/ddstore/engine/ctrl"
+	"github.com/ddstore/ddstore/internal/testkit"
 )
 
 // BenchmarkTreeVsTCPRing is issue 27's goal at 4 ranks: the tree control
@@ -28,17 +29,9 @@ func BenchmarkTreeVsTCPRing(b *testing.B) {
 			}
 			rings, ms, ts := plainRing(b, ranks), world(b, ranks, Options{Timeout: time.Minute}), treeWorld(b, ranks, ppn)
 			par := func(f func(r int) error) {
-				var wg sync.WaitGroup
-				for r := range ranks {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						if err := f(r); err != nil {
-							b.Error(err)
-						}
-					}()
+				if err := errors.Join(testkit.Each(ranks, f)...); err != nil {
+					b.Error(err)
 				}
-				wg.Wait()
 			}
 			b.SetBytes(4 * floats)
 			b.ResetTimer()
@@ -78,21 +71,16 @@ func treeWorld(b *testing.B, n, ppn int) []*ctrl.Ctrl {
 	treeJobs++
 	job := fmt.Sprintf("mb%d-%d", os.Getpid(), treeJobs)
 	cs := make([]*ctrl.Ctrl, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			o := ctrl.Options{Rank: r, World: n, Node: r / ppn, Nodes: nodes, LocalRank: r % ppn, LocalSize: ppn,
-				Job: job, Token: "bench", Agents: agents, Timeout: time.Minute}
-			if r%ppn == 0 && nodes > 1 {
-				o.Listener = lns[r/ppn]
-			}
-			cs[r], errs[r] = ctrl.Start(o)
-		}()
-	}
-	wg.Wait()
+	errs := testkit.Each(n, func(r int) error {
+		o := ctrl.Options{Rank: r, World: n, Node: r / ppn, Nodes: nodes, LocalRank: r % ppn, LocalSize: ppn,
+			Job: job, Token: "bench", Agents: agents, Timeout: time.Minute}
+		if r%ppn == 0 && nodes > 1 {
+			o.Listener = lns[r/ppn]
+		}
+		var err error
+		cs[r], err = ctrl.Start(o)
+		return err
+	})
 	for r, err := range errs {
 		if err != nil {
 			b.Fatalf("rank %d: %v", r, err)

@@ -18,32 +18,15 @@ if [[ -z ${BIN:-} ]]; then
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-launchers=(ddrun)
-command -v mpiexec.mpich >/dev/null && launchers+=(mpiexec)
-if command -v srun >/dev/null; then
-  if ! timeout 20 srun -n 1 true >/dev/null 2>&1 && [[ $(id -u) == 0 ]] &&
-    examples/slurm/local-slurm.sh start "$tmp/slurm" >/dev/null; then
-    export SLURM_CONF=$tmp/slurm/slurm.conf
-    trap 'examples/slurm/local-slurm.sh stop "$tmp/slurm"; rm -rf "$tmp"' EXIT
-  fi
-  timeout 20 srun -n 1 true >/dev/null 2>&1 && launchers+=(srun)
-fi
-launch() {
-  local l=$1
-  shift
-  case $l in
-    ddrun) "$BIN/ddrun" -n "$RANKS" "$@" ;;
-    mpiexec) mpiexec.mpich -n "$RANKS" "$@" ;;
-    srun) srun ${SRUN_ARGS:-} -n "$RANKS" "$@" ;;
-  esac
-}
+. examples/launch-lib.sh
+find_launchers
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for rep in $(seq "$REPS"); do
   for l in "${launchers[@]}"; do
     if (( rep % 2 )); then order="mesh tree"; else order="tree mesh"; fi
     for c in $order; do
       t0=$(date +%s%N)
-      DDSTORE_CONTROL=$c launch "$l" "$BIN/train" --epochs 1 --rows-per-rank "$ROWS" --json >"$tmp/out" 2>>"$tmp/err" ||
+      DDSTORE_CONTROL=$c launch "$l" "$RANKS" "$BIN/train" --epochs 1 --rows-per-rank "$ROWS" --json >"$tmp/out" 2>>"$tmp/err" ||
         { echo "$l $c failed:"; tail -5 "$tmp/err"; exit 1; }
       t1=$(date +%s%N)
       loss=$(python3 -c "import json,sys; print([json.loads(x)['loss'] for x in open(sys.argv[1]) if x.startswith('{')][0])" "$tmp/out")

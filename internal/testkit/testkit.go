@@ -1,14 +1,28 @@
 // Package testkit owns helpers that the tests of several packages share:
-// fuzz input mutation and the TestMain of a test binary that re-executes
-// itself. It imports nothing of ddstore's, so any package's tests may use
+// fuzz input mutation, the TestMain of a test binary that re-executes
+// itself, and running a function as concurrent ranks (Each). It imports nothing of ddstore's, so any package's tests may use
 // it; no library code does.
 package testkit
 
 import (
 	"encoding/binary"
 	"os"
+	"sync"
 	"testing"
 )
+
+// Each runs f(0), …, f(n-1) concurrently, as the ranks of an in-process
+// job, and returns their errors by index once all have returned.
+func Each(n int, f func(i int) error) []error {
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = f(i) }()
+	}
+	wg.Wait()
+	return errs
+}
 
 // Mutate returns a copy of b changed by muts, a fuzzer's bytes: each 3
 // bytes {pos u16 little-endian, xor u8} flip bits at pos modulo len+1 (at

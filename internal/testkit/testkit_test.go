@@ -2,7 +2,11 @@ package testkit
 
 import (
 	"bytes"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 func TestMutate(t *testing.T) {
@@ -28,6 +32,46 @@ func TestMutate(t *testing.T) {
 		}
 		if !bytes.Equal(in, orig) {
 			t.Fatalf("Mutate changed its input: %v", in)
+		}
+	}
+}
+
+// TestEach: every index runs once, all at the same time (each waits for
+// the others to start; one by one it would time out), and each index's
+// error comes back in its place.
+func TestEach(t *testing.T) {
+	const n = 8
+	var started sync.WaitGroup
+	started.Add(n)
+	all := make(chan struct{})
+	go func() { started.Wait(); close(all) }()
+	var runs [n]atomic.Int32
+	errs := Each(n, func(i int) error {
+		runs[i].Add(1)
+		started.Done()
+		select {
+		case <-all:
+		case <-time.After(time.Minute):
+			return fmt.Errorf("index %d: the others did not start within a minute", i)
+		}
+		if i%2 == 1 {
+			return fmt.Errorf("odd %d", i)
+		}
+		return nil
+	})
+	if len(errs) != n {
+		t.Fatalf("%d errors, want %d", len(errs), n)
+	}
+	for i, err := range errs {
+		if runs[i].Load() != 1 {
+			t.Errorf("index %d ran %d times", i, runs[i].Load())
+		}
+		want := ""
+		if i%2 == 1 {
+			want = fmt.Sprintf("odd %d", i)
+		}
+		if got := fmt.Sprint(err); (err == nil) != (want == "") || (err != nil && got != want) {
+			t.Errorf("index %d: error %v, want %q", i, err, want)
 		}
 	}
 }
