@@ -13,7 +13,7 @@ import (
 // Exchanger runs small collectives among all ranks of a job. Every rank must
 // call the same collectives with the same tags in the same order. An
 // Exchanger is not safe for concurrent use. After a failed collective the
-// Exchanger is broken: later calls return an ErrClosed error that wraps the
+// Exchanger is broken: later calls return an fault.ErrClosed error that wraps the
 // first failure.
 type Exchanger interface {
 	Rank() int
@@ -119,7 +119,7 @@ func (o Options) Validate() error {
 }
 
 func optErr(format string, args ...any) error {
-	return &fault.Error{Op: "options", Kind: ErrEnv, Side: fault.Local, Detail: fmt.Sprintf(format, args...)}
+	return &fault.Error{Op: "options", Kind: fault.ErrEnv, Side: fault.Local, Detail: fmt.Sprintf(format, args...)}
 }
 
 // resolved is Options with every default filled in.
@@ -295,10 +295,10 @@ func (s *single) Rank() int { return 0 }
 func (s *single) Size() int { return 1 }
 func (s *single) AllGather(tag string, mine []byte, _ time.Duration) ([][]byte, error) {
 	if s.closed {
-		return nil, &fault.Error{Op: opName("single", fmt.Sprintf("allgather %q", tag)), Kind: ErrClosed, Side: fault.Local}
+		return nil, &fault.Error{Op: opName("single", fmt.Sprintf("allgather %q", tag)), Kind: fault.ErrClosed, Side: fault.Local}
 	}
 	if len(mine) > MaxMessage {
-		return nil, &fault.Error{Op: opName("single", fmt.Sprintf("allgather %q", tag)), Kind: ErrTooLarge, Side: fault.Local,
+		return nil, &fault.Error{Op: opName("single", fmt.Sprintf("allgather %q", tag)), Kind: fault.ErrTooLarge, Side: fault.Local,
 			Detail: fmt.Sprintf("blob of %d bytes exceeds %d", len(mine), MaxMessage)}
 	}
 	return [][]byte{append([]byte(nil), mine...)}, nil

@@ -51,7 +51,7 @@ func (c *collective) takeSecret(root []byte) error {
 	}
 	_, s, ok := strings.Cut(string(root), " secret=")
 	if !ok || len(s) < auth.MinSecret {
-		return &fault.Error{Op: opName(c.method, "connect"), Kind: ErrToken, Side: fault.Remote, Ranks: []int{0},
+		return &fault.Error{Op: opName(c.method, "connect"), Kind: fault.ErrToken, Side: fault.Remote, Ranks: []int{0},
 			Detail: "rank 0 published no job secret (is it running without one, DDSTORE_INSECURE, or an older ddstore?)"}
 	}
 	c.secret = []byte(s)
@@ -74,14 +74,14 @@ func (c *collective) Method() string { return c.method }
 func (c *collective) begin(kind, tag string, mine []byte, timeout time.Duration) (string, time.Time, error) {
 	op := fmt.Sprintf("%s %q", kind, tag)
 	if c.closed {
-		return op, time.Time{}, &fault.Error{Op: opName(c.method, op), Kind: ErrClosed, Side: fault.Local, Detail: "exchanger closed"}
+		return op, time.Time{}, &fault.Error{Op: opName(c.method, op), Kind: fault.ErrClosed, Side: fault.Local, Detail: "exchanger closed"}
 	}
 	if c.broken != nil {
-		return op, time.Time{}, &fault.Error{Op: opName(c.method, op), Kind: ErrClosed, Side: fault.Local,
+		return op, time.Time{}, &fault.Error{Op: opName(c.method, op), Kind: fault.ErrClosed, Side: fault.Local,
 			Detail: "exchanger broken by an earlier failure", Err: c.broken}
 	}
 	if len(mine) > MaxMessage {
-		return op, time.Time{}, &fault.Error{Op: opName(c.method, op), Kind: ErrTooLarge, Side: fault.Local,
+		return op, time.Time{}, &fault.Error{Op: opName(c.method, op), Kind: fault.ErrTooLarge, Side: fault.Local,
 			Detail: fmt.Sprintf("blob of %d bytes exceeds the limit of %d", len(mine), MaxMessage)}
 	}
 	if timeout <= 0 {
@@ -103,14 +103,14 @@ func (c *collective) errf(op string, kind error, ranks []int, format string, arg
 	return &fault.Error{Op: opName(c.method, op), Kind: kind, Side: sideOf(kind), Ranks: ranks, Detail: fmt.Sprintf(format, args...)}
 }
 
-// mismatchDetail is the message of ErrMismatch for two ranks' collectives.
+// mismatchDetail is the message of fault.ErrMismatch for two ranks' collectives.
 func mismatchDetail(r int, rSeq uint64, rTag string, ref int, refSeq uint64, refTag string) string {
 	return fmt.Sprintf("collective mismatch: rank %d called %q (#%d), rank %d called %q (#%d)",
 		r, rTag, rSeq, ref, refTag, refSeq)
 }
 
 // kind codes for the wire.
-var kindCodes = []error{nil, ErrTimeout, ErrToken, ErrMismatch, ErrPeerLost, ErrClosed, ErrEnv, ErrTooLarge}
+var kindCodes = []error{nil, fault.ErrTimeout, fault.ErrToken, fault.ErrMismatch, fault.ErrPeerDead, fault.ErrClosed, fault.ErrEnv, fault.ErrTooLarge}
 
 func kindCode(err error) uint8 {
 	for i, k := range kindCodes[1:] {
@@ -125,7 +125,7 @@ func kindOf(code uint8) error {
 	if int(code) < len(kindCodes) && code > 0 {
 		return kindCodes[code]
 	}
-	return ErrPeerLost
+	return fault.ErrPeerDead
 }
 
 // backoff sleeps d (bounded by the deadline) and returns the next delay,

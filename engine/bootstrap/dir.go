@@ -33,11 +33,11 @@ const dirMagic = "ddstore-bootstrap-dir 1\n"
 func connectDir(r resolved) (*dirEx, error) {
 	// The job's subdirectory is removed on Close: it must be a plain name.
 	if j := r.Env.Job; j == "" {
-		return nil, &fault.Error{Op: "dir connect", Kind: ErrEnv, Side: fault.Local,
+		return nil, &fault.Error{Op: "dir connect", Kind: fault.ErrEnv, Side: fault.Local,
 			Detail: fmt.Sprintf("the launcher (%s) exports no job id that every rank shares: set DDSTORE_JOB to name the job's subdirectory of %s",
 				r.Env.Launcher, r.Dir)}
 	} else if j == "." || j == ".." || strings.ContainsAny(j, `/\`) {
-		return nil, &fault.Error{Op: "dir connect", Kind: ErrEnv, Side: fault.Local,
+		return nil, &fault.Error{Op: "dir connect", Kind: fault.ErrEnv, Side: fault.Local,
 			Detail: fmt.Sprintf("job id %q cannot name a subdirectory of %s (set DDSTORE_JOB)", j, r.Dir)}
 	}
 	x := &dirEx{
@@ -46,15 +46,15 @@ func connectDir(r resolved) (*dirEx, error) {
 		token:      r.Token,
 	}
 	if err := os.MkdirAll(x.jobDir, 0o700); err != nil {
-		return nil, &fault.Error{Op: "dir connect", Kind: ErrEnv, Side: fault.Local,
+		return nil, &fault.Error{Op: "dir connect", Kind: fault.ErrEnv, Side: fault.Local,
 			Detail: fmt.Sprintf("cannot create %s (DDSTORE_BOOTSTRAP_DIR or Options.Dir)", x.jobDir), Err: err}
 	}
 	if err := checkOwned(x.jobDir, nil, true); err != nil {
-		return nil, &fault.Error{Op: "dir connect", Kind: ErrEnv, Side: fault.Local,
+		return nil, &fault.Error{Op: "dir connect", Kind: fault.ErrEnv, Side: fault.Local,
 			Detail: fmt.Sprintf("refusing the job directory: %v", err)}
 	}
 	if fi, err := os.Stat(x.jobDir); err == nil && fi.Mode().Perm()&0o077 != 0 {
-		return nil, &fault.Error{Op: "dir connect", Kind: ErrEnv, Side: fault.Local,
+		return nil, &fault.Error{Op: "dir connect", Kind: fault.ErrEnv, Side: fault.Local,
 			Detail: fmt.Sprintf("refusing the job directory %s: mode %#o lets others in (want 0700)", x.jobDir, fi.Mode().Perm())}
 	}
 	host, _ := os.Hostname()
@@ -140,7 +140,7 @@ func (x *dirEx) AllGather(tag string, mine []byte, timeout time.Duration) ([][]b
 func (x *dirEx) gather(op, tag string, mine []byte, deadline time.Time) ([][]byte, error) {
 	start := time.Now()
 	if err := x.write(tag, mine); err != nil {
-		return nil, x.fail(&fault.Error{Op: opName("dir", op), Kind: ErrEnv, Side: fault.Local,
+		return nil, x.fail(&fault.Error{Op: opName("dir", op), Kind: fault.ErrEnv, Side: fault.Local,
 			Detail: fmt.Sprintf("rank %d cannot write its file in %s", x.rank, x.jobDir), Err: err})
 	}
 	blobs := make([][]byte, x.world)
@@ -159,27 +159,27 @@ func (x *dirEx) gather(op, tag string, mine []byte, deadline time.Time) ([][]byt
 				continue
 			}
 			if err != nil {
-				return nil, x.fail(&fault.Error{Op: opName("dir", op), Kind: ErrPeerLost, Side: fault.Remote, Ranks: []int{r},
+				return nil, x.fail(&fault.Error{Op: opName("dir", op), Kind: fault.ErrPeerDead, Side: fault.Remote, Ranks: []int{r},
 					Detail: fmt.Sprintf("cannot read rank %d's file %s", r, p), Err: err})
 			}
 			rec, err := decodeDirFile(b)
 			switch {
 			case err != nil:
-				return nil, x.fail(&fault.Error{Op: opName("dir", op), Kind: ErrPeerLost, Side: fault.Remote, Ranks: []int{r},
+				return nil, x.fail(&fault.Error{Op: opName("dir", op), Kind: fault.ErrPeerDead, Side: fault.Remote, Ranks: []int{r},
 					Detail: fmt.Sprintf("rank %d's file %s is unreadable", r, p), Err: err})
 			case rec.token != x.token:
-				return nil, x.fail(x.errf(op, ErrToken, []int{r},
+				return nil, x.fail(x.errf(op, fault.ErrToken, []int{r},
 					"rank %d's file %s has another job token (a stale file of an earlier job with the same id? set DDSTORE_JOB)", r, p))
 			case rec.world != x.world || rec.rank != r:
-				return nil, x.fail(x.errf(op, ErrMismatch, []int{r},
+				return nil, x.fail(x.errf(op, fault.ErrMismatch, []int{r},
 					"file %s says rank %d of %d, want rank %d of %d", p, rec.rank, rec.world, r, x.world))
 			case rec.seq != x.seq || rec.tag != tag:
-				return nil, x.fail(x.errf(op, ErrMismatch, []int{r}, "%s",
+				return nil, x.fail(x.errf(op, fault.ErrMismatch, []int{r}, "%s",
 					mismatchDetail(r, rec.seq, rec.tag, x.rank, x.seq, tag)))
 			}
 			total += len(rec.blob)
 			if total > MaxMessage {
-				return nil, x.fail(x.errf(op, ErrTooLarge, nil, "gathered blobs exceed %d bytes", MaxMessage))
+				return nil, x.fail(x.errf(op, fault.ErrTooLarge, nil, "gathered blobs exceed %d bytes", MaxMessage))
 			}
 			blobs[r], got[r] = rec.blob, true
 			n++
@@ -194,7 +194,7 @@ func (x *dirEx) gather(op, tag string, mine []byte, deadline time.Time) ([][]byt
 					missing = append(missing, r)
 				}
 			}
-			return nil, x.fail(x.errf(op, ErrTimeout, missing, "%s did not arrive in %s within %v",
+			return nil, x.fail(x.errf(op, fault.ErrTimeout, missing, "%s did not arrive in %s within %v",
 				fault.RankList(missing), filepath.Join(x.jobDir, strconv.FormatUint(x.seq, 10)), deadline.Sub(start).Round(time.Millisecond)))
 		}
 		delay = backoff(delay, 200*time.Millisecond, deadline)
@@ -254,5 +254,5 @@ func (x *dirEx) Close() error {
 // readPrivateFile reads a peer's file, refusing one that is not a regular
 // file of this user with mode 0600 or stricter.
 func readPrivateFile(p string) ([]byte, error) {
-	return readOwnedFile(p, maxFrame, func(n int64) error { return fmt.Errorf("%w: %d bytes", ErrTooLarge, n) })
+	return readOwnedFile(p, maxFrame, func(n int64) error { return fmt.Errorf("%w: %d bytes", fault.ErrTooLarge, n) })
 }

@@ -30,7 +30,7 @@
 // serves PMIx, not PMI-1) with every rank on this node, dir in the node's
 // PMIx session directory (OpenMPIDir; over several nodes an error says what
 // to set), else the trivial exchanger of a single rank job. Every wait has a deadline; a timeout names the ranks that never
-// arrived (errors.Is(err, ErrTimeout), RanksOf(err)); a job token
+// arrived (errors.Is(err, fault.ErrTimeout), RanksOf(err)); a job token
 // (Options.Token or DDSTORE_JOB_TOKEN) keeps two jobs that
 // share an address or a directory apart; the job's secret (secret.go:
 // rank 0's random one through PMI or the 0700 directory, DDSTORE_TOKEN, or
@@ -38,5 +38,5 @@
 // tcp rendezvous proves first (engine/auth), and SecretOf hands it to the
 // store's mesh; every collective carries a sequence
 // number and its tag, so ranks that call collectives in a different order get
-// ErrMismatch instead of each other's data.
+// fault.ErrMismatch instead of each other's data.
 package bootstrap

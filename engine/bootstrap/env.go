@@ -47,7 +47,7 @@ func (e Env) Validate() error {
 }
 
 func envErr(format string, args ...any) error {
-	return &fault.Error{Op: "env", Kind: ErrEnv, Side: fault.Local, Detail: fmt.Sprintf(format, args...)}
+	return &fault.Error{Op: "env", Kind: fault.ErrEnv, Side: fault.Local, Detail: fmt.Sprintf(format, args...)}
 }
 
 // DetectEnv reads the launcher's environment variables. The innermost
@@ -56,7 +56,7 @@ func envErr(format string, args ...any) error {
 // ddrun), then Open MPI (OMPI_COMM_WORLD_*), then MPICH Hydra (PMI_RANK,
 // PMI_SIZE), then Slurm (SLURM_PROCID, SLURM_NTASKS). Without any of them the
 // process is rank 0 of 1. DDSTORE_JOB, when set, replaces the job id. A
-// variable that is present but malformed or inconsistent is an ErrEnv error
+// variable that is present but malformed or inconsistent is an fault.ErrEnv error
 // that names it.
 func DetectEnv() (Env, error) { return detectEnv(os.LookupEnv) }
 
@@ -215,7 +215,7 @@ func detectOMPI(look lookupFunc) (Env, error) {
 // job ends), else os.TempDir(). A directory of one node serves only a job
 // whose ranks all run there (OMPI_COMM_WORLD_LOCAL_SIZE equal to
 // OMPI_COMM_WORLD_SIZE, and OMPI_MCA_orte_num_nodes at most 1 where set);
-// any other job gets an ErrEnv error saying what to set instead.
+// any other job gets an fault.ErrEnv error saying what to set instead.
 func OpenMPIDir(look func(string) (string, bool), e Env) (string, error) {
 	if e.Launcher != "openmpi" {
 		return "", envErr("launcher %q is not Open MPI", e.Launcher)

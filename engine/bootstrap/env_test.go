@@ -5,6 +5,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/ddstore/ddstore/fault"
 )
 
 func TestDetectEnv(t *testing.T) {
@@ -68,8 +70,8 @@ func TestDetectEnv(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			got, err := detectEnv(func(k string) (string, bool) { v, ok := c.env[k]; return v, ok })
 			if c.err != "" {
-				if err == nil || !strings.Contains(err.Error(), c.err) || !errors.Is(err, ErrEnv) {
-					t.Fatalf("err = %v, want ErrEnv containing %q (env %+v)", err, c.err, got)
+				if err == nil || !strings.Contains(err.Error(), c.err) || !errors.Is(err, fault.ErrEnv) {
+					t.Fatalf("err = %v, want fault.ErrEnv containing %q (env %+v)", err, c.err, got)
 				}
 				return
 			}
@@ -154,8 +156,8 @@ func TestOpenMPIDir(t *testing.T) {
 			switch {
 			case c.err && err == nil:
 				t.Fatalf("got %q, want an error with %q", dir, c.want)
-			case c.err && (!errors.Is(err, ErrEnv) || !strings.Contains(err.Error(), c.want)):
-				t.Fatalf("error %v, want ErrEnv with %q", err, c.want)
+			case c.err && (!errors.Is(err, fault.ErrEnv) || !strings.Contains(err.Error(), c.want)):
+				t.Fatalf("error %v, want fault.ErrEnv with %q", err, c.want)
 			case c.err && strings.Contains(c.want, " of ") && !strings.Contains(err.Error(), "mpi4py"):
 				t.Fatalf("error %v does not say what to do instead", err)
 			case !c.err && (err != nil || dir != c.want):

@@ -6,30 +6,18 @@ import (
 	"github.com/ddstore/ddstore/fault"
 )
 
-// Sentinel classes. Every error an Exchanger returns is a *fault.Error
-// (errors.As) whose Op names the method and the collective (`tcp connect`,
-// `pmi allgather "fabric-addr"`), whose Ranks are the ranks concerned and
-// whose Kind is one of these (errors.Is). They are fault's sentinels, so
-// engine.ErrTimeout and bootstrap.ErrTimeout are the same class.
-var (
-	// ErrTimeout: a deadline passed; the error's Ranks are the ranks that
-	// never arrived.
-	ErrTimeout = fault.ErrTimeout
-	// ErrToken: a peer presented a different job token; it belongs to another job.
-	ErrToken = fault.ErrToken
-	// ErrMismatch: ranks called different collectives (tag or sequence number),
-	// or disagree on the world size.
-	ErrMismatch = fault.ErrMismatch
-	// ErrPeerLost: a peer's connection dropped or it closed its exchanger
-	// (fault.ErrPeerDead).
-	ErrPeerLost = fault.ErrPeerDead
-	// ErrClosed: the exchanger was closed, or broken by an earlier failure.
-	ErrClosed = fault.ErrClosed
-	// ErrEnv: the launcher's environment is missing or inconsistent.
-	ErrEnv = fault.ErrEnv
-	// ErrTooLarge: a blob or message exceeds MaxMessage.
-	ErrTooLarge = fault.ErrTooLarge
-)
+// Every error an Exchanger returns is a *fault.Error (errors.As) whose Op
+// names the method and the collective (`tcp connect`, `pmi allgather
+// "fabric-addr"`), whose Ranks are the ranks concerned and whose Kind is one
+// of fault's sentinels (errors.Is):
+//   - fault.ErrTimeout: a deadline passed; Ranks are the ranks that never arrived;
+//   - fault.ErrToken: a peer presented another job's token;
+//   - fault.ErrMismatch: ranks called different collectives (tag or sequence
+//     number), or disagree on the world size;
+//   - fault.ErrPeerDead: a peer's connection dropped or it closed its exchanger;
+//   - fault.ErrClosed: the exchanger was closed, or broken by an earlier failure;
+//   - fault.ErrEnv: the launcher's environment is missing or inconsistent;
+//   - fault.ErrTooLarge: a blob or message exceeds MaxMessage.
 
 // MaxMessage bounds one rank's blob and the gathered result of one collective.
 const MaxMessage = 1 << 30
@@ -48,9 +36,9 @@ func opName(method, op string) string {
 // (ranks that disagree).
 func sideOf(kind error) fault.Side {
 	switch {
-	case errors.Is(kind, ErrTimeout), errors.Is(kind, ErrPeerLost), errors.Is(kind, ErrToken):
+	case errors.Is(kind, fault.ErrTimeout), errors.Is(kind, fault.ErrPeerDead), errors.Is(kind, fault.ErrToken):
 		return fault.Remote
-	case errors.Is(kind, ErrEnv), errors.Is(kind, ErrClosed), errors.Is(kind, ErrTooLarge):
+	case errors.Is(kind, fault.ErrEnv), errors.Is(kind, fault.ErrClosed), errors.Is(kind, fault.ErrTooLarge):
 		return fault.Local
 	}
 	return fault.Unknown

@@ -49,7 +49,7 @@ func hold(r resolved) (release func(), err error) {
 	op := opName(r.method, "connect")
 	if r.method == "pmi" {
 		if held.pmi {
-			return nil, &fault.Error{Op: op, Kind: ErrEnv, Side: fault.Local,
+			return nil, &fault.Error{Op: op, Kind: fault.ErrEnv, Side: fault.Local,
 				Detail: "this process opened a store over the launcher's PMI before, and PMI serves one per process " +
 					"(the first store took PMI_FD): " + ownRendezvous}
 		}
@@ -61,7 +61,7 @@ func hold(r resolved) (release func(), err error) {
 		return func() {}, nil
 	}
 	if held.by[name] {
-		return nil, &fault.Error{Op: op, Kind: ErrEnv, Side: fault.Local,
+		return nil, &fault.Error{Op: op, Kind: fault.ErrEnv, Side: fault.Local,
 			Detail: fmt.Sprintf("a store of this process that is still open holds %s, and a rendezvous serves "+
 				"one store per rank at a time: close that store first, or %s", name, ownRendezvous)}
 	}

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ddstore/ddstore/fault"
 )
 
 // A second exchanger of a rank on a rendezvous that an open one holds
@@ -27,7 +29,7 @@ func TestRendezvousHeldByOpenExchanger(t *testing.T) {
 				oo.Env = Env{Rank: r, World: 2, Launcher: "test", Job: "inproc"}
 				t0 := time.Now()
 				_, err := Connect(oo)
-				if !errors.Is(err, ErrEnv) || !strings.Contains(err.Error(), "still open holds the "+method) ||
+				if !errors.Is(err, fault.ErrEnv) || !strings.Contains(err.Error(), "still open holds the "+method) ||
 					!strings.Contains(err.Error(), "rendezvous of its own") || time.Since(t0) > 2*time.Second {
 					t.Fatalf("%s round %d rank %d: second Connect after %v: %v", method, round, r, time.Since(t0), err)
 				}

@@ -4,13 +4,14 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"github.com/ddstore/ddstore/fault"
 	"net"
 	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ddstore/ddstore/fault"
 )
 
 // clearLauncherEnv unsets every variable Connect's defaults read.
@@ -120,15 +121,15 @@ func TestTCPBrokenAfterFailure(t *testing.T) {
 	defer xs[0].Close()
 	xs[1].Close() // leaves: the next collective of rank 0 names it
 	_, err := xs[0].AllGather("a", []byte("x"), time.Second)
-	if !errors.Is(err, ErrPeerLost) || len(fault.RanksOf(err)) != 1 || fault.RanksOf(err)[0] != 1 ||
+	if !errors.Is(err, fault.ErrPeerDead) || len(fault.RanksOf(err)) != 1 || fault.RanksOf(err)[0] != 1 ||
 		!strings.Contains(err.Error(), "rank 1 closed its exchanger") {
 		t.Fatalf("err = %v", err)
 	}
 	err = xs[0].Barrier("b", time.Second)
-	if !errors.Is(err, ErrClosed) || !errors.Is(err, ErrPeerLost) {
-		t.Fatalf("after a failure: %v, want ErrClosed wrapping ErrPeerLost", err)
+	if !errors.Is(err, fault.ErrClosed) || !errors.Is(err, fault.ErrPeerDead) {
+		t.Fatalf("after a failure: %v, want fault.ErrClosed wrapping fault.ErrPeerDead", err)
 	}
-	if _, err := xs[1].AllGather("c", nil, time.Second); !errors.Is(err, ErrClosed) {
+	if _, err := xs[1].AllGather("c", nil, time.Second); !errors.Is(err, fault.ErrClosed) {
 		t.Fatalf("closed exchanger: %v", err)
 	}
 }
@@ -138,7 +139,7 @@ func TestTCPRootGone(t *testing.T) {
 	xs := connectAll(t, Options{Method: "tcp", Addr: "127.0.0.1:" + freePort(t), Token: "t", Timeout: 5 * time.Second}, 2)
 	xs[0].Close()
 	_, err := xs[1].AllGather("a", []byte("x"), time.Second)
-	if !errors.Is(err, ErrPeerLost) || fault.RanksOf(err)[0] != 0 {
+	if !errors.Is(err, fault.ErrPeerDead) || fault.RanksOf(err)[0] != 0 {
 		t.Fatalf("err = %v", err)
 	}
 }
@@ -155,7 +156,7 @@ func TestSingle(t *testing.T) {
 		t.Fatalf("%q %v", all, err)
 	}
 	x.Close()
-	if err := x.Barrier("b", 0); !errors.Is(err, ErrClosed) {
+	if err := x.Barrier("b", 0); !errors.Is(err, fault.ErrClosed) {
 		t.Fatal(err)
 	}
 }
@@ -163,16 +164,16 @@ func TestSingle(t *testing.T) {
 func TestConnectNoMethod(t *testing.T) {
 	clearLauncherEnv(t)
 	_, err := Connect(Options{Env: Env{Rank: 0, World: 2, Launcher: "slurm", Job: "j"}})
-	if !errors.Is(err, ErrEnv) || !strings.Contains(err.Error(), "MASTER_ADDR") || !strings.Contains(err.Error(), "DDSTORE_BOOTSTRAP_DIR") {
+	if !errors.Is(err, fault.ErrEnv) || !strings.Contains(err.Error(), "MASTER_ADDR") || !strings.Contains(err.Error(), "DDSTORE_BOOTSTRAP_DIR") {
 		t.Fatalf("err = %v", err)
 	}
 	t.Setenv("MASTER_ADDR", "127.0.0.1")
 	_, err = Connect(Options{Env: Env{Rank: 0, World: 2, Job: "j"}})
-	if !errors.Is(err, ErrEnv) || !strings.Contains(err.Error(), "MASTER_PORT") {
+	if !errors.Is(err, fault.ErrEnv) || !strings.Contains(err.Error(), "MASTER_PORT") {
 		t.Fatalf("err = %v", err)
 	}
 	_, err = Connect(Options{Method: "pmi", Env: Env{Rank: 0, World: 2, Job: "j"}})
-	if !errors.Is(err, ErrEnv) || !strings.Contains(err.Error(), "PMI_FD") {
+	if !errors.Is(err, fault.ErrEnv) || !strings.Contains(err.Error(), "PMI_FD") {
 		t.Fatalf("err = %v", err)
 	}
 }
@@ -186,14 +187,14 @@ func TestTCPPortInUse(t *testing.T) {
 	defer l.Close()
 	t.Setenv("DDSTORE_BOOTSTRAP_ADDR", l.Addr().String())
 	_, err = Connect(Options{Env: Env{Rank: 0, World: 2, Job: "j"}, Timeout: time.Second})
-	if !errors.Is(err, ErrEnv) || !strings.Contains(err.Error(), "cannot listen on "+l.Addr().String()) {
+	if !errors.Is(err, fault.ErrEnv) || !strings.Contains(err.Error(), "cannot listen on "+l.Addr().String()) {
 		t.Fatalf("err = %v", err)
 	}
 }
 
 func TestFrameLimit(t *testing.T) {
 	_, _, err := readFrameMax(strings.NewReader("\x01\x00\x01\x00rest"), maxHandshake)
-	if !errors.Is(err, ErrTooLarge) {
+	if !errors.Is(err, fault.ErrTooLarge) {
 		t.Fatalf("err = %v", err)
 	}
 	typ, d, err := readFrame(bytes.NewReader(hello{rank: 3, world: 4, token: "tok", job: "j"}.frame()))
@@ -242,12 +243,12 @@ func TestTCPAllGatherTimeout(t *testing.T) {
 		t.Errorf("took %v with a 3s timeout", d)
 	}
 	for r, want := range []string{"rank 2 did not arrive within 3s", "rank 0 reports: rank 2 did not arrive within 3s"} {
-		if err := errs[r]; !errors.Is(err, ErrTimeout) || fmt.Sprint(fault.RanksOf(err)) != "[2]" || !strings.Contains(err.Error(), want) {
-			t.Errorf("rank %d: %v, want ErrTimeout naming rank 2 (%q)", r, err, want)
+		if err := errs[r]; !errors.Is(err, fault.ErrTimeout) || fmt.Sprint(fault.RanksOf(err)) != "[2]" || !strings.Contains(err.Error(), want) {
+			t.Errorf("rank %d: %v, want fault.ErrTimeout naming rank 2 (%q)", r, err, want)
 		}
 	}
 	// The late rank finds the verdict waiting.
-	if _, err := xs[2].AllGather("step", nil, time.Second); !errors.Is(err, ErrTimeout) || fmt.Sprint(fault.RanksOf(err)) != "[2]" {
+	if _, err := xs[2].AllGather("step", nil, time.Second); !errors.Is(err, fault.ErrTimeout) || fmt.Sprint(fault.RanksOf(err)) != "[2]" {
 		t.Errorf("late rank 2: %v", err)
 	}
 }
@@ -257,7 +258,7 @@ func TestDirBadJob(t *testing.T) {
 	dir := t.TempDir()
 	for _, job := range []string{"", "..", "a/b"} {
 		_, err := Connect(Options{Method: "dir", Dir: dir, Env: Env{Rank: 0, World: 2, Job: job}, Timeout: time.Second})
-		if !errors.Is(err, ErrEnv) || !strings.Contains(err.Error(), "DDSTORE_JOB") {
+		if !errors.Is(err, fault.ErrEnv) || !strings.Contains(err.Error(), "DDSTORE_JOB") {
 			t.Errorf("job %q: %v", job, err)
 		}
 	}

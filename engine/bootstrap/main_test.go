@@ -31,7 +31,7 @@ type rankResult struct {
 	Side  string `json:"side,omitempty"` // fault.SideOf(err)
 	Ranks []int  `json:"ranks,omitempty"`
 	Job   string `json:"job,omitempty"`
-	Token bool   `json:"token,omitempty"` // errors.Is(err, ErrToken)
+	Token bool   `json:"token,omitempty"` // errors.Is(err, fault.ErrToken)
 	// The job secret as this rank holds it: where from, and a digest.
 	SecretSrc string `json:"secret_src,omitempty"`
 	SecretSum string `json:"secret_sum,omitempty"`
@@ -58,8 +58,8 @@ var kindNames = []struct {
 	kind error
 	name string
 }{
-	{ErrTimeout, "timeout"}, {ErrToken, "job token mismatch"}, {ErrMismatch, "collective mismatch"},
-	{ErrPeerLost, "peer lost"}, {ErrClosed, "closed"}, {ErrEnv, "bad environment"}, {ErrTooLarge, "too large"},
+	{fault.ErrTimeout, "timeout"}, {fault.ErrToken, "job token mismatch"}, {fault.ErrMismatch, "collective mismatch"},
+	{fault.ErrPeerDead, "peer lost"}, {fault.ErrClosed, "closed"}, {fault.ErrEnv, "bad environment"}, {fault.ErrTooLarge, "too large"},
 }
 
 func kindName(err error) string {
@@ -76,7 +76,7 @@ func runRole(role string) int {
 	res := rankResult{Rank: env.Rank}
 	report := func(err error) int {
 		if err != nil {
-			res.Err, res.Kind, res.Ranks, res.Token = err.Error(), kindName(err), fault.RanksOf(err), errors.Is(err, ErrToken)
+			res.Err, res.Kind, res.Ranks, res.Token = err.Error(), kindName(err), fault.RanksOf(err), errors.Is(err, fault.ErrToken)
 			res.Side = fault.SideOf(err).String()
 		} else {
 			res.OK = true

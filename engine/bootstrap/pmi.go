@@ -47,13 +47,13 @@ func connectPMI(r resolved) (*pmiEx, error) {
 	fdStr := os.Getenv("PMI_FD")
 	fd, err := strconv.Atoi(strings.TrimSpace(fdStr))
 	if err != nil || fd < 0 {
-		return nil, &fault.Error{Op: opName("pmi", op), Kind: ErrEnv, Side: fault.Local, Detail: fmt.Sprintf("PMI_FD=%q is not a file descriptor number", fdStr)}
+		return nil, &fault.Error{Op: opName("pmi", op), Kind: fault.ErrEnv, Side: fault.Local, Detail: fmt.Sprintf("PMI_FD=%q is not a file descriptor number", fdStr)}
 	}
 	f := os.NewFile(uintptr(fd), "PMI_FD")
 	conn, err := net.FileConn(f) // dups the descriptor; deadlines then work
 	f.Close()
 	if err != nil {
-		return nil, &fault.Error{Op: opName("pmi", op), Kind: ErrEnv, Side: fault.Local, Detail: fmt.Sprintf("PMI_FD=%d is not a socket", fd), Err: err}
+		return nil, &fault.Error{Op: opName("pmi", op), Kind: fault.ErrEnv, Side: fault.Local, Detail: fmt.Sprintf("PMI_FD=%d is not a socket", fd), Err: err}
 	}
 	x := &pmiEx{
 		collective: r.newCollective("pmi"),
@@ -94,7 +94,7 @@ func connectPMI(r resolved) (*pmiEx, error) {
 	}
 	if bad != nil {
 		x.Close()
-		return nil, &fault.Error{Op: opName("pmi", op), Kind: ErrToken, Side: fault.Remote, Ranks: bad,
+		return nil, &fault.Error{Op: opName("pmi", op), Kind: fault.ErrToken, Side: fault.Remote, Ranks: bad,
 			Detail: fmt.Sprintf("%s have another job token or world size (check DDSTORE_JOB_TOKEN)", fault.RankList(bad))}
 	}
 	return x, nil
@@ -110,7 +110,7 @@ func (x *pmiEx) handshake(deadline time.Time) error {
 		return x.wrap(op, err, "init")
 	}
 	if kv["pmi_version"] != "1" {
-		return x.errf(op, ErrEnv, nil, "PMI server speaks version %s, want 1 (PMI-2 is used when PMI_JOBID is set, as under srun --mpi=pmi2)", kv["pmi_version"])
+		return x.errf(op, fault.ErrEnv, nil, "PMI server speaks version %s, want 1 (PMI-2 is used when PMI_JOBID is set, as under srun --mpi=pmi2)", kv["pmi_version"])
 	}
 	if kv, err = x.call(op, "cmd=get_maxes", "maxes", deadline); err != nil {
 		return x.wrap(op, err, "get_maxes")
@@ -118,14 +118,14 @@ func (x *pmiEx) handshake(deadline time.Time) error {
 	x.valMax, _ = strconv.Atoi(kv["vallen_max"])
 	x.keyMax, _ = strconv.Atoi(kv["keylen_max"])
 	if x.valMax < 64 || x.keyMax < 16 {
-		return x.errf(op, ErrEnv, nil, "PMI server limits are too small: vallen_max=%q keylen_max=%q", kv["vallen_max"], kv["keylen_max"])
+		return x.errf(op, fault.ErrEnv, nil, "PMI server limits are too small: vallen_max=%q keylen_max=%q", kv["vallen_max"], kv["keylen_max"])
 	}
 	if kv, err = x.call(op, "cmd=get_my_kvsname", "my_kvsname", deadline); err != nil {
 		return x.wrap(op, err, "get_my_kvsname")
 	}
 	x.kvs = kv["kvsname"]
 	if x.kvs == "" {
-		return x.errf(op, ErrEnv, nil, "PMI server returned an empty kvsname")
+		return x.errf(op, fault.ErrEnv, nil, "PMI server returned an empty kvsname")
 	}
 	return nil
 }
@@ -149,7 +149,7 @@ func pmiJobName(kvs string) string {
 // call sends one command line and reads the reply with command want.
 func (x *pmiEx) call(op, line, want string, deadline time.Time) (map[string]string, error) {
 	if x.pending {
-		return nil, x.errf(op, ErrClosed, nil, "PMI stream out of sync after an earlier failure")
+		return nil, x.errf(op, fault.ErrClosed, nil, "PMI stream out of sync after an earlier failure")
 	}
 	x.conn.SetDeadline(deadline)
 	x.pending = true
@@ -163,7 +163,7 @@ func (x *pmiEx) call(op, line, want string, deadline time.Time) (map[string]stri
 	x.pending = false
 	kv := parsePMILine(reply)
 	if kv["cmd"] != want {
-		return nil, x.errf(op, ErrEnv, nil, "PMI server answered %q to %q", strings.TrimSpace(reply), strings.Fields(line)[0])
+		return nil, x.errf(op, fault.ErrEnv, nil, "PMI server answered %q to %q", strings.TrimSpace(reply), strings.Fields(line)[0])
 	}
 	if rc, ok := kv["rc"]; ok && rc != "0" {
 		return kv, &pmiRC{rc: rc, msg: kv["msg"]}
@@ -178,10 +178,10 @@ func (e *pmiRC) Error() string { return fmt.Sprintf("PMI rc=%s msg=%s", e.rc, e.
 func (x *pmiEx) ioErr(op string, err error) error {
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
-		return &fault.Error{Op: opName("pmi", op), Kind: ErrTimeout, Side: fault.Remote,
+		return &fault.Error{Op: opName("pmi", op), Kind: fault.ErrTimeout, Side: fault.Remote,
 			Detail: "the PMI server did not answer in time: some rank has not arrived (PMI-1 cannot say which)"}
 	}
-	return &fault.Error{Op: opName("pmi", op), Kind: ErrPeerLost, Side: fault.Remote, Detail: "connection to the PMI server (mpiexec) lost", Err: err}
+	return &fault.Error{Op: opName("pmi", op), Kind: fault.ErrPeerDead, Side: fault.Remote, Detail: "connection to the PMI server (mpiexec) lost", Err: err}
 }
 
 func parsePMILine(s string) map[string]string {
@@ -374,9 +374,9 @@ func (x *pmiEx) gather(op, tag string, mine []byte, deadline time.Time) ([][]byt
 	var fe *fault.Error
 	switch {
 	case err != nil && !errors.As(err, &fe):
-		err = x.errf(op, ErrPeerLost, []int{0}, "rank 0's result of collective #%d: %v", x.seq, err)
+		err = x.errf(op, fault.ErrPeerDead, []int{0}, "rank 0's result of collective #%d: %v", x.seq, err)
 	case err == nil && !found:
-		err = x.errf(op, ErrMismatch, []int{0}, "rank 0 published no result for collective #%d (%q)", x.seq, tag)
+		err = x.errf(op, fault.ErrMismatch, []int{0}, "rank 0 published no result for collective #%d (%q)", x.seq, tag)
 	}
 	if err != nil {
 		return nil, x.fail(err)
@@ -386,7 +386,7 @@ func (x *pmiEx) gather(op, tag string, mine []byte, deadline time.Time) ([][]byt
 	}
 	packed, err := x.getChunks(op, result, n, size, sum, deadline)
 	if err != nil {
-		return nil, x.fail(x.errf(op, ErrPeerLost, []int{0}, "rank 0's result of collective #%d: %v", x.seq, err))
+		return nil, x.fail(x.errf(op, fault.ErrPeerDead, []int{0}, "rank 0's result of collective #%d: %v", x.seq, err))
 	}
 	d := &dec{b: packed}
 	blobs := make([][]byte, x.world)
@@ -394,7 +394,7 @@ func (x *pmiEx) gather(op, tag string, mine []byte, deadline time.Time) ([][]byt
 		blobs[r] = d.bytes()
 	}
 	if d.err != nil || len(d.b) != 0 || !bytes.Equal(blobs[x.rank], mine) {
-		return nil, x.fail(x.errf(op, ErrMismatch, []int{0}, "rank 0's result of collective #%d does not hold %d blobs including this rank's", x.seq, x.world))
+		return nil, x.fail(x.errf(op, fault.ErrMismatch, []int{0}, "rank 0's result of collective #%d does not hold %d blobs including this rank's", x.seq, x.world))
 	}
 	return blobs, nil
 }
@@ -402,7 +402,7 @@ func (x *pmiEx) gather(op, tag string, mine []byte, deadline time.Time) ([][]byt
 // pmiVerdict decodes rank 0's "<kind>.<ranks>.<detail>" error record.
 func pmiVerdict(op, v string) error {
 	parts := strings.SplitN(v, ".", 3)
-	e := &fault.Error{Op: opName("pmi", op), Kind: ErrPeerLost, Side: fault.Remote, Ranks: []int{0}, Detail: "rank 0 reports a failure it could not encode"}
+	e := &fault.Error{Op: opName("pmi", op), Kind: fault.ErrPeerDead, Side: fault.Remote, Ranks: []int{0}, Detail: "rank 0 reports a failure it could not encode"}
 	if len(parts) != 3 {
 		return e
 	}
@@ -439,16 +439,16 @@ func (x *pmiEx) fetchAll(op, tag, prefix string, mine []byte, deadline time.Time
 			if errors.As(err, &e) {
 				return nil, err
 			}
-			return nil, x.errf(op, ErrMismatch, []int{r}, "rank %d: %v", r, err)
+			return nil, x.errf(op, fault.ErrMismatch, []int{r}, "rank %d: %v", r, err)
 		case !found:
-			return nil, x.errf(op, ErrMismatch, []int{r},
+			return nil, x.errf(op, fault.ErrMismatch, []int{r},
 				"collective mismatch: rank %d did not publish collective #%d (%q) before the barrier", r, x.seq, tag)
 		case extra != tagField(tag):
-			return nil, x.errf(op, ErrMismatch, []int{r}, "%s", mismatchDetail(r, x.seq, untagField(extra), x.rank, x.seq, tag))
+			return nil, x.errf(op, fault.ErrMismatch, []int{r}, "%s", mismatchDetail(r, x.seq, untagField(extra), x.rank, x.seq, tag))
 		}
 		total += size
 		if total > MaxMessage {
-			return nil, x.errf(op, ErrTooLarge, nil, "gathered blobs exceed %d bytes", MaxMessage)
+			return nil, x.errf(op, fault.ErrTooLarge, nil, "gathered blobs exceed %d bytes", MaxMessage)
 		}
 		b, err := x.getChunks(op, key, n, size, sum, deadline)
 		if err != nil {
@@ -456,7 +456,7 @@ func (x *pmiEx) fetchAll(op, tag, prefix string, mine []byte, deadline time.Time
 			if errors.As(err, &e) {
 				return nil, err
 			}
-			return nil, x.errf(op, ErrPeerLost, []int{r}, "rank %d's blob of collective #%d: %v", r, x.seq, err)
+			return nil, x.errf(op, fault.ErrPeerDead, []int{r}, "rank %d's blob of collective #%d: %v", r, x.seq, err)
 		}
 		blobs[r] = b
 	}
@@ -472,7 +472,7 @@ func (x *pmiEx) wrap(op string, err error, what string) error {
 	if errors.As(err, &e) {
 		return err
 	}
-	return &fault.Error{Op: opName("pmi", op), Kind: ErrEnv, Side: fault.Local, Detail: "PMI " + what + " failed", Err: err}
+	return &fault.Error{Op: opName("pmi", op), Kind: fault.ErrEnv, Side: fault.Local, Detail: "PMI " + what + " failed", Err: err}
 }
 
 func (x *pmiEx) Barrier(tag string, timeout time.Duration) error {

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ddstore/ddstore/fault"
 )
 
 // PMI-2 wire protocol (Slurm's mpi/pmi2 plugin, MPICH's simple PMI-2): the
@@ -28,7 +30,7 @@ func (x *pmiEx) handshake2(deadline time.Time) error {
 		return x.wrap(op, err, "init")
 	}
 	if kv["pmi_version"] != "2" {
-		return x.errf(op, ErrEnv, nil, "PMI server (PMI_JOBID is set: Slurm's PMI-2) answered version %s.%s, want 2.0",
+		return x.errf(op, fault.ErrEnv, nil, "PMI server (PMI_JOBID is set: Slurm's PMI-2) answered version %s.%s, want 2.0",
 			kv["pmi_version"], kv["pmi_subversion"])
 	}
 	kv, err = x.call2(op, "fullinit", "fullinit-response", deadline,
@@ -39,7 +41,7 @@ func (x *pmiEx) handshake2(deadline time.Time) error {
 	rank, err1 := strconv.Atoi(kv["rank"])
 	size, err2 := strconv.Atoi(kv["size"])
 	if err1 != nil || err2 != nil || rank != x.rank || size != x.world {
-		return x.errf(op, ErrEnv, nil, "PMI-2 server says rank %q of %q, the environment rank %d of %d", kv["rank"], kv["size"], x.rank, x.world)
+		return x.errf(op, fault.ErrEnv, nil, "PMI-2 server says rank %q of %q, the environment rank %d of %d", kv["rank"], kv["size"], x.rank, x.world)
 	}
 	x.valMax, x.keyMax = pmi2ValMax, pmi2KeyMax
 	return nil
@@ -49,13 +51,13 @@ func (x *pmiEx) handshake2(deadline time.Time) error {
 // the reply, which must be want; a reply with rc ≠ 0 is a *pmiRC.
 func (x *pmiEx) call2(op, cmd, want string, deadline time.Time, kvs ...string) (map[string]string, error) {
 	if x.pending {
-		return nil, x.errf(op, ErrClosed, nil, "PMI stream out of sync after an earlier failure")
+		return nil, x.errf(op, fault.ErrClosed, nil, "PMI stream out of sync after an earlier failure")
 	}
 	var b strings.Builder
 	b.WriteString("cmd=" + cmd + ";")
 	for i := 0; i+1 < len(kvs); i += 2 {
 		if strings.ContainsRune(kvs[i+1], ';') {
-			return nil, x.errf(op, ErrEnv, nil, "PMI-2 value for %s contains ';'", kvs[i])
+			return nil, x.errf(op, fault.ErrEnv, nil, "PMI-2 value for %s contains ';'", kvs[i])
 		}
 		b.WriteString(kvs[i] + "=" + kvs[i+1] + ";")
 	}
@@ -71,7 +73,7 @@ func (x *pmiEx) call2(op, cmd, want string, deadline time.Time, kvs ...string) (
 	x.pending = false
 	kv := parsePMI2(body)
 	if kv["cmd"] != want {
-		return nil, x.errf(op, ErrEnv, nil, "PMI-2 server answered %q to %q", body, cmd)
+		return nil, x.errf(op, fault.ErrEnv, nil, "PMI-2 server answered %q to %q", body, cmd)
 	}
 	if rc, ok := kv["rc"]; ok && rc != "0" {
 		return kv, &pmiRC{rc: rc, msg: kv["errmsg"]}

@@ -208,7 +208,7 @@ func TestPMI2AllGather(t *testing.T) {
 	}
 }
 
-// TestPMI2Mismatch: ranks calling different collectives get ErrMismatch
+// TestPMI2Mismatch: ranks calling different collectives get fault.ErrMismatch
 // naming each other over PMI-2 too.
 func TestPMI2Mismatch(t *testing.T) {
 	res := runPMI2(t, newPMI2Server(3, "78.0"), "mismatch")

@@ -120,7 +120,7 @@ func TestPMIMismatch(t *testing.T) {
 }
 
 // PMI-1 cannot say who is missing from a barrier: the timeout names no
-// ranks but must still come, on time, as ErrTimeout. The first rank that
+// ranks but must still come, on time, as fault.ErrTimeout. The first rank that
 // drops its PMI socket without finalize makes Hydra kill all the others, so
 // only one report is certain.
 func TestPMITimeout(t *testing.T) {

@@ -3,6 +3,8 @@ package bootstrap
 import (
 	"bytes"
 	"testing"
+
+	"github.com/ddstore/ddstore/fault"
 )
 
 // FuzzRendezvousFrame feeds arbitrary bytes to the tcp rendezvous's
@@ -12,7 +14,7 @@ import (
 // accepted only within its cap.
 func FuzzRendezvousFrame(f *testing.F) {
 	f.Add(hello{rank: 1, world: 4, token: "t", job: "j", host: "h", pid: 7}.frame())
-	f.Add(verdictFrame(fReject, ErrToken, []int{1, 2}, "no"))
+	f.Add(verdictFrame(fReject, fault.ErrToken, []int{1, 2}, "no"))
 	e := newEnc(fResult)
 	e.u64(1)
 	e.u32(2)

@@ -172,7 +172,7 @@ func TokenFile(path string) ([]byte, error) {
 }
 
 func tokenErr(path, detail string, err error) error {
-	return &fault.Error{Op: "job secret", Kind: ErrEnv, Side: fault.Local,
+	return &fault.Error{Op: "job secret", Kind: fault.ErrEnv, Side: fault.Local,
 		Detail: fmt.Sprintf("token file %s: %s", path, detail), Err: err}
 }
 

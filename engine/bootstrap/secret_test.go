@@ -79,8 +79,8 @@ func TestTokenFileRefusals(t *testing.T) {
 		{inOpen, "chmod 700"},
 	} {
 		_, err := TokenFile(c.path)
-		if !errors.Is(err, ErrEnv) || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%s: got %v, want ErrEnv containing %q", filepath.Base(c.path), err, c.want)
+		if !errors.Is(err, fault.ErrEnv) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want fault.ErrEnv containing %q", filepath.Base(c.path), err, c.want)
 		}
 	}
 }
@@ -126,7 +126,7 @@ func TestTCPSecretFromEnv(t *testing.T) {
 }
 
 // A rank with another secret is refused by rank 0's handshake: it learns
-// that at once (ErrToken), and rank 0 times out naming it.
+// that at once (fault.ErrToken), and rank 0 times out naming it.
 func TestTCPWrongSecretRefused(t *testing.T) {
 	res := spawn(t, spawnSpec{role: "gather", method: "tcp", world: 2, timeout: 3 * time.Second,
 		env: secretEnv(freePort(t), func(r int) []string {
@@ -175,8 +175,8 @@ func TestDirRefusesOpenDirectory(t *testing.T) {
 	os.Chmod(job, 0o755)
 	_, err := Connect(Options{Method: "dir", Dir: dir, Timeout: time.Second,
 		Env: Env{Rank: 0, World: 2, Launcher: "test", Job: "inproc"}})
-	if !errors.Is(err, ErrEnv) || !strings.Contains(err.Error(), "0700") {
-		t.Fatalf("got %v, want ErrEnv naming 0700", err)
+	if !errors.Is(err, fault.ErrEnv) || !strings.Contains(err.Error(), "0700") {
+		t.Fatalf("got %v, want fault.ErrEnv naming 0700", err)
 	}
 }
 
@@ -230,7 +230,7 @@ func TestTCPStrangerRefusedWithin1s(t *testing.T) {
 	for range 3 {
 		tr := <-tries
 		if !errors.Is(tr.err, fault.ErrToken) || tr.took > time.Second {
-			t.Errorf("stranger: %v after %v, want ErrToken within 1s", tr.err, tr.took)
+			t.Errorf("stranger: %v after %v, want fault.ErrToken within 1s", tr.err, tr.took)
 		}
 	}
 	res, errs := gatherAll(xs, "after", 20*time.Second, func(r int) []byte { return blobFor(r, 1) })

@@ -92,13 +92,13 @@ func (x *tcpEx) serve(deadline time.Time) error {
 		}
 	}
 	if err != nil {
-		return &fault.Error{Op: "tcp connect", Kind: ErrEnv, Side: fault.Local,
+		return &fault.Error{Op: "tcp connect", Kind: fault.ErrEnv, Side: fault.Local,
 			Detail: fmt.Sprintf("rank 0 cannot listen on %s (from Options.Addr, DDSTORE_BOOTSTRAP_ADDR or MASTER_ADDR:MASTER_PORT; "+
 				"under torchrun MASTER_PORT is torch's own: set DDSTORE_BOOTSTRAP_ADDR=host:otherport)", x.addr), Err: err}
 	}
 	x.ln = ln
 	x.gate = auth.NewGate("tcp rendezvous "+ln.Addr().String(), x.secret, 0, 0)
-	x.gate.OnRefuse = func(a net.Addr, err error) { x.note(errors.Is(err, ErrToken), "%v: %v", a, err) }
+	x.gate.OnRefuse = func(a net.Addr, err error) { x.note(errors.Is(err, fault.ErrToken), "%v: %v", a, err) }
 	x.done = make(chan struct{})
 	x.inbox = make(chan inFrame, 2*x.world)
 	x.arrived = make(chan int, x.world)
@@ -125,12 +125,12 @@ func (x *tcpEx) serve(deadline time.Time) error {
 			if len(x.notes) > 0 {
 				cause = errors.New("refused: " + strings.Join(x.notes, "; "))
 				if x.tokenNo {
-					cause = fmt.Errorf("%w: %v", ErrToken, cause)
+					cause = fmt.Errorf("%w: %v", fault.ErrToken, cause)
 				}
 			}
 			x.mu.Unlock()
-			e := &fault.Error{Op: "tcp connect", Kind: ErrTimeout, Side: fault.Remote, Ranks: missing, Detail: detail, Err: cause}
-			x.broadcast(verdictFrame(fAbort, ErrTimeout, missing, detail))
+			e := &fault.Error{Op: "tcp connect", Kind: fault.ErrTimeout, Side: fault.Remote, Ranks: missing, Detail: detail, Err: cause}
+			x.broadcast(verdictFrame(fAbort, fault.ErrTimeout, missing, detail))
 			return e
 		}
 	}
@@ -146,8 +146,8 @@ func (x *tcpEx) serve(deadline time.Time) error {
 	}
 	if lost != nil {
 		detail := fmt.Sprintf("%s dropped before the start", fault.RankList(lost))
-		x.broadcast(verdictFrame(fAbort, ErrPeerLost, lost, detail))
-		return &fault.Error{Op: "tcp connect", Kind: ErrPeerLost, Side: fault.Remote, Ranks: lost, Detail: detail}
+		x.broadcast(verdictFrame(fAbort, fault.ErrPeerDead, lost, detail))
+		return &fault.Error{Op: "tcp connect", Kind: fault.ErrPeerDead, Side: fault.Remote, Ranks: lost, Detail: detail}
 	}
 	for r := 1; r < x.world; r++ {
 		go x.readLoop(r, x.peers[r])
@@ -198,7 +198,7 @@ func (x *tcpEx) handshake(c net.Conn) {
 	defer x.mu.Unlock()
 	refuse := func(kind error, detail string) {
 		x.notes = append(x.notes, from+": "+detail)
-		if kind == ErrToken {
+		if kind == fault.ErrToken {
 			x.tokenNo = true
 		}
 		writeFrame(c, verdictFrame(fReject, kind, []int{h.rank}, detail), time.Now().Add(time.Second))
@@ -206,17 +206,17 @@ func (x *tcpEx) handshake(c net.Conn) {
 	}
 	switch {
 	case h.token != x.token:
-		refuse(ErrToken, fmt.Sprintf("job token mismatch: rank 0 belongs to job %q; check DDSTORE_JOB_TOKEN/DDSTORE_JOB", x.job))
+		refuse(fault.ErrToken, fmt.Sprintf("job token mismatch: rank 0 belongs to job %q; check DDSTORE_JOB_TOKEN/DDSTORE_JOB", x.job))
 	case h.world != x.world:
-		refuse(ErrMismatch, fmt.Sprintf("world size mismatch: rank 0 has %d ranks, rank %d says %d", x.world, h.rank, h.world))
+		refuse(fault.ErrMismatch, fmt.Sprintf("world size mismatch: rank 0 has %d ranks, rank %d says %d", x.world, h.rank, h.world))
 	case h.rank < 1 || h.rank >= x.world:
-		refuse(ErrEnv, fmt.Sprintf("rank %d is outside [1, %d)", h.rank, x.world))
+		refuse(fault.ErrEnv, fmt.Sprintf("rank %d is outside [1, %d)", h.rank, x.world))
 	case x.phase == phaseOver:
-		refuse(ErrClosed, "rank 0 has given up (timeout or closed)")
+		refuse(fault.ErrClosed, "rank 0 has given up (timeout or closed)")
 	case x.peers[h.rank] != nil:
-		refuse(ErrEnv, fmt.Sprintf("duplicate rank: rank %d is already connected from %s", h.rank, x.peers[h.rank].RemoteAddr()))
+		refuse(fault.ErrEnv, fmt.Sprintf("duplicate rank: rank %d is already connected from %s", h.rank, x.peers[h.rank].RemoteAddr()))
 	case x.phase != phaseJoining:
-		refuse(ErrEnv, "all ranks have already joined")
+		refuse(fault.ErrEnv, "all ranks have already joined")
 	default:
 		x.rootOut.Add(1)
 		if err := writeFrame(c, newEnc(fAccept).frame(), time.Now().Add(5*time.Second)); err != nil {
@@ -297,24 +297,24 @@ func (x *tcpEx) AllGather(tag string, mine []byte, timeout time.Duration) ([][]b
 			r := f.rank
 			switch {
 			case f.err != nil:
-				return nil, x.rootAbort(op, ErrPeerLost, []int{r}, "rank %d's connection dropped: %v", r, f.err)
+				return nil, x.rootAbort(op, fault.ErrPeerDead, []int{r}, "rank %d's connection dropped: %v", r, f.err)
 			case f.typ == fBye:
-				return nil, x.rootAbort(op, ErrPeerLost, []int{r}, "rank %d closed its exchanger", r)
+				return nil, x.rootAbort(op, fault.ErrPeerDead, []int{r}, "rank %d closed its exchanger", r)
 			case f.typ != fGather:
-				return nil, x.rootAbort(op, ErrPeerLost, []int{r}, "rank %d sent an unexpected frame of type %d", r, f.typ)
+				return nil, x.rootAbort(op, fault.ErrPeerDead, []int{r}, "rank %d sent an unexpected frame of type %d", r, f.typ)
 			}
 			seq, rtag, blob, err := parseGatherFrame(f.d)
 			switch {
 			case err != nil:
-				return nil, x.rootAbort(op, ErrPeerLost, []int{r}, "rank %d sent a malformed frame", r)
+				return nil, x.rootAbort(op, fault.ErrPeerDead, []int{r}, "rank %d sent a malformed frame", r)
 			case seq != x.seq || rtag != tag:
-				return nil, x.rootAbort(op, ErrMismatch, []int{r}, "%s", mismatchDetail(r, seq, rtag, 0, x.seq, tag))
+				return nil, x.rootAbort(op, fault.ErrMismatch, []int{r}, "%s", mismatchDetail(r, seq, rtag, 0, x.seq, tag))
 			case got[r]:
-				return nil, x.rootAbort(op, ErrMismatch, []int{r}, "rank %d sent collective #%d twice", r, seq)
+				return nil, x.rootAbort(op, fault.ErrMismatch, []int{r}, "rank %d sent collective #%d twice", r, seq)
 			}
 			total += len(blob)
 			if total > MaxMessage {
-				return nil, x.rootAbort(op, ErrTooLarge, nil, "gathered blobs exceed %d bytes (at rank %d)", MaxMessage, r)
+				return nil, x.rootAbort(op, fault.ErrTooLarge, nil, "gathered blobs exceed %d bytes (at rank %d)", MaxMessage, r)
 			}
 			blobs[r], got[r] = blob, true
 			n++
@@ -325,7 +325,7 @@ func (x *tcpEx) AllGather(tag string, mine []byte, timeout time.Duration) ([][]b
 					missing = append(missing, r)
 				}
 			}
-			return nil, x.rootAbort(op, ErrTimeout, missing, "%s did not arrive within %v", fault.RankList(missing), timeoutOr(timeout, x.timeout))
+			return nil, x.rootAbort(op, fault.ErrTimeout, missing, "%s did not arrive within %v", fault.RankList(missing), timeoutOr(timeout, x.timeout))
 		}
 	}
 	frame := resultFrame(x.seq, blobs)
@@ -336,7 +336,7 @@ func (x *tcpEx) AllGather(tag string, mine []byte, timeout time.Duration) ([][]b
 	for r := 1; r < x.world; r++ {
 		x.rootOut.Add(1)
 		if err := writeFrame(x.peers[r], frame, wdl); err != nil {
-			return nil, x.rootAbort(op, ErrPeerLost, []int{r}, "sending the result to rank %d failed: %v", r, err)
+			return nil, x.rootAbort(op, fault.ErrPeerDead, []int{r}, "sending the result to rank %d failed: %v", r, err)
 		}
 	}
 	return blobs, nil
@@ -363,32 +363,32 @@ func (x *tcpEx) gatherLeaf(op, tag string, mine []byte, deadline time.Time) ([][
 	case fResult:
 		seq, blobs, err := parseResultFrame(d)
 		if err != nil {
-			return nil, x.fail(x.errf(op, ErrPeerLost, []int{0}, "malformed result from rank 0: %v", err))
+			return nil, x.fail(x.errf(op, fault.ErrPeerDead, []int{0}, "malformed result from rank 0: %v", err))
 		}
 		if seq != x.seq || len(blobs) != x.world {
-			return nil, x.fail(x.errf(op, ErrMismatch, []int{0}, "rank 0 answered collective #%d with %d blobs, want #%d with %d", seq, len(blobs), x.seq, x.world))
+			return nil, x.fail(x.errf(op, fault.ErrMismatch, []int{0}, "rank 0 answered collective #%d with %d blobs, want #%d with %d", seq, len(blobs), x.seq, x.world))
 		}
 		return blobs, nil
 	case fAbort:
 		return nil, x.fail(verdictErr(x.method, op, d))
 	default:
-		return nil, x.fail(x.errf(op, ErrPeerLost, []int{0}, "unexpected frame type %d from rank 0", typ))
+		return nil, x.fail(x.errf(op, fault.ErrPeerDead, []int{0}, "unexpected frame type %d from rank 0", typ))
 	}
 }
 
 func (x *tcpEx) leafIOErr(op string, err error, timeout time.Duration) error {
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
-		return x.errf(op, ErrTimeout, []int{0}, "rank 0 did not answer within %v", timeout.Round(time.Millisecond))
+		return x.errf(op, fault.ErrTimeout, []int{0}, "rank 0 did not answer within %v", timeout.Round(time.Millisecond))
 	}
-	return &fault.Error{Op: opName(x.method, op), Kind: ErrPeerLost, Side: fault.Remote, Ranks: []int{0}, Detail: "connection to rank 0 lost", Err: err}
+	return &fault.Error{Op: opName(x.method, op), Kind: fault.ErrPeerDead, Side: fault.Remote, Ranks: []int{0}, Detail: "connection to rank 0 lost", Err: err}
 }
 
 // verdictErr turns a reject/abort frame into an error.
 func verdictErr(method, op string, d *dec) error {
 	kind, ranks, detail, err := parseVerdictFrame(d)
 	if err != nil {
-		return &fault.Error{Op: opName(method, op), Kind: ErrPeerLost, Side: fault.Remote, Ranks: []int{0}, Detail: "malformed verdict from rank 0"}
+		return &fault.Error{Op: opName(method, op), Kind: fault.ErrPeerDead, Side: fault.Remote, Ranks: []int{0}, Detail: "malformed verdict from rank 0"}
 	}
 	return &fault.Error{Op: opName(method, op), Kind: kindOf(kind), Side: sideOf(kindOf(kind)), Ranks: ranks, Detail: "rank 0 reports: " + detail}
 }
@@ -438,7 +438,7 @@ func (x *tcpEx) join(deadline time.Time) error {
 	var last error
 	for {
 		if !time.Now().Before(deadline) {
-			return &fault.Error{Op: opName("tcp", op), Kind: ErrTimeout, Side: fault.Remote, Ranks: []int{0},
+			return &fault.Error{Op: opName("tcp", op), Kind: fault.ErrTimeout, Side: fault.Remote, Ranks: []int{0},
 				Detail: fmt.Sprintf("rank 0 did not answer at %s within %v", x.addr, x.timeout), Err: last}
 		}
 		dt := time.Until(deadline)
@@ -457,8 +457,8 @@ func (x *tcpEx) join(deadline time.Time) error {
 		}
 		if err := auth.Handshake(c, x.secret, true, adl); err != nil {
 			c.Close()
-			if errors.Is(err, ErrToken) {
-				return &fault.Error{Op: opName("tcp", op), Kind: ErrToken, Side: fault.Remote, Ranks: []int{0},
+			if errors.Is(err, fault.ErrToken) {
+				return &fault.Error{Op: opName("tcp", op), Kind: fault.ErrToken, Side: fault.Remote, Ranks: []int{0},
 					Detail: fmt.Sprintf("rank 0 at %s and rank %d do not share the job secret (%s)", x.addr, x.rank, x.secretSrc), Err: err}
 			}
 			// Not our rank 0 yet, or its gate is full: retry.
@@ -490,7 +490,7 @@ func (x *tcpEx) join(deadline time.Time) error {
 			return e
 		default:
 			c.Close()
-			return x.errf(op, ErrPeerLost, []int{0}, "%s answered the handshake with frame type %d", x.addr, typ)
+			return x.errf(op, fault.ErrPeerDead, []int{0}, "%s answered the handshake with frame type %d", x.addr, typ)
 		}
 		x.conn = c
 		typ, d, err = readFrameMax(c, maxHandshake)
@@ -504,7 +504,7 @@ func (x *tcpEx) join(deadline time.Time) error {
 		case fAbort:
 			return verdictErr("tcp", op, d)
 		default:
-			return x.errf(op, ErrPeerLost, []int{0}, "unexpected frame type %d from rank 0", typ)
+			return x.errf(op, fault.ErrPeerDead, []int{0}, "unexpected frame type %d from rank 0", typ)
 		}
 	}
 }

@@ -66,7 +66,7 @@ func TestTCPTokenMismatch(t *testing.T) {
 	wantKind(t, res, 1, "job token mismatch", []int{1}, "refused rank 1: job token mismatch")
 	wantKind(t, res, 0, "timeout", []int{1}, "rank 1 did not connect")
 	if !res[0].Token {
-		t.Errorf("rank 0's error does not wrap ErrToken: %s", res[0].Err)
+		t.Errorf("rank 0's error does not wrap fault.ErrToken: %s", res[0].Err)
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/ddstore/ddstore/fault"
 )
 
 // Frame types of the tcp method. A frame is a little-endian uint32 body
@@ -120,7 +122,7 @@ func readFrameMax(r io.Reader, max uint32) (byte, *dec, error) {
 	}
 	n := binary.LittleEndian.Uint32(hdr[:])
 	if n == 0 || n > max {
-		return 0, nil, fmt.Errorf("%w: frame of %d bytes (limit %d)", ErrTooLarge, n, max)
+		return 0, nil, fmt.Errorf("%w: frame of %d bytes (limit %d)", fault.ErrTooLarge, n, max)
 	}
 	body := make([]byte, n)
 	if _, err := io.ReadFull(r, body); err != nil {
