@@ -171,6 +171,20 @@ func outermost(err error) *Error {
 	return nil
 }
 
+// Parts is what a peer needs to rebuild err on its side (a collective's
+// abort frame): the outermost *Error's kind, ranks and detail, or nil, nil
+// and err's text when err is not an *Error (or its detail is empty).
+func Parts(err error) (kind error, ranks []int, detail string) {
+	detail = err.Error()
+	if e := outermost(err); e != nil {
+		kind, ranks = e.Kind, e.Ranks
+		if e.Detail != "" {
+			detail = e.Detail
+		}
+	}
+	return kind, ranks, detail
+}
+
 // RanksOf returns the ranks that err names, from the outermost *Error that
 // names any; nil when none does.
 func RanksOf(err error) []int {

@@ -50,3 +50,24 @@ func TestClassesAndFields(t *testing.T) {
 		t.Fatalf("New: %v", local)
 	}
 }
+
+// TestParts: an abort frame carries the outermost *Error's kind, ranks and
+// detail, even through a wrap; a plain error travels as its text alone.
+func TestParts(t *testing.T) {
+	inner := &Error{Op: "fi_read", Kind: ErrPeerDead, Ranks: []int{3}, Detail: "rank 3 is gone"}
+	kind, ranks, detail := Parts(fmt.Errorf("allreduce: %w", inner))
+	if kind != ErrPeerDead || len(ranks) != 1 || ranks[0] != 3 || detail != "rank 3 is gone" {
+		t.Fatalf("Parts(wrapped) = %v %v %q", kind, ranks, detail)
+	}
+	kind, ranks, detail = Parts(&Error{Op: "barrier", Kind: ErrTimeout, Err: io.EOF})
+	if kind != ErrTimeout || ranks != nil || detail == "" {
+		t.Fatalf("Parts(no detail) = %v %v %q", kind, ranks, detail)
+	}
+	if want := (&Error{Op: "barrier", Kind: ErrTimeout, Err: io.EOF}).Error(); detail != want {
+		t.Fatalf("Parts(no detail) detail %q, want the error's text %q", detail, want)
+	}
+	kind, ranks, detail = Parts(io.ErrUnexpectedEOF)
+	if kind != nil || ranks != nil || detail != io.ErrUnexpectedEOF.Error() {
+		t.Fatalf("Parts(plain) = %v %v %q", kind, ranks, detail)
+	}
+}

@@ -55,14 +55,7 @@ func (m *Mesh) fail(err error) error {
 		return err
 	}
 	m.broken = err
-	var fe *fault.Error
-	kind, ranks, detail := error(nil), []int(nil), err.Error()
-	if errors.As(err, &fe) {
-		kind, ranks = fe.Kind, fe.Ranks
-		if fe.Detail != "" {
-			detail = fe.Detail
-		}
-	}
+	kind, ranks, detail := fault.Parts(err)
 	body := abortBody(kind, ranks, time.Now(), detail)
 	for _, p := range m.peers {
 		if p == nil || p.dead.Load() || p.left.Load() {

@@ -2,23 +2,11 @@ package mesh
 
 import (
 	"bytes"
-	"net"
 	"testing"
 	"time"
+
+	"github.com/ddstore/ddstore/internal/testkit"
 )
-
-// script is a net.Conn whose reads come from a fixed input and whose
-// writes are dropped: a peer that says exactly the fuzzer's bytes.
-type script struct{ r *bytes.Reader }
-
-func (s *script) Read(b []byte) (int, error)       { return s.r.Read(b) }
-func (s *script) Write(b []byte) (int, error)      { return len(b), nil }
-func (s *script) Close() error                     { return nil }
-func (s *script) LocalAddr() net.Addr              { return &net.TCPAddr{} }
-func (s *script) RemoteAddr() net.Addr             { return &net.TCPAddr{} }
-func (s *script) SetDeadline(time.Time) error      { return nil }
-func (s *script) SetReadDeadline(time.Time) error  { return nil }
-func (s *script) SetWriteDeadline(time.Time) error { return nil }
 
 // FuzzMeshWire feeds arbitrary bytes to the mesh's decoders: the hello an
 // acceptor reads (after the peer proved the secret), the answer a dialler
@@ -35,7 +23,7 @@ func FuzzMeshWire(f *testing.F) {
 	f.Add([]byte{2, 0xff, 0xff, 0xff, 0xff, 1, 2, 3})
 	m := &Mesh{o: Options{Rank: 1, World: 4, Token: "tok"}}
 	f.Fuzz(func(t *testing.T, in []byte) {
-		r, err := m.serverHello(&script{r: bytes.NewReader(in)}, time.Now().Add(time.Second))
+		r, err := m.serverHello(testkit.NewScriptConn(in), time.Now().Add(time.Second))
 		if err == nil {
 			// The header's sequence field is not read in a hello.
 			want := helloFrame(r, 4, "tok")
@@ -43,7 +31,7 @@ func FuzzMeshWire(f *testing.F) {
 				t.Fatalf("admitted rank %d from %q", r, in)
 			}
 		}
-		if err := m.clientHello(&script{r: bytes.NewReader(in)}, 0, time.Now().Add(time.Second)); err == nil {
+		if err := m.clientHello(testkit.NewScriptConn(in), 0, time.Now().Add(time.Second)); err == nil {
 			if len(in) < hdrLen || in[4] != tAck {
 				t.Fatalf("accepted %q as an ack", in)
 			}

@@ -1,14 +1,18 @@
 // Package testkit owns helpers that the tests of several packages share:
-// fuzz input mutation, the TestMain of a test binary that re-executes
-// itself, and running a function as concurrent ranks (Each). It imports nothing of ddstore's, so any package's tests may use
-// it; no library code does.
+// fuzz input mutation, a scripted net.Conn for fuzzing wire decoders, the
+// TestMain of a test binary that re-executes itself, and running a function
+// as concurrent ranks (Each). It imports nothing of ddstore's, so any
+// package's tests may use it; no library code does.
 package testkit
 
 import (
+	"bytes"
 	"encoding/binary"
+	"net"
 	"os"
 	"sync"
 	"testing"
+	"time"
 )
 
 // Each runs f(0), …, f(n-1) concurrently, as the ranks of an in-process
@@ -53,3 +57,23 @@ func Main(m *testing.M, env string, run func(value string) int) {
 	}
 	os.Exit(m.Run())
 }
+
+// ScriptConn is a net.Conn whose reads come from a fixed input and whose
+// writes are dropped: a peer that says exactly a fuzzer's bytes. Unread
+// reports how many input bytes the code under test left unread.
+type ScriptConn struct{ r *bytes.Reader }
+
+// NewScriptConn returns a ScriptConn that reads in.
+func NewScriptConn(in []byte) *ScriptConn { return &ScriptConn{r: bytes.NewReader(in)} }
+
+// Unread is the number of input bytes not yet read.
+func (s *ScriptConn) Unread() int { return s.r.Len() }
+
+func (s *ScriptConn) Read(b []byte) (int, error)       { return s.r.Read(b) }
+func (s *ScriptConn) Write(b []byte) (int, error)      { return len(b), nil }
+func (s *ScriptConn) Close() error                     { return nil }
+func (s *ScriptConn) LocalAddr() net.Addr              { return &net.TCPAddr{} }
+func (s *ScriptConn) RemoteAddr() net.Addr             { return &net.TCPAddr{} }
+func (s *ScriptConn) SetDeadline(time.Time) error      { return nil }
+func (s *ScriptConn) SetReadDeadline(time.Time) error  { return nil }
+func (s *ScriptConn) SetWriteDeadline(time.Time) error { return nil }
