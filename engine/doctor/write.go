@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/ddstore/ddstore/configs"
@@ -102,49 +103,40 @@ func Tune(rep *Report) Tuned {
 	return t
 }
 
-// Config is the YAML text of t.
+// Config is the YAML text of t: each key under its section, after the
+// comment that says why it has its value.
 func (t Tuned) Config(rep *Report) []byte {
-	var b bytes.Buffer
-	w := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
-	why := func(key string) {
-		if s := t.Why[key]; s != "" {
-			w("  # %s", s)
-		}
-	}
-	w("# ddstore machine config written by the doctor on %s (%s).", rep.Host, rep.Config)
-	w("# Load it with --config FILE or DDSTORE_CONFIG=FILE; keys not here keep")
-	w("# local.yaml's defaults, and DDSTORE_* variables still override each key.")
-	w("")
-	w("machine:")
-	w("  name: %q", t.Name)
-	why("machine.gpu")
-	w("  gpu: %s", t.GPU)
-	w("")
-	w("fabric:")
-	why("fabric.provider")
-	w("  provider: %q", t.Provider)
-	why("fabric.iface")
-	w("  iface: %q", t.Iface)
-	why("fabric.window")
-	w("  window: %d", t.Window)
-	w("")
-	w("reads:")
-	why("reads.mode")
-	w("  mode: %s", t.ReadMode)
-	w("  thread_readers: %v", t.ThreadReaders)
-	w("")
-	w("exchange:")
-	why("exchange.alltoall_max_bytes")
-	w("  alltoall_max_bytes: %dMiB", t.GatherBytes>>20)
-	w("")
-	w("loader:")
-	why("loader.workers")
-	w("  workers: %d", t.Workers)
-	why("loader.prefetch")
+	prefetch := strconv.Itoa(t.Prefetch)
 	if t.Prefetch == configs.PrefetchAuto {
-		w("  prefetch: auto")
-	} else {
-		w("  prefetch: %d", t.Prefetch)
+		prefetch = "auto"
+	}
+	keys := []struct{ key, value string }{
+		{"machine.name", strconv.Quote(t.Name)},
+		{"machine.gpu", t.GPU},
+		{"fabric.provider", strconv.Quote(t.Provider)},
+		{"fabric.iface", strconv.Quote(t.Iface)},
+		{"fabric.window", strconv.Itoa(t.Window)},
+		{"reads.mode", t.ReadMode},
+		{"reads.thread_readers", strconv.FormatBool(t.ThreadReaders)},
+		{"exchange.alltoall_max_bytes", fmt.Sprintf("%dMiB", t.GatherBytes>>20)},
+		{"loader.workers", strconv.Itoa(t.Workers)},
+		{"loader.prefetch", prefetch},
+	}
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "# ddstore machine config written by the doctor on %s (%s).\n", rep.Host, rep.Config)
+	b.WriteString("# Load it with --config FILE or DDSTORE_CONFIG=FILE; keys not here keep\n")
+	b.WriteString("# local.yaml's defaults, and DDSTORE_* variables still override each key.\n")
+	section := ""
+	for _, k := range keys {
+		sec, name, _ := strings.Cut(k.key, ".")
+		if sec != section {
+			fmt.Fprintf(&b, "\n%s:\n", sec)
+			section = sec
+		}
+		if why := t.Why[k.key]; why != "" {
+			fmt.Fprintf(&b, "  # %s\n", why)
+		}
+		fmt.Fprintf(&b, "  %s: %s\n", name, k.value)
 	}
 	return b.Bytes()
 }
