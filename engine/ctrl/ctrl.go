@@ -57,7 +57,12 @@ type Ctrl struct {
 
 	live liveState
 
-	scratch *scratch // one node's shared all-reduce memory (ring.go); nil if none
+	scratch  *scratch  // the node's shared all-reduce memory (ring.go); nil if none
+	ringAcc  []float32 // an agent's ring all-reduce result, reused (collMu)
+	blocks   []int     // blockBounds' answer (once the table is there)
+	blocksOK sync.Once
+	freeMu   sync.Mutex
+	free     [][]byte // recycled frame bodies (recycle)
 
 	nHB, nAgentMsg, nLocalMsg atomic.Uint64
 	rounds                    atomic.Int32
@@ -271,8 +276,8 @@ func (c *Ctrl) startAgent(deadline time.Time) error {
 	var h2 [hdrLen]byte
 	header{typ: tTable, step: stTable, seq: uint64(t.Bytes())}.put(h2[:], 0)
 	rights := unix.UnixRights(fd)
-	if o.Nodes == 1 {
-		// One node: the shared scratch of AllReduceRingOrder goes along.
+	if o.LocalSize > 1 {
+		// The shared scratch of AllReduceRingOrder goes along.
 		if sfd, err := c.newScratch(); err == nil {
 			defer unix.Close(sfd)
 			rights = unix.UnixRights(fd, sfd)
@@ -617,7 +622,7 @@ func (c *Ctrl) readFrameLive(l *link, watch bool) (header, []byte, error) {
 	}
 	var body []byte
 	if n > 0 {
-		body = make([]byte, n)
+		body = c.takeBody(n)
 	}
 	for off := 0; off < n; {
 		m := min(n-off, 64<<10)
@@ -632,6 +637,44 @@ func (c *Ctrl) readFrameLive(l *link, watch bool) (header, []byte, error) {
 		off += m
 	}
 	return h, body, nil
+}
+
+// maxFree bounds the recycled bodies kept (recycle).
+const maxFree = 64
+
+// takeBody is a frame body of n bytes: a recycled one when one is large
+// enough, else a new one.
+func (c *Ctrl) takeBody(n int) []byte {
+	if n >= 4<<10 {
+		c.freeMu.Lock()
+		for i := len(c.free) - 1; i >= 0; i-- {
+			if b := c.free[i]; cap(b) >= n {
+				c.free[i] = c.free[len(c.free)-1]
+				c.free[len(c.free)-1] = nil
+				c.free = c.free[:len(c.free)-1]
+				c.freeMu.Unlock()
+				return b[:n]
+			}
+		}
+		c.freeMu.Unlock()
+	}
+	return make([]byte, n)
+}
+
+// recycle gives back a body that its receiver no longer uses (a ring
+// piece, once summed).
+func (c *Ctrl) recycle(b []byte) {
+	if cap(b) < 4<<10 {
+		return
+	}
+	c.freeMu.Lock()
+	if c.free == nil {
+		c.free = make([][]byte, 0, maxFree)
+	}
+	if len(c.free) < maxFree {
+		c.free = append(c.free, b)
+	}
+	c.freeMu.Unlock()
 }
 
 func (c *Ctrl) handle(l *link, h header, body []byte) bool {
