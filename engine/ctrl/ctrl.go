@@ -605,10 +605,24 @@ func (c *Ctrl) readLoop(l *link) {
 }
 
 // localSilence is how long an agent waits on a silent local rank (one
-// whose socket is still open: a hung process; a dead one's EOF is
-// immediate): twice DeadAfter, so that a starved machine does not look
-// like a hung rank.
-func (c *Ctrl) localSilence() time.Duration { return 2*c.o.DeadAfter + c.o.Period }
+// whose socket is still open: a frozen or hung process; a dead one's EOF
+// is immediate). See LocalTiming.
+func (c *Ctrl) localSilence() time.Duration {
+	_, silence := LocalTiming(c.o.Period, c.o.DeadAfter)
+	return silence
+}
+
+// LocalTiming is how often a plain rank tells its agent that it lives,
+// and how long its agent waits on its silence before declaring it dead:
+// every min(Period, DeadAfter/8), and DeadAfter plus that. As with the
+// agents' ring, a rank is declared dead no earlier than DeadAfter after
+// it froze (so that a shorter stop is not taken for a death) and no later
+// than DeadAfter and one beat: 3.6–4.05 s with ctrl's defaults, 10–11.25 s
+// with the store's (liveness 10 s).
+func LocalTiming(period, deadAfter time.Duration) (beat, silence time.Duration) {
+	beat = min(period, deadAfter/8)
+	return beat, deadAfter + beat
+}
 
 // readFrameLive reads one frame; when watch, the silence deadline is
 // renewed per 64 KiB of a long body (a slow sender is not a dead one).

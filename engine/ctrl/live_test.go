@@ -107,6 +107,55 @@ func TestSilentAgentDeclaredDead(t *testing.T) {
 	time.Sleep(9*time.Second - time.Since(t0))
 }
 
+// TestFrozenPlainRankDeclaredDead: a plain rank frozen for good (its
+// control goroutines stopped, its socket open, as under SIGSTOP) is
+// declared dead by its agent within LocalTiming's silence, DeadAfter and
+// one beat (4.05 s by default, where it was twice DeadAfter and a Period:
+// 8.2 s; with the store's 10 s liveness 11.25 s, where it was 22.8 s),
+// and every rank knows within a second more.
+func TestFrozenPlainRankDeclaredDead(t *testing.T) {
+	cl, errs := startCluster(t, 24, 3, fast, nil)
+	if err := firstErr(errs); err != nil {
+		t.Fatal(err)
+	}
+	if err := firstErr(cl.each(func(k *Ctrl) error { return k.Barrier("warm", 0) })); err != nil {
+		t.Fatal(err)
+	}
+	_, silence := LocalTiming(DefaultPeriod, DefaultDeadAfter)
+	victim := cl.rank(13) // a plain rank of node 4 (agent: rank 12)
+	t0 := time.Now()
+	go victim.pauseFor(silence + 3*time.Second)
+	last := cl.learned(t, []int{13}, silence+2*time.Second)
+	first := cl.rank(12).FirstDeath()
+	t.Logf("plain rank frozen: declared dead by its agent after %v, known everywhere after %v (silence %v)", first.Sub(t0), last.Sub(t0), silence)
+	// A loaded machine delays the check and the news: 0.5 s and 1 s.
+	if first.Sub(t0) > silence+500*time.Millisecond || last.Sub(t0) > silence+time.Second {
+		t.Fatalf("declared after %v, known everywhere after %v (silence %v)", first.Sub(t0), last.Sub(t0), silence)
+	}
+}
+
+// TestLocalTiming: a plain rank beats often enough that a stop shorter
+// than DeadAfter is never taken for a death, and is declared dead within
+// DeadAfter and one beat; with the store's default liveness (10 s: Period
+// 10 s × 5/18) that is within 11.25 s, as mesh's 10 s.
+func TestLocalTiming(t *testing.T) {
+	for _, c := range []struct{ period, dead, beat, silence time.Duration }{
+		{DefaultPeriod, DefaultDeadAfter, 450 * time.Millisecond, 4050 * time.Millisecond},
+		{10 * time.Second * 5 / 18, 10 * time.Second, 1250 * time.Millisecond, 11250 * time.Millisecond},
+		{100 * time.Millisecond, 10 * time.Second, 100 * time.Millisecond, 10100 * time.Millisecond},
+	} {
+		beat, silence := LocalTiming(c.period, c.dead)
+		if beat != c.beat || silence != c.silence {
+			t.Errorf("period %v, dead after %v: beat %v, silence %v; want %v, %v", c.period, c.dead, beat, silence, c.beat, c.silence)
+		}
+		// The longest silence of a stop of s is s + beat: below silence
+		// exactly when s < DeadAfter.
+		if silence-beat != c.dead {
+			t.Errorf("dead after %v: a stop of %v would be declared dead", c.dead, silence-beat)
+		}
+	}
+}
+
 // TestStoppedRankNotDead: an agent and a plain rank stopped for 3 s (as
 // by SIGSTOP, then SIGCONT) are never declared dead, and collectives go
 // on afterwards; liveness costs at most 2 messages per agent per second.
@@ -137,7 +186,8 @@ func TestStoppedRankNotDead(t *testing.T) {
 	}
 	t.Logf("liveness messages: at most %.2f per agent per second, %.2f per plain rank, over %.1f s", worst/window, plain/window, window)
 	// One period of slack: the window may hold one more tick than it lasts.
-	if worst > 2*(window+1) || plain > window+1 {
+	beat, _ := LocalTiming(DefaultPeriod, DefaultDeadAfter)
+	if worst > 2*(window+1) || plain > window/beat.Seconds()+1 {
 		t.Fatalf("an agent sent %.0f liveness messages in %.1f s, a plain rank %.0f", worst, window, plain)
 	}
 	t0 := time.Now()
