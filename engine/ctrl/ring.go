@@ -351,12 +351,13 @@ func (k *coll) ringAgents(acc []float32, local [][]float32, b []int) (err error)
 	sendq := make(chan [2]int, 2*((l+pf-1)/pf+n)+2) // never full
 	sendErr := make(chan error, 1)
 	var stop atomic.Bool
+	round := k.hops + 1 // the ring counts as one round (Stats.Rounds)
 	go func() {
 		var err error
 		sent := 0
 		for pc := range sendq {
 			if err == nil && !stop.Load() {
-				err = k.sendAgent(right, stRing+sent%ringSteps, f32bytes(acc[pc[0]:pc[1]]))
+				err = k.sendAgentHops(right, stRing+sent%ringSteps, f32bytes(acc[pc[0]:pc[1]]), round)
 				sent++
 			}
 		}
