@@ -3,6 +3,7 @@ package ctrl
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -238,6 +239,50 @@ func TestDeathDuringCollective(t *testing.T) {
 		t.Fatalf("the collective failed after %v (deadline 20 s)", took)
 	}
 	t.Logf("all failed after %v: %v", took, res[0])
+}
+
+// TestDeathDuringRing: ranks run ring-order all-reduces of 800 KB (the
+// agents' ring) in a loop while a plain rank, or an agent, is killed;
+// every other rank fails with ErrPeerDead naming it, at once, not at the
+// deadline.
+func TestDeathDuringRing(t *testing.T) {
+	for _, victim := range []int{13, 12} {
+		t.Run(fmt.Sprint(victim), func(t *testing.T) {
+			cl, errs := startCluster(t, 20, 4, fast, nil)
+			if err := firstErr(errs); err != nil {
+				t.Fatal(err)
+			}
+			var calls atomic.Int64
+			var t0 atomic.Int64
+			res := cl.each(func(k *Ctrl) error {
+				x := make([]float32, 200_000)
+				for i := 0; ; i++ {
+					if k.Rank() == victim && i == 3 {
+						t0.Store(time.Now().UnixNano())
+						k.kill() // in the middle of the job's fourth all-reduce
+						return nil
+					}
+					if err := k.AllReduceRingOrder("x", x, 0); err != nil {
+						return err
+					}
+					calls.Add(1)
+				}
+			})
+			took := time.Since(time.Unix(0, t0.Load()))
+			for r, err := range res {
+				if r == victim {
+					continue
+				}
+				if !errors.Is(err, fault.ErrPeerDead) || fault.RankOf(err) != victim {
+					t.Fatalf("rank %d: %v, want ErrPeerDead naming %d", r, err, victim)
+				}
+			}
+			if took > 5*time.Second {
+				t.Fatalf("the all-reduces failed %v after the kill (deadline 20 s)", took)
+			}
+			t.Logf("%d all-reduces done; all failed within %v of the kill: %v", calls.Load(), took, res[0])
+		})
+	}
 }
 
 func TestOptionsValidate(t *testing.T) {

@@ -365,12 +365,15 @@ func (k *coll) ringAgents(acc []float32, local [][]float32, b []int) (err error)
 	}()
 	defer func() {
 		if err != nil {
+			// Failed (a death, an abort): the collectives are broken, so
+			// nothing reuses acc; a send stuck on a frozen peer is not
+			// waited for (it ends by its deadline or at Close).
 			stop.Store(true)
+			close(sendq)
+			return
 		}
 		close(sendq)
-		if serr := <-sendErr; err == nil {
-			err = serr
-		}
+		err = <-sendErr
 	}()
 	got := 0
 	for p := 0; p < 2*n; p++ {
