@@ -227,18 +227,21 @@ func TestDeathDuringCollective(t *testing.T) {
 		return k.AllReduceFloat32("x", make([]float32, 10), 0)
 	})
 	took := time.Since(t0)
-	for r, err := range res {
-		if r == victim {
-			continue
-		}
-		if !errors.Is(err, fault.ErrPeerDead) || fault.RankOf(err) != victim {
-			t.Fatalf("rank %d: %v, want ErrPeerDead naming %d", r, err, victim)
-		}
-	}
+	wantDeadNamed(t, res, victim)
 	if took > 5*time.Second {
 		t.Fatalf("the collective failed after %v (deadline 20 s)", took)
 	}
 	t.Logf("all failed after %v: %v", took, res[0])
+}
+
+// wantDeadNamed: every rank but victim failed with ErrPeerDead naming it.
+func wantDeadNamed(t *testing.T, res []error, victim int) {
+	t.Helper()
+	for r, err := range res {
+		if r != victim && (!errors.Is(err, fault.ErrPeerDead) || fault.RankOf(err) != victim) {
+			t.Fatalf("rank %d: %v, want ErrPeerDead naming %d", r, err, victim)
+		}
+	}
 }
 
 // TestDeathDuringRing: ranks run ring-order all-reduces of 800 KB (the
@@ -269,14 +272,7 @@ func TestDeathDuringRing(t *testing.T) {
 				}
 			})
 			took := time.Since(time.Unix(0, t0.Load()))
-			for r, err := range res {
-				if r == victim {
-					continue
-				}
-				if !errors.Is(err, fault.ErrPeerDead) || fault.RankOf(err) != victim {
-					t.Fatalf("rank %d: %v, want ErrPeerDead naming %d", r, err, victim)
-				}
-			}
+			wantDeadNamed(t, res, victim)
 			if took > 5*time.Second {
 				t.Fatalf("the all-reduces failed %v after the kill (deadline 20 s)", took)
 			}
