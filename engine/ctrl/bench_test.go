@@ -83,9 +83,21 @@ func meshWorld(b *testing.B, n int) []*mesh.Mesh {
 // below the 3.2 MB of one gathered vector set.
 func BenchmarkAllReduceRingOrder(b *testing.B) {
 	const ranks, floats = 4, 200_000
-	for _, ppn := range []int{1, 2, 4} {
-		b.Run(fmt.Sprintf("nodes=%d", ranks/ppn), func(b *testing.B) {
-			cl, errs := startCluster(b, ranks, ppn, func(o *Options) { o.Timeout = time.Minute }, nil)
+	for _, c := range []struct {
+		ppn    int
+		gather bool
+	}{{1, false}, {1, true}, {2, false}, {4, false}} {
+		name := fmt.Sprintf("nodes=%d", ranks/c.ppn)
+		if c.gather {
+			name += ",gather" // the path before the ring: every vector to every rank
+		}
+		b.Run(name, func(b *testing.B) {
+			if c.gather {
+				old := GatherBytes
+				GatherBytes = 1 << 30
+				defer func() { GatherBytes = old }()
+			}
+			cl, errs := startCluster(b, ranks, c.ppn, func(o *Options) { o.Timeout = time.Minute }, nil)
 			if err := firstErr(errs); err != nil {
 				b.Fatal(err)
 			}
