@@ -3,6 +3,7 @@ package ctrl
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -247,7 +248,7 @@ func wantDeadNamed(t *testing.T, res []error, victim int) {
 // TestDeathDuringRing: ranks run ring-order all-reduces of 800 KB (the
 // agents' ring) in a loop while a plain rank, or an agent, is killed;
 // every other rank fails with ErrPeerDead naming it, at once, not at the
-// deadline.
+// deadline, and with its vector unchanged.
 func TestDeathDuringRing(t *testing.T) {
 	for _, victim := range []int{13, 12} {
 		t.Run(fmt.Sprint(victim), func(t *testing.T) {
@@ -258,14 +259,23 @@ func TestDeathDuringRing(t *testing.T) {
 			var calls atomic.Int64
 			var t0 atomic.Int64
 			res := cl.each(func(k *Ctrl) error {
-				x := make([]float32, 200_000)
+				x, was := make([]float32, 200_000), make([]float32, 200_000)
 				for i := 0; ; i++ {
 					if k.Rank() == victim && i == 3 {
 						t0.Store(time.Now().UnixNano())
 						k.kill() // in the middle of the job's fourth all-reduce
 						return nil
 					}
+					for j := range x {
+						x[j] = fracValueOf(k.Rank()+i, j)
+					}
+					copy(was, x)
 					if err := k.AllReduceRingOrder("x", x, 0); err != nil {
+						for j := range x { // the store passes its gradients as they are
+							if math.Float32bits(x[j]) != math.Float32bits(was[j]) {
+								return fmt.Errorf("x[%d] changed on error (%v, was %v): %w", j, x[j], was[j], err)
+							}
+						}
 						return err
 					}
 					calls.Add(1)
