@@ -163,7 +163,7 @@ func (c *Ctrl) AllReduceRingOrder(tag string, x []float32, timeout time.Duration
 		}
 		copy(x, res)
 		return nil
-	case blocks != nil && 4*l*w > GatherBytes:
+	case blocks != nil && c.o.Nodes > 1 && 4*l*w > GatherBytes:
 		return c.ringAllReduce(tag, x, shm, blocks, timeout)
 	case 4*l*w <= ExactBytes:
 		blobs, err := c.AllGather("ring-parts "+tag, f32raw(x), timeout)

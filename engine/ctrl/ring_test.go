@@ -176,3 +176,44 @@ func TestBlockBounds(t *testing.T) {
 		}
 	}
 }
+
+// TestAllReduceRingOrderWithoutScratch: a rank that could not map its
+// node's scratch says so in the length check; its node then moves the
+// vectors as messages (one node: the gather; across nodes: to and from
+// the agent around the ring), with the same bits.
+func TestAllReduceRingOrderWithoutScratch(t *testing.T) {
+	for _, c := range []struct{ world, ppn, without int }{{4, 4, 2}, {6, 3, 4}, {6, 3, 3}} {
+		t.Run(fmt.Sprintf("world=%d,ppn=%d,without=%d", c.world, c.ppn, c.without), func(t *testing.T) {
+			cl, errs := startCluster(t, c.world, c.ppn, fast, nil)
+			if err := firstErr(errs); err != nil {
+				t.Fatal(err)
+			}
+			sc := cl.rank(c.without).scratch
+			if sc == nil {
+				t.Fatalf("rank %d has no scratch to take away", c.without)
+			}
+			cl.rank(c.without).scratch = nil
+			t.Cleanup(sc.close)
+			const n = 50000
+			res := make([][]float32, c.world)
+			if err := firstErr(cl.each(func(k *Ctrl) error {
+				x := make([]float32, n)
+				for i := range x {
+					x[i] = fracValueOf(k.Rank(), i)
+				}
+				res[k.Rank()] = x
+				return k.AllReduceRingOrder("no-scratch", x, 0)
+			})); err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i < n; i++ {
+				want := ringWant(c.world, n, i)
+				for r := range res {
+					if math.Float32bits(res[r][i]) != math.Float32bits(want) {
+						t.Fatalf("rank %d element %d: %x, want the ring order's %x", r, i, math.Float32bits(res[r][i]), math.Float32bits(want))
+					}
+				}
+			}
+		})
+	}
+}
