@@ -209,13 +209,12 @@ func ctrlIPs() []string { return mesh.LocalIPs() }
 
 // treeAllReduce is AllReduceFloat32 over the tree (collMu held): the
 // mesh ring's summation order (ctrl.AllReduceRingOrder), so that both
-// control planes give the same bits; x is unchanged on error.
+// control planes give the same bits; x is unchanged on error (as
+// AllReduceRingOrder leaves it: no copy of x per call).
 func (s *Store) treeAllReduce(what, tag string, x []float32) error {
-	buf := append([]float32(nil), x...)
-	if err := s.tree.AllReduceRingOrder(tag, buf, s.opts.Timeout); err != nil {
+	if err := s.tree.AllReduceRingOrder(tag, x, s.opts.Timeout); err != nil {
 		return wrapBootstrap(what, err)
 	}
-	copy(x, buf)
 	return nil
 }
 

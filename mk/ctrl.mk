@@ -15,3 +15,17 @@ CTRL_OUT ?= $(CURDIR)/docs/ctrl-scale.json
 ctrl-scale: deps
 	flock /tmp/ddstore-bench.lock $(GO) test -count=1 -timeout 60m -run '^TestScaleRun$$' ./engine/ctrl \
 	  -args -ctrl.worlds=$(CTRL_WORLDS) -ctrl.ppn=$(CTRL_PPN) -ctrl.out=$(CTRL_OUT)
+
+.PHONY: ctrl-allreduce-bench
+
+# Issue 27's all-reduce goal at 4 ranks (800 KB, tree ÷ plain TCP ring and
+# ÷ mesh, alternating in every iteration; 1 node of 4 and 4 nodes of 1),
+# then the tree's ring-order all-reduce alone with its allocations per
+# call. Under the bench lock; the load average before and after.
+ctrl-allreduce-bench: deps
+	$(GO) test -c -o /tmp/ddstore-mesh.test ./engine/mesh
+	$(GO) test -c -o /tmp/ddstore-ctrl.test ./engine/ctrl
+	cd engine/mesh && flock /tmp/ddstore-bench.lock sh -c 'uptime; /tmp/ddstore-mesh.test -test.run "^$$" \
+	  -test.bench TreeVsTCPRing -test.benchtime 20x -test.count 5; uptime'
+	cd engine/ctrl && flock /tmp/ddstore-bench.lock /tmp/ddstore-ctrl.test -test.run '^$$' \
+	  -test.bench AllReduceRingOrder -test.benchtime 20x -test.count 3

@@ -2,6 +2,7 @@ package ctrl
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -73,4 +74,49 @@ func meshWorld(b *testing.B, n int) []*mesh.Mesh {
 		}
 	})
 	return ms
+}
+
+// BenchmarkAllReduceRingOrder: 800 KB all-reduces of 4 ranks in the mesh
+// ring's order (the store's all-reduce under store.control tree), with
+// the allocations of the whole process per call (all 4 ranks): the agents'
+// ring reuses its result buffer and the frame bodies, so this stays far
+// below the 3.2 MB of one gathered vector set.
+func BenchmarkAllReduceRingOrder(b *testing.B) {
+	const ranks, floats = 4, 200_000
+	for _, c := range []struct {
+		ppn    int
+		gather bool
+	}{{1, false}, {1, true}, {2, false}, {4, false}} {
+		name := fmt.Sprintf("nodes=%d", ranks/c.ppn)
+		if c.gather {
+			name += ",gather" // the path before the ring: every vector to every rank
+		}
+		b.Run(name, func(b *testing.B) {
+			if c.gather {
+				old := GatherBytes
+				GatherBytes = 1 << 30
+				defer func() { GatherBytes = old }()
+			}
+			cl, errs := startCluster(b, ranks, c.ppn, func(o *Options) { o.Timeout = time.Minute }, nil)
+			if err := firstErr(errs); err != nil {
+				b.Fatal(err)
+			}
+			xs := make([][]float32, ranks)
+			for r := range xs {
+				xs[r] = make([]float32, floats)
+			}
+			run := func() {
+				if err := errors.Join(testkit.Each(ranks, func(r int) error { return cl.rank(r).AllReduceRingOrder("b", xs[r], 0) })...); err != nil {
+					b.Fatal(err)
+				}
+			}
+			run() // warm: links, buffers
+			b.SetBytes(4 * floats)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				run()
+			}
+		})
+	}
 }

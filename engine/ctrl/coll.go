@@ -109,14 +109,20 @@ func (k *coll) end(err error) error {
 }
 
 func (k *coll) sendAgent(node, step int, body []byte) error {
+	k.hops++ // a step takes a round, whatever arrives
+	return k.sendAgentHops(node, step, body, k.hops)
+}
+
+// sendAgentHops is sendAgent with the hop count given: it reads nothing
+// of k that changes (a sender goroutine's, beside the receiving one).
+func (k *coll) sendAgentHops(node, step int, body []byte, hops uint8) error {
 	c := k.c
 	l, err := c.linkTo(node, k.deadline, false)
 	if err != nil {
 		return err
 	}
 	c.nAgentMsg.Add(1)
-	k.hops++ // a step takes a round, whatever arrives
-	if err := l.send(header{typ: tColl, hops: k.hops, step: uint16(step), seq: k.seq, from: uint32(c.o.Node), tag: k.tag}, body, k.deadline); err != nil {
+	if err := l.send(header{typ: tColl, hops: hops, step: uint16(step), seq: k.seq, from: uint32(c.o.Node), tag: k.tag}, body, k.deadline); err != nil {
 		c.sendGrace(err)
 		return &fault.Error{Op: k.op, Ranks: []int{c.agentRank(node)}, Side: fault.Remote, Kind: fault.ErrPeerDead,
 			Detail: fmt.Sprintf("sending to node %d's agent failed", node), Err: err}

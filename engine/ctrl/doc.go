@@ -23,12 +23,16 @@
 // by recursive doubling (small messages) or recursive halving and doubling
 // (large ones, Rabenseifner), with the excess nodes folded for any count.
 // Every sum has one fixed order, so results are bit-identical on every
-// rank.
+// rank. AllReduceRingOrder (ring.go, the store's all-reduce) sums in
+// engine/mesh's ring order instead: on one node through the node's memfd
+// scratch, across nodes by a gather for small vectors and, for large ones,
+// a pipelined ring of agents that add their ranks in rank order.
 //
 // Liveness (live.go): each agent pings its ring successor every Period;
 // a successor silent for SuspectAfter is probed indirectly through Probes
 // other agents (SWIM), and declared dead (its whole node) after DeadAfter
 // unless one of them got an answer. A local rank is watched by its agent:
-// its socket's EOF is its death. A death floods over the agents' links
+// its socket's EOF is its death, and silence after DeadAfter and one of
+// its beats (LocalTiming) too. A death floods over the agents' links
 // and down to every local rank; every collective then fails naming it.
 package ctrl

@@ -3,7 +3,7 @@ package ctrl
 // Liveness: an agent pings its ring successor every Period; an answer
 // older than SuspectAfter makes it a suspect, probed through Probes other
 // agents; past DeadAfter with no answer, direct or indirect, its node is
-// declared dead. Plain ranks tell their agent they live every Period.
+// declared dead. Plain ranks tell their agent they live (LocalTiming).
 
 import (
 	"fmt"
@@ -199,10 +199,11 @@ func (c *Ctrl) gotIndirect(node int) {
 	c.live.mu.Unlock()
 }
 
-// heartbeat tells a plain rank's agent that it lives, every Period.
+// heartbeat tells a plain rank's agent that it lives (LocalTiming).
 func (c *Ctrl) heartbeat() {
 	defer c.wg.Done()
-	tick := time.NewTicker(c.o.Period)
+	beat, _ := LocalTiming(c.o.Period, c.o.DeadAfter)
+	tick := time.NewTicker(beat)
 	defer tick.Stop()
 	for {
 		select {

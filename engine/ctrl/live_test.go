@@ -3,6 +3,8 @@ package ctrl
 import (
 	"errors"
 	"fmt"
+	"math"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -107,6 +109,55 @@ func TestSilentAgentDeclaredDead(t *testing.T) {
 	time.Sleep(9*time.Second - time.Since(t0))
 }
 
+// TestFrozenPlainRankDeclaredDead: a plain rank frozen for good (its
+// control goroutines stopped, its socket open, as under SIGSTOP) is
+// declared dead by its agent within LocalTiming's silence, DeadAfter and
+// one beat (4.05 s by default, where it was twice DeadAfter and a Period:
+// 8.2 s; with the store's 10 s liveness 11.25 s, where it was 22.8 s):
+// within the goals, 5 s, and every rank knows within 6 s.
+func TestFrozenPlainRankDeclaredDead(t *testing.T) {
+	cl, errs := startCluster(t, 24, 3, fast, nil)
+	if err := firstErr(errs); err != nil {
+		t.Fatal(err)
+	}
+	if err := firstErr(cl.each(func(k *Ctrl) error { return k.Barrier("warm", 0) })); err != nil {
+		t.Fatal(err)
+	}
+	_, silence := LocalTiming(DefaultPeriod, DefaultDeadAfter)
+	victim := cl.rank(13) // a plain rank of node 4 (agent: rank 12)
+	t0 := time.Now()
+	go victim.pauseFor(silence + 3*time.Second)
+	last := cl.learned(t, []int{13}, 6*time.Second)
+	first := cl.rank(12).FirstDeath()
+	t.Logf("plain rank frozen: declared dead by its agent after %v, known everywhere after %v (silence %v)", first.Sub(t0), last.Sub(t0), silence)
+	// The goals, 5 s and 6 s: 0.95 s of slack for a loaded machine.
+	if first.Sub(t0) > 5*time.Second || last.Sub(t0) > 6*time.Second {
+		t.Fatalf("declared after %v, known everywhere after %v (goals 5 s, 6 s; silence %v)", first.Sub(t0), last.Sub(t0), silence)
+	}
+}
+
+// TestLocalTiming: a plain rank beats often enough that a stop shorter
+// than DeadAfter is never taken for a death, and is declared dead within
+// DeadAfter and one beat; with the store's default liveness (10 s: Period
+// 10 s × 5/18) that is within 11.25 s, as mesh's 10 s.
+func TestLocalTiming(t *testing.T) {
+	for _, c := range []struct{ period, dead, beat, silence time.Duration }{
+		{DefaultPeriod, DefaultDeadAfter, 450 * time.Millisecond, 4050 * time.Millisecond},
+		{10 * time.Second * 5 / 18, 10 * time.Second, 1250 * time.Millisecond, 11250 * time.Millisecond},
+		{100 * time.Millisecond, 10 * time.Second, 100 * time.Millisecond, 10100 * time.Millisecond},
+	} {
+		beat, silence := LocalTiming(c.period, c.dead)
+		if beat != c.beat || silence != c.silence {
+			t.Errorf("period %v, dead after %v: beat %v, silence %v; want %v, %v", c.period, c.dead, beat, silence, c.beat, c.silence)
+		}
+		// The longest silence of a stop of s is s + beat: below silence
+		// exactly when s < DeadAfter.
+		if silence-beat != c.dead {
+			t.Errorf("dead after %v: a stop of %v would be declared dead", c.dead, silence-beat)
+		}
+	}
+}
+
 // TestStoppedRankNotDead: an agent and a plain rank stopped for 3 s (as
 // by SIGSTOP, then SIGCONT) are never declared dead, and collectives go
 // on afterwards; liveness costs at most 2 messages per agent per second.
@@ -137,7 +188,8 @@ func TestStoppedRankNotDead(t *testing.T) {
 	}
 	t.Logf("liveness messages: at most %.2f per agent per second, %.2f per plain rank, over %.1f s", worst/window, plain/window, window)
 	// One period of slack: the window may hold one more tick than it lasts.
-	if worst > 2*(window+1) || plain > window+1 {
+	beat, _ := LocalTiming(DefaultPeriod, DefaultDeadAfter)
+	if worst > 2*(window+1) || plain > window/beat.Seconds()+1 {
 		t.Fatalf("an agent sent %.0f liveness messages in %.1f s, a plain rank %.0f", worst, window, plain)
 	}
 	t0 := time.Now()
@@ -176,18 +228,69 @@ func TestDeathDuringCollective(t *testing.T) {
 		return k.AllReduceFloat32("x", make([]float32, 10), 0)
 	})
 	took := time.Since(t0)
-	for r, err := range res {
-		if r == victim {
-			continue
-		}
-		if !errors.Is(err, fault.ErrPeerDead) || fault.RankOf(err) != victim {
-			t.Fatalf("rank %d: %v, want ErrPeerDead naming %d", r, err, victim)
-		}
-	}
+	wantDeadNamed(t, res, victim)
 	if took > 5*time.Second {
 		t.Fatalf("the collective failed after %v (deadline 20 s)", took)
 	}
 	t.Logf("all failed after %v: %v", took, res[0])
+}
+
+// wantDeadNamed: every rank but victim failed with ErrPeerDead naming it.
+func wantDeadNamed(t *testing.T, res []error, victim int) {
+	t.Helper()
+	for r, err := range res {
+		if r != victim && (!errors.Is(err, fault.ErrPeerDead) || fault.RankOf(err) != victim) {
+			t.Fatalf("rank %d: %v, want ErrPeerDead naming %d", r, err, victim)
+		}
+	}
+}
+
+// TestDeathDuringRing: ranks run ring-order all-reduces of 200 KB (the
+// agents' ring) in a loop while a plain rank, or an agent, is killed;
+// every other rank fails with ErrPeerDead naming it, at once, not at the
+// deadline, and with its vector unchanged.
+func TestDeathDuringRing(t *testing.T) {
+	for _, victim := range []int{13, 12} {
+		t.Run(fmt.Sprint(victim), func(t *testing.T) {
+			// A minute's deadline: the race detector and a loaded machine
+			// make an all-reduce slow, and the test is about the kill.
+			cl, errs := startCluster(t, 20, 4, func(o *Options) { o.Timeout = time.Minute }, nil)
+			if err := firstErr(errs); err != nil {
+				t.Fatal(err)
+			}
+			var calls atomic.Int64
+			var t0 atomic.Int64
+			res := cl.each(func(k *Ctrl) error {
+				x, was := make([]float32, 50_000), make([]float32, 50_000) // 200 KB: the ring
+				for i := 0; ; i++ {
+					if k.Rank() == victim && i == 3 {
+						t0.Store(time.Now().UnixNano())
+						k.kill() // in the middle of the job's fourth all-reduce
+						return nil
+					}
+					for j := range x {
+						x[j] = fracValueOf(k.Rank()+i, j)
+					}
+					copy(was, x)
+					if err := k.AllReduceRingOrder("x", x, 0); err != nil {
+						for j := range x { // the store passes its gradients as they are
+							if math.Float32bits(x[j]) != math.Float32bits(was[j]) {
+								return fmt.Errorf("x[%d] changed on error (%v, was %v): %w", j, x[j], was[j], err)
+							}
+						}
+						return err
+					}
+					calls.Add(1)
+				}
+			})
+			took := time.Since(time.Unix(0, t0.Load()))
+			wantDeadNamed(t, res, victim)
+			if took > 5*time.Second {
+				t.Fatalf("the all-reduces failed %v after the kill (deadline 1 min)", took)
+			}
+			t.Logf("%d all-reduces done; all failed within %v of the kill: %v", calls.Load(), took, res[0])
+		})
+	}
 }
 
 func TestOptionsValidate(t *testing.T) {

@@ -45,9 +45,11 @@ type Options struct {
 	Arity int
 	// Timeout bounds Start and is the default deadline of collectives.
 	Timeout time.Duration
-	// Period between heartbeats (an agent pings its ring successor; a
-	// plain rank tells its agent it lives). SuspectAfter without an answer
-	// starts the indirect probes; DeadAfter declares the node dead.
+	// Period between an agent's pings of its ring successor. SuspectAfter
+	// without an answer starts the indirect probes; DeadAfter declares the
+	// node dead. A plain rank tells its agent it lives every
+	// min(Period, DeadAfter/8) and is dead after DeadAfter and that silent
+	// (LocalTiming).
 	Period, SuspectAfter, DeadAfter time.Duration
 	// Probes is the number of agents asked to probe a suspect (SWIM's k).
 	Probes int

@@ -26,12 +26,35 @@ func ringWant(world, l, i int) float32 {
 }
 
 // TestAllReduceRingOrder: on one node (shared memory) and across nodes
-// (gather), every rank gets the ring order's bits; a length mismatch
-// fails on every rank naming a rank, and the next collective works.
+// (gather, or the agents' ring: forced with small pieces for every n, so
+// that segments are empty, one piece or many), every rank gets the ring
+// order's bits; a length mismatch fails on every rank naming a rank, and
+// the next collective works.
 func TestAllReduceRingOrder(t *testing.T) {
-	for _, c := range []struct{ world, ppn int }{{4, 4}, {5, 5}, {4, 1}, {7, 3}} {
+	for _, c := range []struct{ world, ppn int }{{4, 4}, {5, 5}, {4, 1}, {7, 3}, {9, 4}, {6, 2}, {3, 1}} {
 		for _, n := range []int{3, 1000, 50000} {
-			t.Run(fmt.Sprintf("world=%d,ppn=%d,n=%d", c.world, c.ppn, n), func(t *testing.T) {
+			for _, ring := range []bool{false, true} {
+				if ring && c.world == c.ppn {
+					continue
+				}
+				t.Run(fmt.Sprintf("world=%d,ppn=%d,n=%d,ring=%v", c.world, c.ppn, n, ring), func(t *testing.T) {
+					if ring {
+						oldG, oldP := GatherBytes, RingPieceBytes
+						GatherBytes, RingPieceBytes = 0, 1000
+						t.Cleanup(func() { GatherBytes, RingPieceBytes = oldG, oldP })
+					}
+					testRingOrder(t, c.world, c.ppn, n)
+				})
+			}
+		}
+	}
+}
+
+func testRingOrder(t *testing.T, world, ppn, n int) {
+	c := struct{ world, ppn int }{world, ppn}
+	{
+		{
+			{
 				cl, errs := startCluster(t, c.world, c.ppn, fast, nil)
 				if err := firstErr(errs); err != nil {
 					t.Fatal(err)
@@ -87,7 +110,7 @@ func TestAllReduceRingOrder(t *testing.T) {
 				if err := firstErr(cl.each(func(k *Ctrl) error { return k.Barrier("after", 0) })); err != nil {
 					t.Fatalf("barrier after a length mismatch: %v", err)
 				}
-			})
+			}
 		}
 	}
 }
@@ -127,5 +150,70 @@ func TestAllReduceRingOrderLarge(t *testing.T) {
 				t.Fatalf("element %d: rank %d differs from rank 0", i, r)
 			}
 		}
+	}
+}
+
+// TestBlockBounds: ranks numbered node by node give each node's first
+// rank; any other numbering (cyclic, local ranks out of order, nodes out
+// of order, a node missing) gives nil.
+func TestBlockBounds(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		node, local []int
+		nodes       int
+		want        []int
+	}{
+		{"blocks", []int{0, 0, 0, 1, 1, 2}, []int{0, 1, 2, 0, 1, 0}, 3, []int{0, 3, 5, 6}},
+		{"one rank per node", []int{0, 1, 2}, []int{0, 0, 0}, 3, []int{0, 1, 2, 3}},
+		{"cyclic", []int{0, 1, 0, 1}, []int{0, 0, 1, 1}, 2, nil},
+		{"local order", []int{0, 0, 1}, []int{1, 0, 0}, 2, nil},
+		{"nodes out of order", []int{1, 0}, []int{0, 0}, 2, nil},
+		{"node missing", []int{0, 0}, []int{0, 1}, 2, nil},
+	} {
+		got := BlockBounds(len(c.node), c.nodes, func(r int) int { return c.node[r] }, func(r int) int { return c.local[r] })
+		if fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// TestAllReduceRingOrderWithoutScratch: a rank that could not map its
+// node's scratch says so in the length check; its node then moves the
+// vectors as messages (one node: the gather; across nodes: to and from
+// the agent around the ring), with the same bits.
+func TestAllReduceRingOrderWithoutScratch(t *testing.T) {
+	for _, c := range []struct{ world, ppn, without int }{{4, 4, 2}, {6, 3, 4}, {6, 3, 3}} {
+		t.Run(fmt.Sprintf("world=%d,ppn=%d,without=%d", c.world, c.ppn, c.without), func(t *testing.T) {
+			cl, errs := startCluster(t, c.world, c.ppn, fast, nil)
+			if err := firstErr(errs); err != nil {
+				t.Fatal(err)
+			}
+			sc := cl.rank(c.without).scratch
+			if sc == nil {
+				t.Fatalf("rank %d has no scratch to take away", c.without)
+			}
+			cl.rank(c.without).scratch = nil
+			t.Cleanup(sc.close)
+			const n = 50000
+			res := make([][]float32, c.world)
+			if err := firstErr(cl.each(func(k *Ctrl) error {
+				x := make([]float32, n)
+				for i := range x {
+					x[i] = fracValueOf(k.Rank(), i)
+				}
+				res[k.Rank()] = x
+				return k.AllReduceRingOrder("no-scratch", x, 0)
+			})); err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i < n; i++ {
+				want := ringWant(c.world, n, i)
+				for r := range res {
+					if math.Float32bits(res[r][i]) != math.Float32bits(want) {
+						t.Fatalf("rank %d element %d: %x, want the ring order's %x", r, i, math.Float32bits(res[r][i]), math.Float32bits(want))
+					}
+				}
+			}
+		})
 	}
 }
