@@ -920,8 +920,9 @@ func (s *Segment) TailRings(c *RingCursor, keep uint64) (err error) {
 	return nil
 }
 
-// ReadRings copies the records since c from every ring into dst, each
-// ring's in order and all of them ordered by time (stable), advances c,
+// ReadRings copies the records since c from every ring into dst, ordered
+// by time (stable; a ring's positions are in time order except where
+// shared-ring writers claimed before reading the clock), advances c,
 // and returns how many it copied and how many were lost since c (as
 // ReadRing). It reads the rings in turn and stops when dst is full, so a
 // caller that got len(dst) records calls again for the rest.
