@@ -326,7 +326,7 @@ func (m *Model) run() error {
 	if paced {
 		m.tick = time.Second / time.Duration(fps)
 	}
-	m.skipRings = true
+	m.skipRings = skipRingsLive
 	m.showCalls()
 	_, err := tea.NewProgram(m, tea.WithAltScreen(), tea.WithFPS(fps)).Run()
 	return err
