@@ -43,7 +43,9 @@ build)
     git archive "$rev" | tar -x -C "$tmp/$rev"
   done
   (cd "$tmp/8f7cdb9" && go test -c -o "$dir/telemetry-v1.test" ./telemetry)
-  (cd "$tmp/$base" && go test -c -o "$dir/telemetry-prev.test" ./telemetry && go test -c -o "$dir/engine-prev.test" ./engine)
+  # stripped (-s -w): the same code, a smaller make device-bundle
+  (cd "$tmp/$base" && go test -c -ldflags="-s -w" -o "$dir/telemetry-prev.test" ./telemetry &&
+    go test -c -ldflags="-s -w" -o "$dir/engine-prev.test" ./engine)
   if [ "${EXPERIMENTS:-0}" = 1 ]; then
     for x in noring; do
       mkdir "$tmp/$x"
