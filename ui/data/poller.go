@@ -86,6 +86,9 @@ type Poller struct {
 // after the last record read. Safe to call while a poll runs.
 func (p *Poller) ShowCalls(on bool) { p.hideCalls.Store(!on) }
 
+// CallsShown is what ShowCalls last set.
+func (p *Poller) CallsShown() bool { return !p.hideCalls.Load() }
+
 // tracked is one open segment and what ddtop remembers about it.
 type tracked struct {
 	seg                 *telemetry.Segment
