@@ -14,12 +14,12 @@ import (
 func validSegmentBytes(t testing.TB) []byte {
 	t.Helper()
 	w, err := Create(WriterOptions{Dir: t.TempDir(), Job: "seed", Rank: 1, World: 2, MaxVars: 2, MaxReaders: 2, RingSize: 4,
-		Provider: "tcp", ReaderMode: "thread", Method: "dir"})
+		LaneRingSize: 4, Provider: "tcp", ReaderMode: "thread", Method: "dir"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	id, _ := w.AddVar("x", "float32", 8, 64, 32)
+	id, _ := w.AddVar("x", "float32", 8, 64, 32) // reader 0's calls in lane ring 1, reader 1's shared
 	var c Call
 	for i := int64(1); i <= 6; i++ {
 		patternCall(&c, int32(id), int32(i%2), i, 8)
@@ -66,6 +66,9 @@ func TestBadFiles(t *testing.T) {
 		{"readers-huge", put(good, hMaxReaders, 1<<40), ErrCorrupt, "reader stripes"},
 		{"ring-not-pow2", put(good, hRingSize, 3), ErrCorrupt, "ring size"},
 		{"ring-bigger", put(good, hRingSize, 8), ErrCorrupt, "segment size"},
+		{"lane-ring-size", put(good, hLaneRingSize, 6), ErrCorrupt, "lane ring size"},
+		{"lane-ring-bigger", put(good, hLaneRingSize, 8), ErrCorrupt, "segment size"},
+		{"lane-ring-off", put(good, hLaneRingOff, 64), ErrCorrupt, "lane ring offset"},
 		{"filebytes", put(good, hFileBytes, 1<<60), ErrCorrupt, "segment size"},
 		{"buckets", put(good, hNumBuckets, 41), ErrCorrupt, "buckets"},
 		{"stripe-off", put(good, hStripeOff, 3), ErrCorrupt, "stripe offset"},

@@ -45,10 +45,12 @@ func fuzzCall(op []byte, rowBytes [2]int64) Call {
 
 // FuzzTelemetryModel: a writer records calls built from ops (2 variables,
 // readers 0-2 over 2 stripes, so reader 2 folds into stripe 1; 6 target
-// ranks; an 8-record ring that wraps) and read back. The file cut short
+// ranks; reader 0's calls in its 4-record lane ring, the others in the
+// 8-record shared ring, both wrapping) and read back. The file cut short
 // by cut (1-63) words must be refused with ErrTruncated; the whole one
 // must show exactly the model: every stripe's counters and
-// histograms, the peer table and the ring's last records in order.
+// histograms, the peer table and each ring's last records, merged in
+// call order (end times increase), the rest counted lost.
 func FuzzTelemetryModel(f *testing.F) {
 	f.Add([]byte{0, 1, 0, 0}, uint16(0))
 	f.Add([]byte{0, 9, 0, 1, 3, 200, 1, 6, 5, 0, 0, 255, 4, 7, 7, 2}, uint16(0))
@@ -62,7 +64,7 @@ func FuzzTelemetryModel(f *testing.F) {
 	// variables removed and added again (their counters zeroed), reads the
 	// ring from its own first record and the peer table as a difference.
 	w, err := Create(WriterOptions{Dir: dir, Job: "model", Rank: 0, World: 6, MaxVars: 2, MaxReaders: 2, RingSize: 8,
-		Provider: "tcp", ReaderMode: "thread", Method: "dir"})
+		LaneRingSize: 4, Provider: "tcp", ReaderMode: "thread", Method: "dir"})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -75,6 +77,7 @@ func FuzzTelemetryModel(f *testing.F) {
 		f.Fatal(err)
 	}
 	defer seg.Close()
+	var clock int64 = 1 // end times, increasing over every input
 	f.Fuzz(func(t *testing.T, ops []byte, cut uint16) {
 		for v := range 2 {
 			w.RemoveVar(v)
@@ -92,10 +95,16 @@ func FuzzTelemetryModel(f *testing.F) {
 		for _, p := range before.Peers {
 			peers0[p.Rank] = p
 		}
-		head := seg.RingHead()
+		var cur RingCursor
+		if err := seg.TailRings(&cur, 0); err != nil {
+			t.Fatal(err)
+		}
+		start := cur
 		m := telModel{stripes: map[[2]int]*Counters{}, peers: map[int]*PeerCounters{}}
 		for ; len(ops) >= 4; ops = ops[4:] {
 			c := fuzzCall(ops, rowBytes)
+			clock++
+			c.EndNano = clock
 			w.Record(&c)
 			key := [2]int{int(c.Var), min(int(c.Reader), 1)}
 			s := m.stripes[key]
@@ -190,18 +199,39 @@ func FuzzTelemetryModel(f *testing.F) {
 				t.Fatalf("peer %d: %+v, want calls %d rows %d bytes %d", rk, got, want.Calls, want.Rows, want.Bytes)
 			}
 		}
-		n, next, lost, err := s.ReadRing(head, recs)
-		first := max(0, len(m.ring)-8)
-		if err != nil || n != len(m.ring)-first || next != head+uint64(len(m.ring)) || lost != uint64(first) {
-			t.Fatalf("ReadRing(0) = %d records, next %d, lost %d, %v; %d recorded", n, next, lost, err, len(m.ring))
+		// Each ring keeps its last records: reader 0's lane ring 4, the
+		// shared ring 8.
+		ringOf := func(c *Call) int { return map[bool]int{true: 1, false: 0}[c.Reader == 0] }
+		var count, seq [2]uint64
+		for i := range m.ring {
+			count[ringOf(&m.ring[i])]++
+		}
+		var want []Call
+		var wantSeq []uint64
+		var lost uint64
+		for i := range m.ring {
+			k := ringOf(&m.ring[i])
+			size := map[int]uint64{0: 8, 1: 4}[k]
+			if count[k]-seq[k] <= size {
+				want = append(want, m.ring[i])
+				wantSeq = append(wantSeq, start.Pos[k]+seq[k])
+			} else {
+				lost++
+			}
+			seq[k]++
+		}
+		n, dropped, err := s.ReadRings(&cur, recs)
+		if err != nil || n != len(want) || dropped != lost || cur.Pos[0] != start.Pos[0]+count[0] || cur.Pos[1] != start.Pos[1]+count[1] {
+			t.Fatalf("ReadRings = %d records, %d lost, %v, cursor %v; want %d, %d of %d recorded", n, dropped, err, cur.Pos[:3], len(want), lost, len(m.ring))
 		}
 		for i, r := range recs[:n] {
-			c := m.ring[first+i]
-			if r.Seq != head+uint64(first+i) || r.Var != c.Var || r.Reader != min(c.Reader, 1) || r.Rows != c.Rows ||
+			c := want[i]
+			if r.Seq != wantSeq[i] || r.Ring != ringOf(&c) || r.TimeNs-c.EndNano != recs[0].TimeNs-want[0].EndNano ||
+				r.Var != c.Var || r.Reader != min(c.Reader, 1) || r.Rows != c.Rows ||
 				r.Bytes != c.Bytes || r.LocalRows != c.LocalRows || r.RemoteRows != c.RemoteRows || r.MRRegs != c.MRRegs ||
 				r.Phases != c.Phases || r.Err != c.Err || r.Targets != 1<<c.Targets.Rank(0) || r.NTargets != 1 ||
 				r.FirstTargets[0] != int32(c.Targets.Rank(0)) {
-				t.Fatalf("ring record %d: %+v, recorded %+v", head+uint64(first+i), r, c)
+				t.Fatalf("ring record %d (ring %d seq %d): %+v, recorded %+v", i, ringOf(&c), wantSeq[i], r, c)
 			}
 		}
 	})

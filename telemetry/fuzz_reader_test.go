@@ -92,6 +92,30 @@ func readFuzzed(t *testing.T, dir, path string, recs []Record) {
 		_ = tot.CallHist.Quantile(0.5)
 		_ = tot.CallHist.Quantile(0.99)
 	}
+	var rc RingCursor
+	for _, keep := range []uint64{0, 2, 1 << 63} {
+		if err := s.TailRings(&rc, keep); err != nil {
+			t.Fatalf("TailRings: %v", err)
+		}
+		before := rc
+		n, _, err := s.ReadRings(&rc, recs)
+		if err != nil || n > len(recs) {
+			t.Fatalf("ReadRings = %d, %v", n, err)
+		}
+		for i := range s.Rings() {
+			if rc.Pos[i] < before.Pos[i] && before.Pos[i] <= ^uint64(0)>>1 {
+				t.Fatalf("ReadRings moved ring %d back: %d -> %d", i, before.Pos[i], rc.Pos[i])
+			}
+		}
+		for i := range recs[:n] {
+			if recs[i].Ring < 0 || recs[i].Ring >= s.Rings() {
+				t.Fatalf("record of ring %d of %d", recs[i].Ring, s.Rings())
+			}
+		}
+		if _, err := s.SkipRings(&rc); err != nil {
+			t.Fatalf("SkipRings: %v", err)
+		}
+	}
 	head := s.RingHead()
 	for _, cursor := range []uint64{0, head, head - 1, head - 3, 1 << 63, ^uint64(0)} {
 		n, next, _, err := s.ReadRing(cursor, recs)

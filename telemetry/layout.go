@@ -1,7 +1,7 @@
 package telemetry
 
-// Segment layout, format version 3 (version 1 and 2 files are still read;
-// see FORMAT.md for what differs). All integers are 64-bit, host byte
+// Segment layout, format version 4 (version 1, 2 and 3 files are still
+// read; see FORMAT.md for what differs). All integers are 64-bit, host byte
 // order (little-endian on every supported machine), 8-byte aligned; every
 // block starts on a 64-byte cache line. Strings are NUL-padded UTF-8 in
 // fixed-size fields. Offsets are from the start of the file.
@@ -27,6 +27,12 @@ package telemetry
 //  |   = slot (l, r) has been written (scan marks, below)          |
 //  +---------------------------------------------------------------+  ringOff
 //  |   Ring of recent calls: RingSize slots x 192 B (v1: 128 B)    |
+//  |   (v4: the shared ring, lane 0's: shared calls only)          |
+//  +---------------------------------------------------------------+  laneRingOff (v4)
+//  |   Lane rings (v4): PeerLanes-1 rings, ring l (1..PeerLanes-1) |
+//  |   owned by reader id l-1: a 64 B head line (0 head) and       |
+//  |   LaneRingSize slots x 192 B (ring slot layout)               |
+//  |   laneRing(l) = laneRingOff + (l-1)*(64 + LaneRingSize*192)   |
 //  +---------------------------------------------------------------+  fileBytes
 //
 // Header (cache line per row; hot atomics on their own lines):
@@ -62,7 +68,9 @@ package telemetry
 //  | 712 varsUsed (feature 0: highest variable slot ever used + 1) |
 //  | 720 peerLanes (v3: lanes of the peer table, 1..64)            |
 //  | 728 lanesUsed (v3, feature 0: bit l = lane l was written)     |
-//  | 736..1023 reserved (zero)                                     |
+//  | 736 laneRingSize (v4: slots of each lane ring, power of 2)    |
+//  | 744 laneRingOff (v4)                                          |
+//  | 752..1023 reserved (zero)                                     |
 //  +---------------------------------------------------------------+ 1024
 //
 // Variable table entry (128 B):
@@ -132,13 +140,24 @@ package telemetry
 // copying it (status 0 ok, 1 error); seq > 2p+2 (overwritten) or
 // abandoned > p counts p as dropped; otherwise seq < 2p+2 means the record
 // is not written yet and the reader stops there.
+//
+// Lane rings (v4): the ring a call goes to is its peer lane's: lane 0
+// (shared calls, reader ids >= PeerLanes-1) the shared ring above, lane
+// l >= 1 the lane ring of reader id l-1, which has one writer (the
+// single-writer rule of Writer.Record). Its writer loads its head p,
+// stores seq = 2p+1 in slot p&(LaneRingSize-1), the fields, seq = 2p+2,
+// then head = p+1: no claim, no atomic read-modify-write, and a ring
+// small enough to stay in the writer's cache (the shared ring's slot was
+// last written RingSize calls earlier, a cache miss at every call). A
+// reader reads each lane ring as the shared one (the same seq check;
+// the abandoned word is unused, 0) and merges the rings by time.
 
 const (
 	// Magic is the first 8 bytes of every segment: "DDSTEL\x00\x01".
 	Magic uint64 = 0x01_00_4c_45_54_53_44_44 // little-endian "DDSTEL\0\1"
 	// Version is the format version this package writes; it reads this
-	// one and versions 1 and 2.
-	Version = 3
+	// one and versions 1, 2 and 3.
+	Version = 4
 
 	headerBytes     = 1024
 	varEntryBytes   = 128
@@ -188,6 +207,9 @@ const (
 	hVarsUsed       = 712 // featScanMarks
 	hPeerLanes      = 720 // v3
 	hLanesUsed      = 728 // v3, featScanMarks
+	hLaneRingSize   = 736 // v4
+	hLaneRingOff    = 744 // v4
+	laneHeadBytes   = 64  // v4: a lane ring's head line
 	hostLen         = 64
 	jobLen          = 64
 	provLen         = 32
@@ -270,6 +292,7 @@ const (
 	maxRingSize   = 1 << 20
 	maxMaxPeers   = 1 << 16
 	maxPeerLanes  = 64
+	maxLaneRing   = 1 << 16
 )
 
 // geometry is the derived block layout of a segment.
@@ -283,6 +306,36 @@ type geometry struct {
 	markOff, markWords            int64 // v3 peer marks (0 words before)
 	ringOff, fileBytes            int64
 	slotBytes                     int64 // ring slot size
+	laneRingOff, laneRingSize     int64 // v4 lane rings (size 0 before)
+}
+
+// newGeometry4 is the layout of a version 4 segment: v3's and lane rings
+// of laneRing slots for lanes 1..peerLanes-1.
+func newGeometry4(maxVars, maxReaders, ringSize, maxPeers, peerLanes, laneRing int64) geometry {
+	g := newGeometry(maxVars, maxReaders, ringSize, maxPeers, peerLanes)
+	g.version, g.laneRingSize, g.laneRingOff = 4, laneRing, g.fileBytes
+	g.fileBytes += (peerLanes - 1) * g.laneRingBytes()
+	return g
+}
+
+// laneRingBytes is the size of one lane ring (head line and slots).
+func (g *geometry) laneRingBytes() int64 { return laneHeadBytes + g.laneRingSize*ringSlotBytes }
+
+// rings is the number of rings: 1 before v4, peerLanes in v4 (ring 0 the
+// shared ring).
+func (g *geometry) rings() int {
+	if g.laneRingSize == 0 {
+		return 1
+	}
+	return int(g.peerLanes)
+}
+
+// laneHead is the offset of lane ring l's head word (1 <= l < peerLanes).
+func (g *geometry) laneHead(l int64) int64 { return g.laneRingOff + (l-1)*g.laneRingBytes() }
+
+// laneSlot is the offset of lane ring l's slot for position p.
+func (g *geometry) laneSlot(l int64, p uint64) int64 {
+	return g.laneHead(l) + laneHeadBytes + int64(p&uint64(g.laneRingSize-1))*ringSlotBytes
 }
 
 // newGeometry is the layout of a version 3 segment.

@@ -170,7 +170,6 @@ func TestHelperWatcher(t *testing.T) {
 	var res watchResult
 	var prev *Snapshot
 	buf := make([]Record, 256)
-	var cursor uint64
 	check := func(snap *Snapshot) {
 		if len(snap.Vars) != 2 {
 			fail("snapshot has %d vars", len(snap.Vars))
@@ -198,19 +197,26 @@ func TestHelperWatcher(t *testing.T) {
 			}
 		}
 	}
+	var cursor RingCursor
 	drain := func() {
 		for {
-			n, next, dropped, err := s.ReadRing(cursor, buf)
+			before := cursor
+			n, dropped, err := s.ReadRings(&cursor, buf)
 			if err != nil {
-				fail("ReadRing: %v", err)
+				fail("ReadRings: %v", err)
 			}
 			for i := range buf[:n] {
 				rec := &buf[i]
-				if rec.Var < 0 || rec.Var > 1 || rec.Reader < 0 || rec.Reader >= watchReaders {
-					fail("record var/reader: %+v", rec)
+				if rec.Var < 0 || rec.Var > 1 || rec.Reader < 0 || rec.Reader >= watchReaders || rec.Ring < 0 || rec.Ring >= s.Rings() {
+					fail("record var/reader/ring: %+v", rec)
 				}
-				if rec.Seq < cursor || rec.Seq >= next || i > 0 && rec.Seq <= buf[i-1].Seq {
-					fail("record seq %d out of order (cursor %d..%d)", rec.Seq, cursor, next)
+				// (positions of one ring need not be in time order: shared
+				// ring writers claim before they read the clock)
+				if k := rec.Ring; rec.Seq < before.Pos[k] || rec.Seq >= cursor.Pos[k] {
+					fail("record seq %d of ring %d outside the read (cursor %d..%d)", rec.Seq, k, before.Pos[k], cursor.Pos[k])
+				}
+				if i > 0 && rec.TimeNs < buf[i-1].TimeNs {
+					fail("records not in time order: %d after %d", rec.TimeNs, buf[i-1].TimeNs)
 				}
 				if msg := checkPatternRecord(rec, watchRowBytes[rec.Var]); msg != "" {
 					fail("%s", msg)
@@ -218,10 +224,9 @@ func TestHelperWatcher(t *testing.T) {
 			}
 			res.Accepted += uint64(n)
 			res.Dropped += dropped
-			if next < cursor || next-cursor != uint64(n)+dropped {
-				fail("ReadRing cursor %d -> %d with %d read, %d dropped", cursor, next, n, dropped)
+			if moved := ringSum(&cursor) - ringSum(&before); moved != uint64(n)+dropped {
+				fail("ReadRings moved the cursor by %d with %d read, %d dropped", moved, n, dropped)
 			}
-			cursor = next
 			if n < len(buf) {
 				return
 			}
@@ -250,13 +255,17 @@ func TestHelperWatcher(t *testing.T) {
 	}
 	// Writers are done: drain to the head.
 	deadline := time.Now().Add(10 * time.Second)
-	for cursor < prev.RingHead {
+	var heads RingCursor
+	if err := s.TailRings(&heads, 0); err != nil {
+		fail("TailRings: %v", err)
+	}
+	for ringSum(&cursor) < ringSum(&heads) {
 		if time.Now().After(deadline) {
-			fail("ring stuck at %d, head %d", cursor, prev.RingHead)
+			fail("rings stuck at %v, heads %v", cursor.Pos[:s.Rings()], heads.Pos[:s.Rings()])
 		}
 		drain()
 	}
-	res.Head = prev.RingHead
+	res.Head = ringSum(&heads)
 	res.Torn = s.Torn()
 	res.BadReader = prev.BadReaderCalls
 	for _, vs := range prev.Vars {

@@ -1,6 +1,7 @@
 package telemetry
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -8,6 +9,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"time"
 	"unsafe"
@@ -172,6 +174,13 @@ func parseHeader(name string, b []byte, fileSize int64) (staticHeader, error) {
 				return bad("peer lanes %d not in [1, %d]", lanes, maxPeerLanes)
 			}
 			g = newGeometry(int64(maxVars), int64(maxReaders), int64(ringSize), int64(maxPeers), int64(lanes))
+			if h.version >= 4 {
+				lr := u(hLaneRingSize)
+				if lr < 1 || lr > maxLaneRing || lr&(lr-1) != 0 {
+					return bad("lane ring size %d not a power of two in [1, %d]", lr, maxLaneRing)
+				}
+				g = newGeometry4(int64(maxVars), int64(maxReaders), int64(ringSize), int64(maxPeers), int64(lanes), int64(lr))
+			}
 		}
 		if got := u(hPeerOff); got != uint64(g.peerOff) {
 			return bad("peer table offset is %d, want %d", got, g.peerOff)
@@ -192,6 +201,9 @@ func parseHeader(name string, b []byte, fileSize int64) (staticHeader, error) {
 		if got := u(f.off); got != uint64(f.want) {
 			return bad("%s is %d, want %d for %d vars x %d readers, ring %d", f.name, got, f.want, maxVars, maxReaders, ringSize)
 		}
+	}
+	if got := u(hLaneRingOff); h.version >= 4 && got != uint64(g.laneRingOff) {
+		return bad("lane ring offset is %d, want %d", got, g.laneRingOff)
 	}
 	if fileSize < g.fileBytes {
 		return h, fmt.Errorf("%w: %s is %d bytes, its header says %d", ErrTruncated, name, fileSize, g.fileBytes)
@@ -533,6 +545,7 @@ func (s *Segment) SnapshotTo(dst *Snapshot) (err error) {
 			BadReaderCalls: m.loadI(hBadReaderCalls),
 			RingClaimFails: m.loadI(hRingClaimFails),
 			RingHead:       m.load(hRingHead),
+			LaneRingSize:   int(g.laneRingSize),
 			MaxPeers:       int(g.maxPeers),
 			PeerLanes:      int(g.peerLanes),
 		},
@@ -777,7 +790,8 @@ func (r *Record) targetsFromMask() {
 	}
 }
 
-// ReadRing copies ring records from position cursor onward into dst, in
+// ReadRing copies records of the shared ring (before v4 the only one; in
+// v4 that of shared calls, see ReadRings) from position cursor onward into dst, in
 // order, and returns how many it copied, the cursor to pass next time, and
 // how many records were lost since cursor (overwritten by newer laps
 // before they were read, or torn while being copied). It stops early at a
@@ -794,10 +808,32 @@ func (s *Segment) ReadRing(cursor uint64, dst []Record) (n int, next uint64, dro
 	old := debug.SetPanicOnFault(true)
 	defer debug.SetPanicOnFault(old)
 	defer s.guard(&err)
+	n, next, dropped = s.readRing(0, cursor, dst)
+	return n, next, dropped, nil
+}
 
+// ringAt is ring i's head word, slot of position p and size (i = 0: the
+// shared ring; i >= 1, v4: lane ring i).
+func (g *geometry) ringAt(i int) (head int64, size uint64) {
+	if i == 0 {
+		return hRingHead, uint64(g.ringSize)
+	}
+	return g.laneHead(int64(i)), uint64(g.laneRingSize)
+}
+
+func (g *geometry) ringSlot(i int, p uint64) int64 {
+	if i == 0 {
+		return g.slot(p)
+	}
+	return g.laneSlot(int64(i), p)
+}
+
+// readRing is ReadRing of ring i; the caller holds s.mu and the fault
+// guard.
+func (s *Segment) readRing(i int, cursor uint64, dst []Record) (n int, next uint64, dropped uint64) {
 	m, g := s.m, &s.h.g
-	head := m.load(hRingHead)
-	size := uint64(g.ringSize)
+	hoff, size := g.ringAt(i)
+	head := m.load(hoff)
 	if cursor > head {
 		cursor = head
 	}
@@ -806,7 +842,7 @@ func (s *Segment) ReadRing(cursor uint64, dst []Record) (n int, next uint64, dro
 		cursor = head - size
 	}
 	for cursor < head && n < len(dst) {
-		off := g.slot(cursor)
+		off := g.ringSlot(i, cursor)
 		want := 2*cursor + 2
 		seq := m.load(off + rSeq)
 		if seq < want && m.load(off+rAbandoned) <= cursor {
@@ -818,7 +854,7 @@ func (s *Segment) ReadRing(cursor uint64, dst []Record) (n int, next uint64, dro
 			continue
 		}
 		rec := &dst[n]
-		rec.Seq = cursor
+		rec.Seq, rec.Ring = cursor, i
 		rec.TimeNs = m.loadI(off + rTime)
 		vr := m.load(off + rVarReader)
 		rec.Var, rec.Reader = int32(uint32(vr)), int32(vr>>32&0xFFFFFF)
@@ -850,5 +886,86 @@ func (s *Segment) ReadRing(cursor uint64, dst []Record) (n int, next uint64, dro
 		n++
 		cursor++
 	}
-	return n, cursor, dropped, nil
+	return n, cursor, dropped
+}
+
+// RingCursor holds a reader's position in each ring of a segment (index
+// 0 the shared ring, i >= 1 lane ring i in v4). The zero value starts at
+// the oldest record still kept; Segment.TailRings places it near the
+// heads. No allocation: a fixed array.
+type RingCursor struct {
+	Pos [maxPeerLanes]uint64
+}
+
+// Rings is the number of rings of the segment (1 before v4).
+func (s *Segment) Rings() int { return s.h.g.rings() }
+
+// TailRings sets c to read, from each ring, at most the last keep
+// records before its head (keep 0: only new records).
+func (s *Segment) TailRings(c *RingCursor, keep uint64) (err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("%w: segment %s", ErrClosed, s.path)
+	}
+	old := debug.SetPanicOnFault(true)
+	defer debug.SetPanicOnFault(old)
+	defer s.guard(&err)
+	g := &s.h.g
+	for i := range g.rings() {
+		hoff, _ := g.ringAt(i)
+		head := s.m.load(hoff)
+		c.Pos[i] = head - min(head, keep)
+	}
+	return nil
+}
+
+// ReadRings copies the records since c from every ring into dst, ordered
+// by time (stable; a ring's positions are in time order except where
+// shared-ring writers claimed before reading the clock), advances c,
+// and returns how many it copied and how many were lost since c (as
+// ReadRing). It reads the rings in turn and stops when dst is full, so a
+// caller that got len(dst) records calls again for the rest.
+func (s *Segment) ReadRings(c *RingCursor, dst []Record) (n int, dropped uint64, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return 0, 0, fmt.Errorf("%w: segment %s", ErrClosed, s.path)
+	}
+	old := debug.SetPanicOnFault(true)
+	defer debug.SetPanicOnFault(old)
+	defer s.guard(&err)
+	for i := range s.h.g.rings() {
+		k, next, d := s.readRing(i, c.Pos[i], dst[n:])
+		n, c.Pos[i], dropped = n+k, next, dropped+d
+	}
+	if s.h.g.rings() > 1 {
+		slices.SortStableFunc(dst[:n], func(a, b Record) int { return cmp.Compare(a.TimeNs, b.TimeNs) })
+	}
+	return n, dropped, nil
+}
+
+// SkipRings moves c to every ring's head without copying records, and
+// returns how many records were lost since c: those the rings no longer
+// hold (what ReadRings would count, less records torn while copied).
+// A viewer that shows no recent calls keeps its loss count this way.
+func (s *Segment) SkipRings(c *RingCursor) (dropped uint64, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return 0, fmt.Errorf("%w: segment %s", ErrClosed, s.path)
+	}
+	old := debug.SetPanicOnFault(true)
+	defer debug.SetPanicOnFault(old)
+	defer s.guard(&err)
+	g := &s.h.g
+	for i := range g.rings() {
+		hoff, size := g.ringAt(i)
+		head := s.m.load(hoff)
+		if cur := c.Pos[i]; cur < head && head-cur > size {
+			dropped += head - size - cur
+		}
+		c.Pos[i] = head
+	}
+	return dropped, nil
 }

@@ -10,11 +10,21 @@ import (
 	"time"
 )
 
-// TestRingTornStress: writers hammer a 4-slot ring while a reader copies
+// TestRingTornStress: writers hammer 4-slot rings while a reader copies
 // the slots about to be overwritten; every accepted record must pass its
-// self-check, and every position is read or counted as dropped.
+// self-check, and every position is read or counted as dropped. "shared":
+// two goroutines recording Concurrent calls into the shared ring (claim
+// and lock); "lanes": two owned reader ids, each into its own lane ring
+// (plain stores, seq odd while written).
 func TestRingTornStress(t *testing.T) {
-	w := newTestWriter(t, WriterOptions{MaxVars: 1, MaxReaders: 4, RingSize: 4})
+	for _, concurrent := range []bool{true, false} {
+		name := map[bool]string{true: "shared", false: "lanes"}[concurrent]
+		t.Run(name, func(t *testing.T) { ringTornStress(t, concurrent) })
+	}
+}
+
+func ringTornStress(t *testing.T, concurrent bool) {
+	w := newTestWriter(t, WriterOptions{MaxVars: 1, MaxReaders: 4, RingSize: 4, LaneRingSize: 4})
 	id, _ := w.AddVar("x", "uint8", 3, 100, 100)
 	s := openTest(t, w.Path())
 	var stop atomic.Bool
@@ -27,21 +37,27 @@ func TestRingTornStress(t *testing.T) {
 			var c Call
 			for i := int64(0); !stop.Load(); i++ {
 				patternCall(&c, int32(id), int32(g), 1+(i*5+int64(g))%97, 3)
+				c.Concurrent = concurrent
 				w.Record(&c)
 				calls.Add(1)
 			}
 		}()
 	}
 	buf := make([]Record, 2)
-	var cursor, read, dropped uint64
+	var cursor, oldest RingCursor
+	var read, dropped uint64
 	start := time.Now()
 	for d := time.Duration(0); d < 300*time.Millisecond || read < 100 && d < 3*time.Second; d = time.Since(start) {
-		head := s.RingHead()
-		if head > 3 && cursor < head-3 {
-			dropped += head - 3 - cursor
-			cursor = head - 3 // the oldest slots: the next to be overwritten
+		if err := s.TailRings(&oldest, 3); err != nil {
+			t.Fatal(err)
 		}
-		n, next, d, err := s.ReadRing(cursor, buf)
+		for i := range s.Rings() {
+			if cursor.Pos[i] < oldest.Pos[i] {
+				dropped += oldest.Pos[i] - cursor.Pos[i]
+				cursor.Pos[i] = oldest.Pos[i] // the oldest slots: the next to be overwritten
+			}
+		}
+		n, d, err := s.ReadRings(&cursor, buf)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -54,23 +70,24 @@ func TestRingTornStress(t *testing.T) {
 		}
 		read += uint64(n)
 		dropped += d
-		cursor = next
 	}
 	stop.Store(true)
 	wg.Wait()
 	for {
-		n, next, d, _ := s.ReadRing(cursor, buf)
+		n, d, _ := s.ReadRings(&cursor, buf)
 		read += uint64(n)
 		dropped += d
-		cursor = next
 		if n == 0 {
 			break
 		}
 	}
 	snap, _ := s.Snapshot()
 	t.Logf("%d calls, ring: %d read, %d dropped, %d torn, %d claim fails", calls.Load(), read, dropped, s.Torn(), snap.RingClaimFails)
-	if cursor != calls.Load() || read+dropped != calls.Load() || snap.Total().Calls != int64(calls.Load()) {
-		t.Fatalf("cursor %d, read %d + dropped %d, stripe calls %d; want all = %d", cursor, read, dropped, snap.Total().Calls, calls.Load())
+	if ringSum(&cursor) != calls.Load() || read+dropped != calls.Load() || snap.Total().Calls != int64(calls.Load()) {
+		t.Fatalf("cursor %d, read %d + dropped %d, stripe calls %d; want all = %d", ringSum(&cursor), read, dropped, snap.Total().Calls, calls.Load())
+	}
+	if !concurrent && cursor.Pos[0] != 0 || concurrent && cursor.Pos[0] != calls.Load() {
+		t.Fatalf("shared ring passed %d of %d calls (concurrent %v)", cursor.Pos[0], calls.Load(), concurrent)
 	}
 	if read == 0 {
 		t.Fatal("read nothing")
@@ -131,7 +148,7 @@ func TestRingSlotOwnership(t *testing.T) {
 	m, g := w.m, &w.g
 	var c Call
 	record := func(rows int64) {
-		patternCall(&c, int32(id), 0, rows, 1)
+		patternCall(&c, int32(id), 1, rows, 1) // the last stripe: the shared ring
 		w.Record(&c)
 	}
 	buf := make([]Record, 8)

@@ -133,7 +133,8 @@ func addCall(c *Counters, call *Call) {
 func TestCreateRecordSnapshot(t *testing.T) {
 	dir := t.TempDir()
 	w := newTestWriter(t, WriterOptions{Dir: dir, Job: "job/1 x", Rank: 2, World: 4, Host: localHost(),
-		Provider: "tcp;ofi_rxm", ReaderMode: "thread", Method: "tcp", MaxVars: 4, MaxReaders: 3, RingSize: 16})
+		Provider: "tcp;ofi_rxm", ReaderMode: "thread", Method: "tcp", MaxVars: 4, MaxReaders: 3, RingSize: 16,
+		PeerLanes: 1}) // one lane: every call in the shared ring (lane rings: TestLaneRings)
 	wantPath := filepath.Join(dir, "ddstore-job_1_x-2.tel")
 	if w.Path() != wantPath {
 		t.Fatalf("path %q, want %q", w.Path(), wantPath)
@@ -184,8 +185,8 @@ func TestCreateRecordSnapshot(t *testing.T) {
 		h.MaxVars != 4 || h.MaxReaders != 3 || h.RingSize != 16 {
 		t.Fatalf("header %+v", h)
 	}
-	if h.BadVarCalls != 2 || h.BadReaderCalls != 1 || h.RingHead != 51 {
-		t.Fatalf("bad var %d, bad reader %d, ring head %d; want 2, 1, 51", h.BadVarCalls, h.BadReaderCalls, h.RingHead)
+	if heads := ringHeads(t, s); h.BadVarCalls != 2 || h.BadReaderCalls != 1 || heads != 51 {
+		t.Fatalf("bad var %d, bad reader %d, ring heads %d; want 2, 1, 51", h.BadVarCalls, h.BadReaderCalls, heads)
 	}
 	if snap.State != StateLive || !snap.Alive {
 		t.Fatalf("state %s alive %v", snap.State, snap.Alive)
@@ -550,8 +551,8 @@ func TestSharedLastStripe(t *testing.T) {
 			if snap.BadReaderCalls != 2*perWorker {
 				t.Errorf("bad reader calls %d, want %d", snap.BadReaderCalls, 2*perWorker)
 			}
-			if snap.RingHead != uint64(len(jobs)*perWorker) {
-				t.Errorf("ring head %d, want %d", snap.RingHead, len(jobs)*perWorker)
+			if heads := ringHeads(t, s); heads != uint64(len(jobs)*perWorker) {
+				t.Errorf("ring heads %d, want %d", heads, len(jobs)*perWorker)
 			}
 		}
 	}

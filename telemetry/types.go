@@ -411,6 +411,9 @@ type Header struct {
 	// RingHead is the number of ring slots claimed so far (the next
 	// record's position).
 	RingHead uint64
+	// LaneRingSize is the number of slots of each lane ring (v4; 0
+	// before: one ring).
+	LaneRingSize int
 	// MaxPeers is the number of peer slots (0 in v1 files).
 	MaxPeers int
 	// PeerLanes is the number of lanes of the peer table (v3; 1 in v2
@@ -496,7 +499,8 @@ func (s *Snapshot) Var(name string) *VarSnapshot {
 
 // Record is one call from the ring of recent calls.
 type Record struct {
-	Seq                   uint64 // ring position (0, 1, 2, ... since creation)
+	Seq                   uint64 // position in its ring (0, 1, 2, ... since creation)
+	Ring                  int    `json:",omitempty"` // its ring: 0 the shared one, i >= 1 lane ring i (v4: reader id i-1)
 	TimeNs                int64  // unix ns when the call was recorded (its end), from the writer's monotonic clock anchored to the wall clock at each heartbeat
 	Var                   int32
 	Reader                int32 // stripe the call was counted in (ids >= MaxReaders show as MaxReaders-1)

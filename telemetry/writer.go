@@ -51,6 +51,13 @@ type WriterOptions struct {
 	// min(DefaultPeerLanes, MaxReaders+1), fewer where the lanes would
 	// pass DefaultPeerLaneBytes (at least 1); at most 64.
 	PeerLanes int
+	// LaneRingSize is the number of slots of each lane ring (v4: the
+	// recent calls of reader ids 0..PeerLanes-2, one ring each; shared
+	// calls go to the RingSize ring), a power of two. Small keeps it in
+	// the writer's cache; a reader that falls more than LaneRingSize calls
+	// of one reader id behind loses records (counted). Default 64, at
+	// most 65536.
+	LaneRingSize int
 }
 
 // Defaults of WriterOptions.
@@ -61,6 +68,7 @@ const (
 	DefaultMaxReaders = 64
 	DefaultRingSize   = 4096
 	DefaultPeerLanes  = 16
+	DefaultLaneRing   = 64
 	// DefaultPeerLaneBytes bounds the default peer table's size: a world
 	// of more than 1365 ranks gets fewer lanes than DefaultPeerLanes.
 	DefaultPeerLaneBytes = 4 << 20
@@ -80,6 +88,7 @@ func (o WriterOptions) withDefaults() WriterOptions {
 	o.MaxReaders = cmp.Or(o.MaxReaders, DefaultMaxReaders)
 	o.RingSize = cmp.Or(o.RingSize, DefaultRingSize)
 	o.MaxPeers = cmp.Or(o.MaxPeers, min(max(o.World, 1), maxMaxPeers))
+	o.LaneRingSize = cmp.Or(o.LaneRingSize, DefaultLaneRing)
 	if o.PeerLanes == 0 && o.MaxPeers > 0 && o.MaxReaders > 0 {
 		o.PeerLanes = max(1, min(DefaultPeerLanes, o.MaxReaders+1, DefaultPeerLaneBytes/(o.MaxPeers*peerSlotBytes)))
 	}
@@ -104,6 +113,8 @@ func (o WriterOptions) Validate() error {
 		return fmt.Errorf("%w: MaxPeers %d not in [1, %d]", ErrOptions, o.MaxPeers, maxMaxPeers)
 	case o.PeerLanes < 1 || o.PeerLanes > maxPeerLanes:
 		return fmt.Errorf("%w: PeerLanes %d not in [1, %d]", ErrOptions, o.PeerLanes, maxPeerLanes)
+	case o.LaneRingSize < 1 || o.LaneRingSize > maxLaneRing || o.LaneRingSize&(o.LaneRingSize-1) != 0:
+		return fmt.Errorf("%w: LaneRingSize %d not a power of two in [1, %d]", ErrOptions, o.LaneRingSize, maxLaneRing)
 	}
 	return nil
 }
@@ -172,7 +183,8 @@ func Create(o WriterOptions) (*Writer, error) {
 			ErrInUse, path, info.Pid, info.Host, info.HeartbeatAge.Round(time.Millisecond))
 	}
 
-	g := newGeometry(int64(o.MaxVars), int64(o.MaxReaders), int64(o.RingSize), int64(o.MaxPeers), int64(o.PeerLanes))
+	g := newGeometry4(int64(o.MaxVars), int64(o.MaxReaders), int64(o.RingSize), int64(o.MaxPeers), int64(o.PeerLanes),
+		int64(o.LaneRingSize))
 	tmp := filepath.Join(o.Dir, fmt.Sprintf(".%s.%d.tmp", filepath.Base(path), os.Getpid()))
 	_ = os.Remove(tmp)
 	// A directory that does not exist yet is made, private to the user
@@ -248,6 +260,8 @@ func (w *Writer) initHeader(o WriterOptions) {
 	m.store(hPeerOff, uint64(g.peerOff))
 	m.store(hPeerSlotBytes, peerSlotBytes)
 	m.store(hPeerLanes, uint64(g.peerLanes))
+	m.store(hLaneRingSize, uint64(g.laneRingSize))
+	m.store(hLaneRingOff, uint64(g.laneRingOff))
 	if t, _, ok := procStart(o.Pid); ok {
 		m.store(hPidStart, t)
 	}
@@ -437,8 +451,9 @@ func clampNs(v int64) uint64 {
 // Reader ids >= PeerLanes-1 own their stripes but share peer lane 0
 // (atomic adds there).
 //
-// Cost: two atomic read-modify-writes (claiming a ring position and
-// locking its slot) and plain stores; one clock read if c.EndNano is 0;
+// Cost: plain stores for an owned reader id below PeerLanes-1 (its own
+// lane ring); two atomic read-modify-writes (claiming a shared ring
+// position and locking its slot) otherwise; one clock read if c.EndNano is 0;
 // one compare-and-swap on a stripe's or peer lane's first call (its scan
 // mark); atomic adds to peer lane 0 for shared calls.
 func (w *Writer) Record(c *Call) {
@@ -488,7 +503,26 @@ func (w *Writer) Record(c *Call) {
 	}
 	w.recordPeers(c, total, lane)
 
-	// Ring: claim a position, lock its slot, fill it, publish.
+	var status uint64
+	if c.Err {
+		status = 1
+	}
+	end := c.EndNano
+	if end == 0 {
+		end = Nanotime()
+	}
+	if lane != 0 {
+		// The reader's own ring: one writer, plain stores (layout.go).
+		h := g.laneHead(lane)
+		p := m.load(h)
+		slot := g.laneSlot(lane, p)
+		m.put(slot+rSeq, 2*p+1)
+		w.putRecord(slot, c, r, status, end)
+		m.put(slot+rSeq, 2*p+2)
+		m.put(h, p+1)
+		return
+	}
+	// The shared ring: claim a position, lock its slot, fill it, publish.
 	p := atomic.AddUint64(m.p(hRingHead), 1) - 1
 	slot := g.slot(p)
 	lock := 2*p + 1
@@ -498,14 +532,14 @@ func (w *Writer) Record(c *Call) {
 		return
 	}
 	// The slot is ours until seq is even again: plain stores suffice.
-	var status uint64
-	if c.Err {
-		status = 1
-	}
-	end := c.EndNano
-	if end == 0 {
-		end = Nanotime()
-	}
+	w.putRecord(slot, c, r, status, end)
+	m.put(slot+rSeq, lock+1) // publish, after every field
+}
+
+// putRecord stores call c's fields (reader stripe r) in the ring slot at
+// slot, which the caller holds (seq odd).
+func (w *Writer) putRecord(slot int64, c *Call, r int64, status uint64, end int64) {
+	m := w.m
 	m.put(slot+rTime, uint64(end+w.wallOffset.Load()))
 	m.put(slot+rVarReader, uint64(uint32(c.Var))|uint64(r)<<32|status<<56)
 	m.put(slot+rRows, uint64(c.Rows))
@@ -525,7 +559,6 @@ func (w *Writer) Record(c *Call) {
 	for i, ph := range c.Phases {
 		m.put(slot+rPhases+int64(i)*8, uint64(ph))
 	}
-	m.put(slot+rSeq, lock+1) // publish, after every field
 }
 
 // Failover counts rows row reads that moved from owner (dead, unreachable

@@ -201,6 +201,7 @@ type Model struct {
 	src         frameSource
 	rep         *replay // non-nil in ddtop replay
 	frame       *data.Frame
+	skipRings   bool               // pages without recent calls skip the rings (run sets it)
 	allFindings []diagnose.Finding // of frame, worst first
 	findings    []diagnose.Finding // the ranks page's: allFindings less those about hidden ranks
 	err         error
@@ -325,6 +326,8 @@ func (m *Model) run() error {
 	if paced {
 		m.tick = time.Second / time.Duration(fps)
 	}
+	m.skipRings = skipRingsLive
+	m.showCalls()
 	_, err := tea.NewProgram(m, tea.WithAltScreen(), tea.WithFPS(fps)).Run()
 	return err
 }
@@ -549,7 +552,18 @@ func (m *Model) key(msg tea.KeyMsg) (tea.Model, tea.Cmd) {
 
 func (m *Model) setView(v int) {
 	m.view = v
+	m.showCalls()
 	m.layout()
+}
+
+// showCalls tells a live source whether the page on screen shows recent
+// calls (only the detail page does): the others' polls skip the rings.
+// Only while the program runs (m.skipRings, set by run): on drilling in,
+// the detail's recent calls come with the next refresh.
+func (m *Model) showCalls() {
+	if s, ok := m.src.(*source); ok && m.skipRings {
+		s.p.ShowCalls(m.view == viewDetail)
+	}
 }
 
 // activeList is the list the cursor keys move, nil on the detail view.

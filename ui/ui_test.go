@@ -781,3 +781,28 @@ func TestColouredRows(t *testing.T) {
 		}
 	}
 }
+
+// TestSkipRingsOffDetail: a running ddtop (skipRings, set by run) has the
+// poller skip the rings on the ranks and variables pages and read them on
+// the detail page; a model that is not running (tests, --once) always
+// reads them.
+func TestSkipRingsOffDetail(t *testing.T) {
+	_, m := threeRanks(t)
+	p := m.src.(*source).p
+	if !p.CallsShown() {
+		t.Fatal("a model that is not running skips the rings")
+	}
+	m.skipRings = true
+	m.setView(viewRanks)
+	if p.CallsShown() {
+		t.Fatal("ranks page: rings read")
+	}
+	press(m, "enter")
+	if m.view != viewDetail || !p.CallsShown() {
+		t.Fatalf("detail page (view %d): rings skipped", m.view)
+	}
+	press(m, "2")
+	if m.view != viewVars || p.CallsShown() {
+		t.Fatalf("variables page (view %d): rings read", m.view)
+	}
+}

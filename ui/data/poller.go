@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"sort"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/ddstore/ddstore/telemetry"
@@ -72,7 +73,21 @@ type Poller struct {
 	polls  uint64    // Polls so far
 	blocks blockPool // recent-call blocks for reuse (Recycle)
 	job    string    // the job Options.Job last resolved to
+	// hideCalls: no page on screen shows recent calls (ShowCalls); a
+	// poll moves the ring cursors to the heads, counting losses, and
+	// copies no record.
+	hideCalls atomic.Bool
 }
+
+// ShowCalls says whether what is on screen shows recent calls (default
+// true). While false, polls read only the rings' heads (their loss count
+// still grows as when reading); when it is true again, the next poll
+// reads back what the rings still hold, up to Options.Recent a ring,
+// after the last record read. Safe to call while a poll runs.
+func (p *Poller) ShowCalls(on bool) { p.hideCalls.Store(!on) }
+
+// CallsShown is what ShowCalls last set.
+func (p *Poller) CallsShown() bool { return !p.hideCalls.Load() }
 
 // tracked is one open segment and what ddtop remembers about it.
 type tracked struct {
@@ -83,9 +98,11 @@ type tracked struct {
 	prevAt              time.Time
 	varNames            map[int32]string // of prev's variables; shared by the Ranks made from it
 	rowsHist, bytesHist ring
-	cursor              uint64
+	cursor              telemetry.RingCursor
 	started             bool
-	recent              callTail // the last o.Recent calls
+	skipped             bool                 // the last poll skipped the rings (ShowCalls)
+	readTo              telemetry.RingCursor // where the last read of records ended
+	recent              callTail             // the last o.Recent calls
 	dropped             uint64
 	raw                 *Recorded // this poll's raw data (Options.KeepRaw)
 	made                *Rank     // the Rank of the last poll
@@ -462,25 +479,39 @@ func (t *tracked) names(s *telemetry.Snapshot) map[int32]string {
 }
 
 // readRing reads the calls recorded since the last poll. The first read
-// starts Recent records before the ring head, so drops count only losses
-// that happen while ddtop watches.
+// starts Recent records before each ring's head, so drops count only
+// losses that happen while ddtop watches.
 func (p *Poller) readRing(t *tracked, s *telemetry.Snapshot) {
 	keep := p.o.Recent
 	if !t.started {
 		t.started = true
-		if s.RingHead > uint64(keep) {
-			t.cursor = s.RingHead - uint64(keep)
+		if t.seg.TailRings(&t.cursor, uint64(keep)) != nil {
+			return
 		}
 	}
-	if t.cursor == s.RingHead && t.raw == nil {
-		return // nothing recorded since the last poll
+	if p.hideCalls.Load() && t.raw == nil {
+		d, _ := t.seg.SkipRings(&t.cursor)
+		t.dropped += d
+		t.skipped = true
+		return
+	}
+	if t.skipped {
+		// Back on a page that shows calls: read what the rings still
+		// hold after the last record read before skipping.
+		t.skipped = false
+		var tail telemetry.RingCursor
+		if t.seg.TailRings(&tail, uint64(keep)) == nil {
+			for i := range t.seg.Rings() {
+				t.cursor.Pos[i] = min(t.cursor.Pos[i], max(tail.Pos[i], t.readTo.Pos[i]))
+			}
+		}
 	}
 	limit := 64 * min(keep, 1024) // a refresh never chases a fast writer forever
 	for read := 0; read < limit; {
 		dst := t.recent.room(&p.blocks) // past every returned frame's calls
-		n, next, dropped, err := t.seg.ReadRing(t.cursor, dst)
+		n, dropped, err := t.seg.ReadRings(&t.cursor, dst)
 		t.dropped += dropped
-		t.cursor = next
+		t.readTo = t.cursor
 		if t.raw != nil {
 			t.raw.Dropped += dropped
 			t.raw.Calls = append(t.raw.Calls, dst[:n]...)

@@ -43,7 +43,7 @@ func testCall(v int32, i int) telemetry.Call {
 // there keeping keep recent calls.
 func tailPoller(t *testing.T, ringSize, keep int) (*telemetry.Writer, int32, *Poller) {
 	dir := t.TempDir()
-	w := writer(t, telemetry.WriterOptions{Dir: dir, RingSize: ringSize})
+	w := writer(t, telemetry.WriterOptions{Dir: dir, RingSize: ringSize, LaneRingSize: ringSize}) // reader 0: its lane ring
 	id, _ := w.AddVar("x", "u8", 1, 1, 1)
 	p, _ := NewPoller(Options{Dir: dir, Recent: keep})
 	t.Cleanup(func() { p.Close() })
@@ -254,6 +254,38 @@ func TestRingDrops(t *testing.T) {
 		t.Fatalf("dropped %d recent %d, want 24 8", r.Dropped, r.Recent.Len())
 	}
 	checkRecent(t, "after drops", r, 40, 8)
+}
+
+// TestShowCalls: while no page shows recent calls, polls copy no record
+// but still count losses; shown again, the next poll reads back what the
+// ring still holds after the last record read.
+func TestShowCalls(t *testing.T) {
+	w, id, p := tailPoller(t, 16, 8)
+	p.Poll()
+	next := recordCalls(w, id, 0, 5)
+	f, _ := p.Poll()
+	checkRecent(t, "shown", f.Ranks[0], 5, 5)
+	p.ShowCalls(false)
+	next = recordCalls(w, id, next, 8)
+	f, _ = p.Poll()
+	if r := f.Ranks[0]; r.Recent.Len() != 5 || r.Dropped != 0 {
+		t.Fatalf("hidden: recent %d dropped %d, want 5 0", r.Recent.Len(), r.Dropped)
+	}
+	p.ShowCalls(true)
+	f, _ = p.Poll()
+	checkRecent(t, "shown again", f.Ranks[0], 8, 8) // 3 read back from the ring
+	p.ShowCalls(false)
+	next = recordCalls(w, id, next, 8+40)
+	f, _ = p.Poll()
+	if r := f.Ranks[0]; r.Dropped != 24 {
+		t.Fatalf("hidden, 40 calls into 16 slots: dropped %d, want 24", r.Dropped)
+	}
+	p.ShowCalls(true)
+	f, _ = p.Poll()
+	checkRecent(t, "after hidden drops", f.Ranks[0], next, 8)
+	if r := f.Ranks[0]; r.Dropped != 24 {
+		t.Fatalf("shown after hidden drops: dropped %d, want 24", r.Dropped)
+	}
 }
 
 // The history ring keeps the last n values, oldest first, and a slice it

@@ -27,7 +27,10 @@ func host() string { h, _ := os.Hostname(); return h }
 func newJob(t *testing.T, world, present int, rowBytes int64) *job {
 	j := &job{t: t, dir: t.TempDir(), now: time.Unix(1_700_000_000, 0)}
 	for r := 0; r < present; r++ {
-		w, err := telemetry.Create(telemetry.WriterOptions{Dir: j.dir, Job: "train", Rank: r, World: world, Host: host()})
+		// Lane rings with room for a test's calls between two polls (the
+		// default 64 slots would report ring drops beside the finding tested).
+		w, err := telemetry.Create(telemetry.WriterOptions{Dir: j.dir, Job: "train", Rank: r, World: world, Host: host(),
+			LaneRingSize: 1024})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -344,7 +347,7 @@ func TestErrorsDropsProcess(t *testing.T) {
 
 	// A small ring overrun between two polls drops records.
 	dir := t.TempDir()
-	w, err := telemetry.Create(telemetry.WriterOptions{Dir: dir, Job: "train", World: 1, RingSize: 8, Host: host()})
+	w, err := telemetry.Create(telemetry.WriterOptions{Dir: dir, Job: "train", World: 1, RingSize: 8, LaneRingSize: 8, Host: host()})
 	if err != nil {
 		t.Fatal(err)
 	}
