@@ -1,0 +1,312 @@
+package ctrl
+
+// Deaths and aborts: what a rank learns of a dead rank or a failed
+// collective, how it floods that along the tree, and the errors a
+// collective returns then.
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"sort"
+	"time"
+
+	"github.com/ddstore/ddstore/fault"
+)
+
+// ExitGrace is how long a collective waits, once a send to a peer failed
+// on a broken connection (closed, reset; not a timeout), before it fails
+// with the peer's death: long enough for a signal that the launcher
+// forwards to every rank (Ctrl-C) to reach this one too, so that an
+// interrupted job ends by its signal. As engine/mesh's ExitGrace.
+var ExitGrace = 500 * time.Millisecond
+
+// sendGrace sleeps ExitGrace after a failed send unless err is a timeout
+// (or the control plane closes meanwhile).
+func (c *Ctrl) sendGrace(err error) {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return
+	}
+	t := time.NewTimer(ExitGrace)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-c.stop:
+	}
+}
+
+// gone is the error that stops every collective: a known death or an
+// abort; nil while none.
+func (c *Ctrl) gone(op string) error {
+	c.deadMu.Lock()
+	defer c.deadMu.Unlock()
+	if c.deadN > 0 {
+		e := c.deadErr(op, c.deadList)
+		e.Err = c.deadCause
+		return e
+	}
+	if c.aborted != nil {
+		return c.aborted
+	}
+	return nil
+}
+
+func (c *Ctrl) deadErr(op string, ranks []int) *fault.Error {
+	r := append([]int(nil), ranks...)
+	sort.Ints(r)
+	if len(r) > 64 {
+		r = r[:64]
+	}
+	return &fault.Error{Op: op, Ranks: r, Side: fault.Remote, Kind: fault.ErrPeerDead,
+		Detail: fmt.Sprintf("%s dead", fault.RankList(r))}
+}
+
+func (c *Ctrl) nodeIsDead(node int) bool {
+	c.deadMu.Lock()
+	defer c.deadMu.Unlock()
+	return c.nodeDead.has(node)
+}
+
+// nodeGone: node's agent is dead or has left.
+func (c *Ctrl) nodeGone(node int) bool {
+	c.deadMu.Lock()
+	defer c.deadMu.Unlock()
+	return c.nodeDead.has(node) || c.nodeLeft.has(node)
+}
+
+// Dead reports whether rank is known dead.
+func (c *Ctrl) Dead(rank int) bool {
+	c.deadMu.Lock()
+	defer c.deadMu.Unlock()
+	return c.dead.has(rank)
+}
+
+// MarkDead declares rank dead from outside (a failure only the caller
+// saw): collectives fail naming it and OnDead runs; it is not spread.
+func (c *Ctrl) MarkDead(rank int, cause error) {
+	if rank >= 0 && rank < c.o.World && rank != c.o.Rank {
+		c.learnDeadLocal([]int{rank}, fmt.Sprintf("rank %d marked dead: %v", rank, cause), false)
+	}
+}
+
+// learnDead records ranks as dead, tells OnDead, wakes collectives and,
+// on an agent, spreads the news to every link but via.
+func (c *Ctrl) learnDead(ranks []int, via *link, detail string) {
+	if fresh := c.learnDeadLocal(ranks, detail, true); len(fresh) > 0 && c.o.agent() {
+		c.flood(header{typ: tDead}, deadBody(fresh, detail), via)
+	}
+}
+
+func (c *Ctrl) learnDeadLocal(ranks []int, detail string, _ bool) []int {
+	c.deadMu.Lock()
+	var fresh []int
+	for _, r := range ranks {
+		if r >= 0 && r < c.o.World && !c.dead.has(r) && r != c.o.Rank {
+			c.dead.set(r)
+			fresh = append(fresh, r)
+			if c.table != nil && c.table.Local(r) == 0 {
+				c.nodeDead.set(c.table.Node(r))
+			}
+		}
+	}
+	c.deadMu.Unlock()
+	if len(fresh) == 0 {
+		return nil
+	}
+	c.firstDead.CompareAndSwap(0, time.Now().UnixNano())
+	// OnDead before collectives see the death (deadN, which gone reads): a
+	// collective that fails with it finds it recorded where its caller
+	// looks (the store's health).
+	if c.o.OnDead != nil {
+		for _, r := range fresh {
+			c.o.OnDead(r, &fault.Error{Op: "ctrl", Ranks: []int{r}, Side: fault.Remote, Kind: fault.ErrPeerDead, Detail: detail})
+		}
+	}
+	c.deadMu.Lock()
+	c.deadN += len(fresh)
+	for _, r := range fresh {
+		if len(c.deadList) < 64 {
+			c.deadList = append(c.deadList, r)
+		}
+	}
+	if c.deadCause == nil {
+		c.deadCause = errors.New(detail)
+	}
+	c.deadMu.Unlock()
+	c.signal()
+	return fresh
+}
+
+// FirstDeath is when this rank first learned of a death (zero if never).
+func (c *Ctrl) FirstDeath() time.Time {
+	if ns := c.firstDead.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
+}
+
+func deadBody(ranks []int, detail string) []byte {
+	b := binary.LittleEndian.AppendUint32(nil, uint32(len(ranks)))
+	for _, r := range ranks {
+		b = binary.LittleEndian.AppendUint32(b, uint32(r))
+	}
+	return append(b, detail...)
+}
+
+func parseDead(b []byte) ([]int, string) {
+	if len(b) < 4 {
+		return nil, ""
+	}
+	n := min(int(binary.LittleEndian.Uint32(b)), (len(b)-4)/4)
+	out := make([]int, n)
+	for i := range out {
+		out[i] = int(binary.LittleEndian.Uint32(b[4+4*i:]))
+	}
+	return out, string(b[4+4*n:])
+}
+
+// flood sends a notice to every agent link and local link but via, in the
+// background (a stalled peer must not stall the caller).
+func (c *Ctrl) flood(h header, body []byte, via *link) {
+	c.mu.Lock()
+	ls := make([]*link, 0, len(c.agents)+len(c.locals)+len(c.extra))
+	for _, l := range c.agents {
+		ls = append(ls, l)
+	}
+	for _, l := range c.locals {
+		ls = append(ls, l)
+	}
+	if c.up != nil {
+		ls = append(ls, c.up)
+	}
+	c.mu.Unlock()
+	for _, l := range ls {
+		if l == via || l.left.Load() || (via != nil && !via.local && !l.local && l.peer == via.peer) {
+			continue
+		}
+		c.goBg(func() { l.send(h, body, time.Now().Add(time.Second)) })
+	}
+}
+
+var abortKinds = []error{nil, fault.ErrTimeout, fault.ErrPeerDead, fault.ErrMismatch, fault.ErrClosed, fault.ErrToken}
+
+// abortBody: origin rank, kind code, ranks, the collective's sequence
+// number and when the origin gave up (Unix ns), detail.
+func abortBody(origin int, seq uint64, at time.Time, kind error, ranks []int, detail string) []byte {
+	code := byte(0)
+	for i, k := range abortKinds {
+		if k != nil && errors.Is(kind, k) {
+			code = byte(i)
+			break
+		}
+	}
+	b := binary.LittleEndian.AppendUint32(nil, uint32(origin))
+	b = append(b, code)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(ranks)))
+	for _, r := range ranks {
+		b = binary.LittleEndian.AppendUint32(b, uint32(r))
+	}
+	b = binary.LittleEndian.AppendUint64(b, seq)
+	b = binary.LittleEndian.AppendUint64(b, uint64(at.UnixNano()))
+	return append(b, detail...)
+}
+
+// abortNote is a parsed abort notice.
+type abortNote struct {
+	origin int
+	seq    uint64
+	at     time.Time
+	detail string // the origin's own
+	err    *fault.Error
+}
+
+func parseAbort(op string, b []byte) (int, *fault.Error) {
+	n := parseAbortNote(op, b)
+	return n.origin, n.err
+}
+
+func parseAbortNote(op string, b []byte) abortNote {
+	e := &fault.Error{Op: op, Side: fault.Remote, Kind: fault.ErrPeerDead}
+	if len(b) < 9 {
+		e.Detail = "malformed abort notice"
+		return abortNote{origin: -1, err: e}
+	}
+	origin := int(binary.LittleEndian.Uint32(b))
+	if int(b[4]) < len(abortKinds) && b[4] > 0 {
+		e.Kind = abortKinds[b[4]]
+	}
+	n := min(int(binary.LittleEndian.Uint32(b[5:])), (len(b)-9)/4)
+	for i := 0; i < n; i++ {
+		e.Ranks = append(e.Ranks, int(binary.LittleEndian.Uint32(b[9+4*i:])))
+	}
+	if len(e.Ranks) == 0 {
+		e.Ranks = []int{origin}
+	}
+	rest := b[9+4*n:]
+	note := abortNote{origin: origin, err: e}
+	if len(rest) >= 16 {
+		note.seq = binary.LittleEndian.Uint64(rest)
+		note.at = time.Unix(0, int64(binary.LittleEndian.Uint64(rest[8:])))
+		rest = rest[16:]
+	}
+	note.detail = string(rest)
+	e.Detail = fmt.Sprintf("rank %d reports: %s", origin, rest)
+	return note
+}
+
+// gaveUp is the error of a rank that begins collective seq after another
+// rank gave up on it (or on an earlier one that this rank completed
+// late): it names who gave up, when, and why.
+func gaveUp(op string, seq uint64, n abortNote) error {
+	e := *n.err
+	e.Op = op
+	what := "this collective"
+	if n.seq < seq {
+		what = fmt.Sprintf("the collective before it (#%d), which this rank completed late", n.seq)
+	}
+	when := ""
+	if !n.at.IsZero() {
+		when = fmt.Sprintf(" at %s, %v before this rank got there", n.at.Format("15:04:05.000"), time.Since(n.at).Round(time.Millisecond))
+	}
+	e.Detail = fmt.Sprintf("rank %d gave up on %s%s: %s", n.origin, what, when, n.detail)
+	return &e
+}
+
+// learnAbort records another rank's failure; collectives fail with it.
+func (c *Ctrl) learnAbort(body []byte, via *link) {
+	note := parseAbortNote("ctrl", body)
+	origin := note.origin
+	c.deadMu.Lock()
+	if c.abortSeen[origin] {
+		c.deadMu.Unlock()
+		return
+	}
+	c.abortSeen[origin] = true
+	if c.aborted == nil {
+		c.aborted = note.err
+		c.abortNote = note
+	}
+	c.deadMu.Unlock()
+	c.signal()
+	if c.o.agent() {
+		c.flood(header{typ: tAbort}, body, via)
+	} else if via == nil && c.up != nil {
+		c.goBg(func() { c.up.send(header{typ: tAbort}, body, time.Now().Add(time.Second)) })
+	}
+}
+
+// abort tells every rank of this rank's failure (of collective seq).
+func (c *Ctrl) abort(seq uint64, err error) {
+	kind, ranks, detail := fault.Parts(err)
+	body := abortBody(c.o.Rank, seq, time.Now(), kind, ranks, detail)
+	c.deadMu.Lock()
+	c.abortSeen[c.o.Rank] = true
+	c.deadMu.Unlock()
+	if c.o.agent() {
+		c.flood(header{typ: tAbort}, body, nil)
+	} else if c.up != nil {
+		c.goBg(func() { c.up.send(header{typ: tAbort}, body, time.Now().Add(time.Second)) })
+	}
+}

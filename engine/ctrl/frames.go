@@ -1,0 +1,293 @@
+package ctrl
+
+// Reading a link's frames: the read loop with its silence deadline, the
+// recycled frame bodies, the dispatch of each frame, and the mailbox that
+// collectives await (with the deadline and the ranks they wait for).
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/ddstore/ddstore/fault"
+)
+
+func (c *Ctrl) readLoop(l *link) {
+	defer c.wg.Done()
+	localWatch := l.local && c.o.agent()
+	for {
+		// A local rank heartbeats once Start returned: its silence counts
+		// from the table on (the bootstrap may wait long for a late rank).
+		watch := localWatch && c.tabled.Load()
+		if watch {
+			l.conn.SetReadDeadline(time.Now().Add(c.localSilence()))
+		}
+		h, body, err := c.readFrameLive(l, watch)
+		if err != nil {
+			c.linkLost(l, err)
+			return
+		}
+		c.pause.RLock()
+		done := c.handle(l, h, body)
+		c.pause.RUnlock()
+		if done {
+			return
+		}
+	}
+}
+
+// localSilence is how long an agent waits on a silent local rank (one
+// whose socket is still open: a frozen or hung process; a dead one's EOF
+// is immediate). See LocalTiming.
+func (c *Ctrl) localSilence() time.Duration {
+	_, silence := LocalTiming(c.o.Period, c.o.DeadAfter)
+	return silence
+}
+
+// LocalTiming is how often a plain rank tells its agent that it lives,
+// and how long its agent waits on its silence before declaring it dead:
+// every min(Period, DeadAfter/8), and DeadAfter plus that. As with the
+// agents' ring, a rank is declared dead no earlier than DeadAfter after
+// it froze (so that a shorter stop is not taken for a death) and no later
+// than DeadAfter and one beat: 3.6–4.05 s with ctrl's defaults, 10–11.25 s
+// with the store's (liveness 10 s).
+func LocalTiming(period, deadAfter time.Duration) (beat, silence time.Duration) {
+	beat = min(period, deadAfter/8)
+	return beat, deadAfter + beat
+}
+
+// readFrameLive reads one frame; when watch, the silence deadline is
+// renewed per 64 KiB of a long body (a slow sender is not a dead one).
+func (c *Ctrl) readFrameLive(l *link, watch bool) (header, []byte, error) {
+	if _, err := io.ReadFull(l.br, l.rhdr[:]); err != nil {
+		return header{}, nil, err
+	}
+	h, n := parseHeader(l.rhdr[:])
+	if n < 0 || n > maxBody {
+		return header{}, nil, fmt.Errorf("ctrl: frame of %d bytes (limit %d)", n, maxBody)
+	}
+	var body []byte
+	if n > 0 {
+		body = c.takeBody(n)
+	}
+	for off := 0; off < n; {
+		m := min(n-off, 64<<10)
+		if watch {
+			l.conn.SetReadDeadline(time.Now().Add(c.localSilence()))
+		} else if !l.local {
+			c.heard(l.peer) // any traffic is a sign of life
+		}
+		if _, err := io.ReadFull(l.br, body[off:off+m]); err != nil {
+			return header{}, nil, err
+		}
+		off += m
+	}
+	return h, body, nil
+}
+
+// maxFree bounds the recycled bodies kept (recycle).
+const maxFree = 64
+
+// takeBody is a frame body of n bytes: a recycled one when one is large
+// enough, else a new one.
+func (c *Ctrl) takeBody(n int) []byte {
+	if n >= 4<<10 {
+		c.freeMu.Lock()
+		for i := len(c.free) - 1; i >= 0; i-- {
+			if b := c.free[i]; cap(b) >= n {
+				c.free[i] = c.free[len(c.free)-1]
+				c.free[len(c.free)-1] = nil
+				c.free = c.free[:len(c.free)-1]
+				c.freeMu.Unlock()
+				return b[:n]
+			}
+		}
+		c.freeMu.Unlock()
+	}
+	return make([]byte, n)
+}
+
+// recycle gives back a body that its receiver no longer uses (a ring
+// piece, once summed).
+func (c *Ctrl) recycle(b []byte) {
+	if cap(b) < 4<<10 {
+		return
+	}
+	c.freeMu.Lock()
+	if c.free == nil {
+		c.free = make([][]byte, 0, maxFree)
+	}
+	if len(c.free) < maxFree {
+		c.free = append(c.free, b)
+	}
+	c.freeMu.Unlock()
+}
+
+func (c *Ctrl) handle(l *link, h header, body []byte) bool {
+	if !l.local && c.o.agent() {
+		c.heard(l.peer)
+	}
+	switch h.typ {
+	case tHB:
+	case tPing:
+		c.nHB.Add(1)
+		l.send(header{typ: tPong, seq: h.seq, from: uint32(c.o.Node)}, nil, time.Now().Add(c.o.Period))
+	case tPong:
+		c.gotPong(l.peer, l)
+	case tProbe:
+		from := int(h.from)
+		c.goBg(func() { c.probeFor(from, l) })
+	case tProbeAck:
+		c.gotIndirect(int(h.from))
+	case tDead:
+		ranks, detail := parseDead(body)
+		c.learnDead(ranks, l, detail)
+	case tAbort:
+		c.learnAbort(body, l)
+	case tColl, tGather, tTable:
+		c.put(mkey{seq: h.seq, step: h.step, from: int32(l.peer), local: l.local}, msg{body: body, hops: h.hops, tag: h.tag})
+	case tBye:
+		l.left.Store(true)
+		defer c.signal() // collectives waiting for it fail (leftPeer)
+		if !l.local {
+			c.deadMu.Lock()
+			c.nodeLeft.set(l.peer)
+			c.deadMu.Unlock()
+		}
+		if l.local && !c.o.agent() {
+			// The agent left: collectives need it.
+			c.learnAbort(abortBody(l.peer, 0, time.Time{}, fault.ErrClosed, []int{l.peer}, fmt.Sprintf("rank %d (this node's agent) closed", l.peer)), nil)
+		}
+		return true
+	}
+	return false
+}
+
+// linkLost: a connection ended without goodbye: its far end died.
+func (c *Ctrl) linkLost(l *link, err error) {
+	if c.closing.Load() || c.killed.Load() || l.left.Load() {
+		return
+	}
+	var ne net.Error
+	silent := errors.As(err, &ne) && ne.Timeout()
+	switch {
+	case l.local && c.o.agent():
+		d := fmt.Sprintf("rank %d (node %d) closed its control connection without leaving", l.peer, c.o.Node)
+		if silent {
+			d = fmt.Sprintf("rank %d (node %d) silent for %v", l.peer, c.o.Node, c.localSilence())
+		}
+		c.learnDead([]int{l.peer}, nil, d)
+	case l.local:
+		c.learnDead([]int{l.peer}, nil, fmt.Sprintf("rank %d (this node's agent) closed the connection", l.peer))
+	default:
+		if r := c.agentRank(l.peer); r >= 0 {
+			c.learnDead([]int{r}, nil, fmt.Sprintf("rank %d (agent of node %d) closed its connection without leaving", r, l.peer))
+		}
+	}
+}
+
+func (c *Ctrl) put(k mkey, m msg) {
+	c.mbMu.Lock()
+	c.mb[k] = m
+	c.mbMu.Unlock()
+	c.signal()
+}
+
+func (c *Ctrl) signal() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// await takes message k, failing at once on a death or abort, and at the
+// deadline with an error naming who (the ranks awaited).
+func (c *Ctrl) await(op string, k mkey, deadline time.Time, who []int) (msg, error) {
+	return c.awaitTagged(op, k, 0, deadline, who)
+}
+
+// awaitTagged is await that, for tag ≠ 0, also fails when a message of
+// the same collective with another tag is queued (a rank that called
+// another collective, tag or length, whose message reached this rank at
+// another step).
+func (c *Ctrl) awaitTagged(op string, k mkey, tag uint32, deadline time.Time, who []int) (msg, error) {
+	var timer *time.Timer
+	for {
+		c.mbMu.Lock()
+		m, ok := c.mb[k]
+		if ok {
+			delete(c.mb, k)
+		}
+		var odd *mkey
+		if !ok && tag != 0 {
+			for ok2, m2 := range c.mb {
+				if ok2.seq == k.seq && m2.tag != tag {
+					odd = &ok2
+					break
+				}
+			}
+		}
+		c.mbMu.Unlock()
+		if odd != nil {
+			return msg{}, c.mismatch(op, odd.from, odd.local)
+		}
+		if ok {
+			if timer != nil {
+				timer.Stop()
+			}
+			return m, nil
+		}
+		if err := c.gone(op); err != nil {
+			return msg{}, err
+		}
+		if r := c.leftPeer(k); r >= 0 {
+			return msg{}, &fault.Error{Op: op, Ranks: []int{r}, Side: fault.Remote, Kind: fault.ErrClosed,
+				Detail: fmt.Sprintf("rank %d closed the store before this collective", r)}
+		}
+		if timer == nil {
+			timer = time.NewTimer(time.Until(deadline))
+			defer timer.Stop()
+		}
+		select {
+		case <-c.wake:
+		case <-timer.C:
+			if who == nil {
+				return msg{}, fault.New(fault.ErrTimeout, op, "step %d from %d did not arrive in time", k.step, k.from)
+			}
+			return msg{}, &fault.Error{Op: op, Ranks: who, Side: fault.Remote, Kind: fault.ErrTimeout,
+				Detail: fmt.Sprintf("%s did not arrive in time", fault.RankList(who))}
+		case <-c.stop:
+			return msg{}, &fault.Error{Op: op, Kind: fault.ErrClosed, Detail: "control plane closed"}
+		}
+	}
+}
+
+// leftPeer is the rank that message k is to come from when that rank has
+// closed its control plane (said goodbye on the link k comes over), else
+// -1. The bootstrap's messages are not concerned.
+func (c *Ctrl) leftPeer(k mkey) int {
+	if k.seq == 0 {
+		return -1
+	}
+	if !k.local {
+		c.deadMu.Lock()
+		left := c.nodeLeft.has(int(k.from))
+		c.deadMu.Unlock()
+		if left {
+			return c.agentRank(int(k.from))
+		}
+		return -1
+	}
+	c.mu.Lock()
+	l := c.locals[int(k.from)]
+	if !c.o.agent() {
+		l = c.up
+	}
+	c.mu.Unlock()
+	if l != nil && l.left.Load() {
+		return l.peer
+	}
+	return -1
+}
