@@ -32,10 +32,13 @@ import (
 func init() { scenarios["benchpeer"] = scenarioBenchPeer }
 
 // benchProgress is the target's progress mode of the benchmark clusters
-// (fabric.Options.Progress, both ranks; "": the default), for side-by-side
-// runs of one test binary. Open does not read DDSTORE_FABRIC_PROGRESS (only
-// LoadConfig maps it), so the environment cannot set it here.
-var benchProgress = flag.String("bench.progress", "", "fabric Progress of benchmark clusters (adaptive|sleep|spin)")
+// (fabric.Options.Progress of rank 1, whose shard every read targets; "":
+// the default), for side-by-side runs of one test binary. Rank 0 keeps the
+// default: like the C++ peer's reader rank it serves no one, and a
+// spinning progress thread there would only compete with its reader. Open
+// does not read DDSTORE_FABRIC_PROGRESS (only LoadConfig maps it), so the
+// environment cannot set it here.
+var benchProgress = flag.String("bench.progress", "", "fabric Progress of the benchmark clusters' target rank (adaptive|sleep|spin)")
 
 // benchSpec is the benchmark variable of one row size (rows per rank).
 func benchSpec(rowBytes int64) varSpec {
@@ -93,9 +96,6 @@ func startBenchClusterWith(b *testing.B, mode string, telemetryOn bool, rows []i
 	if !telemetryOn {
 		params["TELEMETRY"] = "0"
 	}
-	if *benchProgress != "" {
-		params["PROGRESS"] = *benchProgress
-	}
 	for k, v := range more {
 		params[k] = v
 	}
@@ -104,6 +104,9 @@ func startBenchClusterWith(b *testing.B, mode string, telemetryOn bool, rows []i
 		"LOCAL_WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port), "DDSTORE_JOB="+job)
 	for k, v := range params {
 		cmd.Env = append(cmd.Env, "DDT_"+k+"="+v)
+	}
+	if *benchProgress != "" { // the target's alone: rank 0 serves no one
+		cmd.Env = append(cmd.Env, "DDT_PROGRESS="+*benchProgress)
 	}
 	out := &strings.Builder{}
 	cmd.Stdout, cmd.Stderr = out, out

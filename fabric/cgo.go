@@ -175,6 +175,7 @@ func ddServerStop(s *C.dd_server)               { C.dd_server_stop(s) }
 func ddServerUnlock(s *C.dd_server)             { C.dd_server_unlock(s) }
 func ddServerWakeups(s *C.dd_server) C.uint64_t { return C.dd_server_wakeups(s) }
 func ddSetTestStuck(n C.int)                    { C.dd_set_test_stuck(n) }
+func ddStepServed(ns C.int64_t) C.int           { return C.dd_step_served(ns) }
 func ddStrerror(err C.int) *C.char              { return C.dd_strerror(err) }
 func ddWdRegister(r *C.dd_reader) C.int         { return C.dd_wd_register(r) }
 func cFree(p unsafe.Pointer)                    { C.free(p) }

@@ -33,6 +33,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <unistd.h>
 #include <errno.h>
 #include <stdatomic.h>
@@ -279,6 +280,7 @@ int dd_server_open(dd_server *s, struct fi_info *info, size_t av_count, int gath
 ssize_t dd_server_poll(dd_server *s, int *can_sleep, int want_wait);
 int64_t dd_server_cpu_ns(dd_server *s);
 void dd_server_run(dd_server *s);
+int dd_step_served(int64_t ns);
 void dd_server_stop(dd_server *s);
 void dd_server_lock(dd_server *s);
 void dd_server_unlock(dd_server *s);

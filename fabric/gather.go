@@ -133,6 +133,7 @@ func (r *Reader) gatherChunk(ops []ReadOp, base int, timeout time.Duration, tm *
 		res := &r.c.res
 		tm.Post += time.Duration(res.post_ns)
 		tm.CQWait += time.Duration(res.wait_ns)
+		r.ran += time.Duration(res.post_ns + res.wait_ns)
 		tm.Copy += time.Duration(res.copy_ns)
 		r.gathered += uint64(res.done)
 		r.afterCall(res)

@@ -12,7 +12,13 @@ import (
 // server as peer rank 0.
 func selfExport(t *testing.T, size int, force func(f *Fabric)) (*Fabric, *Export, *Reader, Peer, *Memory) {
 	t.Helper()
-	f := openOrSkip(t, Options{Provider: "tcp;ofi_rxm", Domain: "lo", Timeout: 5 * time.Second})
+	return selfExportWith(t, Options{Provider: "tcp;ofi_rxm", Domain: "lo", Timeout: 5 * time.Second}, size, force)
+}
+
+// selfExportWith is selfExport on a fabric opened with o.
+func selfExportWith(t *testing.T, o Options, size int, force func(f *Fabric)) (*Fabric, *Export, *Reader, Peer, *Memory) {
+	t.Helper()
+	f := openOrSkip(t, o)
 	force(f)
 	mem, err := Alloc(size)
 	if err != nil {

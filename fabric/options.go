@@ -44,7 +44,8 @@ type Options struct {
 	// Progress is how the target's progress thread waits for work:
 	// "adaptive" (default: after serving, it keeps polling for
 	// ProgressWindow before it sleeps on the CQ's wait fd again, so
-	// back-to-back reads find it awake while an idle rank sleeps), "sleep"
+	// back-to-back reads find it awake while an idle rank sleeps; a served
+	// one-sided read counts though it leaves no completion), "sleep"
 	// (sleeps as soon as a step finds nothing) or "spin" (never sleeps: a
 	// core per rank). Without a wait fd (shm) adaptive is sleep's back-off.
 	Progress string

@@ -34,7 +34,7 @@ type Reader struct {
 	pin         *pinSet
 	mrc         mrCache
 	one         [1]ReadOp
-	yieldAt     time.Time // last yieldRuntime
+	ran         time.Duration // time in C batch loops since the last yield (yieldRuntime)
 
 	// gather state: ops too large for a round, read with fi_read after
 	// the gather (allocated on first use), and counters for tests.
@@ -213,10 +213,12 @@ const yieldEvery = 2 * time.Millisecond
 // wakes sysmon from its deep sleep (a futex wake on the reader's path,
 // and a thread woken on a core the target may need). Gosched resets that
 // clock; with nothing else runnable it resumes the caller at once, no
-// syscall.
+// syscall. The time counted is what the C batch loops measured of
+// themselves (Timing.Post and CQWait, added up in r.ran), so a call reads
+// no clock of its own for this.
 func (r *Reader) yieldRuntime() {
-	if now := time.Now(); now.Sub(r.yieldAt) >= yieldEvery {
-		r.yieldAt = now
+	if r.ran >= yieldEvery {
+		r.ran = 0
 		runtime.Gosched()
 	}
 }
@@ -356,6 +358,7 @@ func (r *Reader) readChunk(ops []ReadOp, base int, timeout time.Duration, tm *Ti
 	res := &r.c.res
 	tm.Post += time.Duration(res.post_ns)
 	tm.CQWait += time.Duration(res.wait_ns)
+	r.ran += time.Duration(res.post_ns + res.wait_ns)
 	r.afterCall(res)
 	if r.mrc.enabled {
 		t0 := time.Now()

@@ -1,29 +1,41 @@
 #!/usr/bin/env bash
 # The single 3 KB read over tcp;ofi_rxm, side by side, from prebuilt binaries
-# (for a quiet machine without Go): the C++ peer's get() (its target spins
-# on fi_cq_read), this checkout's BenchmarkGet and the same benchmark at a
-# base commit, alternating (peer, ours, base, peer, ours, base, ...), then
-# medians of µs per row and the load average.
+# (for a quiet machine without Go), alternating in one sitting, then medians
+# of µs per row, the ratios and the load average. Each round runs, in an
+# order that rotates from round to round:
+#   peer        the C++ peer's get(), a random row per call (the historical
+#               figure). Its reader spins on fi_cq_read for the completion;
+#               its target rank spins on fi_cq_read (bench.cxx TARGET=poll).
+#   peer-fixed  the same, one row every call (as BenchmarkGet batch=1 reads)
+#   ours        BenchmarkGet path=tcp batch=1, defaults: the reader spins on
+#               its CQ (within 2 ms of its last completion, while at most
+#               half the cores' readers do); the target's progress thread is
+#               adaptive (polls while reads keep coming, else sleeps on the
+#               CQ's fd).   fabric: fabric.Reader's own read, same cluster.
+#   ours-spin   the same with the target's progress thread spinning (as the
+#               peer's target does).   fabric-spin: fabric.Reader alone.
+#   base        BenchmarkGet path=tcp batch=1 at the base commit, defaults.
 #
 #   examples/peer/prebuilt.sh prepare [BASE]   # here, with Go: builds bin/peer/pre/
 #   examples/peer/prebuilt.sh run [ROUNDS]     # there, no Go: reads bin/peer/pre/ (default 7 rounds)
 #
 # prepare needs PEER_GITDIR (a git dir of github.com/ORNL/DDStore; run.sh
-# builds the peer) and BASE (default: the merge base with the main branch
-# or HEAD~1). Copy the whole checkout (or bin/peer/pre/ with this script)
+# builds the peer); BASE defaults to the merge base with main (else
+# HEAD~1). Copy the whole checkout (or bin/peer/pre/ with this directory)
 # to the quiet machine; it needs libfabric, MPICH (mpiexec.mpich) and
 # python3 there. Wrap in flock /tmp/ddstore-bench.lock on a shared machine.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 MAIN=$(cd "$HERE/../.." && pwd)
 PRE=${PRE:-$MAIN/bin/peer/pre}
-BENCH='BenchmarkGet$/path=tcp$/row=3072$/batch=1$'
+BENCH='BenchmarkGet$/path=(tcp|fabric-tcp)$/row=3072$/batch=1$'
+BENCH1='BenchmarkGet$/path=tcp$/row=3072$/batch=1$'
 N=${N:-20000x} # our reads per run
 SECS=${SECS:-1.5} # peer timed seconds per run
 
 case "${1:-}" in
 prepare)
-    base=${2:-HEAD~1}
+    base=${2:-$(cd "$MAIN" && git merge-base HEAD main 2>/dev/null || echo HEAD~1)}
     export PATH=$PATH:/usr/local/go/bin
     mkdir -p "$PRE"
     BUILD="$PRE/build" "$HERE/run.sh" build >"$PRE/build.log" 2>&1 || { cat "$PRE/build.log"; exit 1; }
@@ -34,7 +46,7 @@ prepare)
     (cd "$MAIN" && git archive "$base" | tar -x -C "$tmp")
     (cd "$tmp" && go test -c -o "$PRE/engine.base.test" ./engine)
     {
-        echo "ours: $(cd "$MAIN" && git rev-parse --short HEAD)"
+        echo "ours: $(cd "$MAIN" && git describe --always --dirty)"
         echo "base: $(cd "$MAIN" && git rev-parse --short "$base")"
         cat "$PRE/build/ddstore/PEER_COMMIT"
     } >"$PRE/versions.txt"
@@ -48,43 +60,34 @@ run)
     out=$PRE/out-$(date -u +%Y%m%dT%H%M%S)
     mkdir -p "$out"
     cat "$PRE/versions.txt" >"$out/env.txt"
-    { nproc; uname -a; } >>"$out/env.txt"
-    ours() { # binary label
-        (cd "$out" && "$PRE/$1" -test.run '^$' -test.bench "$BENCH" -test.benchtime "$N" 2>&1) |
-            awk -v l="$2" '/^BenchmarkGet/ { for (i = 1; i < NF; i++) if ($(i+1) == "us/row") print l, $i }'
+    { nproc; uname -a; echo "load at the start: $(cut -d' ' -f1-3 /proc/loadavg)"; } >>"$out/env.txt"
+    # engine BIN LABEL [PROGRESS]: BenchmarkGet's lone read through the
+    # engine (LABEL) and through fabric.Reader alone (fabric[-PROGRESS]),
+    # on one cluster whose target (rank 1) progresses in mode PROGRESS.
+    engine() {
+        local bin=$1 label=$2 prog=${3:-} flabel=fabric re=$BENCH
+        [ -n "$prog" ] && flabel=fabric-$prog
+        [ "$label" = base ] && re=$BENCH1
+        (cd "$out" && "$PRE/$bin" -test.run '^$' -test.bench "$re" -test.benchtime "$N" ${prog:+-bench.progress "$prog"} 2>&1) |
+            awk -v l="$label" -v f="$flabel" '/^BenchmarkGet/ { for (i = 1; i < NF; i++) if ($(i+1) == "us/row") print ($1 ~ /fabric-tcp/ ? f : l), $i }'
     }
-    for r in $(seq "$rounds"); do
-        p=$(FABRIC_IFACE=lo timeout 120 mpiexec.mpich -n 2 "$PRE/peer-bench" 1 3072 "$SECS" 128 "" "" random 2>&1 |
+    # peer ROWS LABEL: the C++ peer's get() (its reader and target both
+    # spin on fi_cq_read); ROWS random (a random row per call: the
+    # historical figure) or fixed (the same row, as BenchmarkGet reads).
+    peer() {
+        local p
+        p=$(FABRIC_IFACE=lo timeout 120 mpiexec.mpich -n 2 "$PRE/peer-bench" 1 3072 "$SECS" 128 "" "" "$1" 2>&1 |
             grep '^RESULT.*verify=ok' | sed 's/.*us_per_row=\([0-9.]*\).*/\1/') || true
-        echo "peer ${p:-FAILED}" | tee -a "$out/figures.txt"
-        if [ $((r % 2)) = 1 ]; then
-            ours engine.test ours | tee -a "$out/figures.txt"
-            ours engine.base.test base | tee -a "$out/figures.txt"
-        else
-            ours engine.base.test base | tee -a "$out/figures.txt"
-            ours engine.test ours | tee -a "$out/figures.txt"
-        fi
+        echo "$2 ${p:-FAILED}"
+    }
+    runs=("peer random peer" "engine engine.test ours" "peer fixed peer-fixed" "engine engine.test ours-spin spin" "engine engine.base.test base")
+    for r in $(seq "$rounds"); do
+        for k in $(seq 0 $((${#runs[@]} - 1))); do # each round starts one run later
+            ${runs[$(((k + r - 1) % ${#runs[@]}))]} | tee -a "$out/figures.txt"
+        done
     done
-    python3 - "$out/figures.txt" <<'EOF'
-import statistics, sys
-v = {}
-for line in open(sys.argv[1]):
-    k, x = line.split()
-    if x != "FAILED":
-        v.setdefault(k, []).append(float(x))
-m = {k: statistics.median(x) for k, x in v.items()}
-for k in ("peer", "ours", "base"):
-    if k in v:
-        print(f"{k}: median {m[k]:.2f} µs/row (min {min(v[k]):.2f}, max {max(v[k]):.2f}, n={len(v[k])})")
-if "ours" in v and "base" in v:  # one of each per round, in order
-    q = sorted(o / b for o, b in zip(v["ours"], v["base"]))
-    print(f"ours ÷ base per round: median {statistics.median(q):.3f} (all: {' '.join(f'{x:.3f}' for x in q)})")
-if "peer" in m:
-    for k in ("ours", "base"):
-        if k in m:
-            print(f"{k} ÷ peer: {m[k] / m['peer']:.3f}")
-EOF
-    echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg); figures in $out"
+    python3 "$HERE/prebuilt-summary.py" "$out/figures.txt" | tee "$out/summary.txt"
+    echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg); figures in $out" | tee -a "$out/summary.txt"
     ;;
 *)
     sed -n '2,16p' "$0" >&2
