@@ -152,6 +152,7 @@ type epochResult struct {
 	Control   string `json:"control,omitempty"`
 	CtrlConns int    `json:"ctrl_conns"`
 	CtrlAgent bool   `json:"ctrl_agent,omitempty"`
+	Pid       int    `json:"pid"` // this rank's process (a test kills it)
 }
 
 func run(cmd *cobra.Command, f flags, stdout, stderr io.Writer) (err error) {
@@ -315,7 +316,7 @@ func run(cmd *cobra.Command, f flags, stdout, stderr io.Writer) (err error) {
 		fo := st.Failovers()
 		res.Failovers, res.FailedFrom, res.Dead, res.Checked = fo.Reads, fo.From, fo.Dead, checked
 		ci := st.Control()
-		res.Control, res.CtrlConns, res.CtrlAgent = ci.Kind, ci.Conns, ci.Agent
+		res.Control, res.CtrlConns, res.CtrlAgent, res.Pid = ci.Kind, ci.Conns, ci.Agent, os.Getpid()
 		if tty {
 			fmt.Fprint(stderr, "\r\033[K")
 		}
