@@ -9,7 +9,9 @@ TEST_EXTRA += test-slurm
 
 # examples/train as 4 ranks under srun (derived tcp rendezvous), srun
 # --mpi=pmi2 (Slurm's PMI-2) and ddrun on a one-machine Slurm started here
-# (munged, slurmctld, slurmd; no systemd, no cgroups): same loss, bit for bit.
+# (munged, slurmctld, slurmd; no systemd, no cgroups): same loss, bit for bit;
+# then 16 ranks under srun: control connections per rank checked, a killed
+# rank found by every other.
 test-slurm: deps
 	bash examples/slurm/local-test.sh
 
@@ -19,15 +21,22 @@ launchers: deps
 	bash examples/launchers.sh
 
 TEST_EXTRA += test-netns
-.PHONY: test-netns
+.PHONY: test-netns test-netns-mesh
 
 # Two "hosts" as network namespaces (own hostname and address, a bridge
 # between them): same loss as one host over the veth link (not lo), a cut
 # link found within the liveness deadline + 1 s naming the rank, and
 # FABRIC_IFACE=lo refused at Open. Skips (exit 0, with the reason) without
 # root or the ip tool; fails instead under DDSTORE_REQUIRE_ROOT=1, as in make test).
+# Under both control planes: tree, every step (6: 16 ranks on each of 3
+# hosts, connection counts, a dead host); mesh, the steps whose control
+# connections differ (1-4); test-netns-mesh runs every step under mesh.
 test-netns: deps
-	bash examples/netns/netns-test.sh
+	env CONTROL=tree bash examples/netns/netns-test.sh
+	env CONTROL=mesh STEPS="1 2 3 4" bash examples/netns/netns-test.sh
+
+test-netns-mesh: deps
+	env CONTROL=mesh bash examples/netns/netns-test.sh
 
 # The bootstrap's wire decoders fuzzed against round trips and a model
 # (engine/bootstrap/fuzz_test.go), FUZZ_BOOT_EXECS executions each:

@@ -5,7 +5,7 @@
 # netns_cleanup kills the ranks in $tmp/pids and deletes the namespaces
 # and $tmp (an EXIT trap).
 netns_cleanup() {
-  for p in $(cat "$tmp"/pids 2>/dev/null); do kill -9 "$p" 2>/dev/null || true; done
+  for p in $(cat "$tmp"/pids 2>/dev/null); do { kill -9 "$p" && wait "$p"; } 2>/dev/null || true; done
   for n in "${hosts[@]}" "$sw"; do ip netns del "$n" 2>/dev/null || true; done
   rm -rf "$tmp"
 }
@@ -46,7 +46,8 @@ wait_ranks() {
   local fail=0 p r
   for p in $(cat "$tmp/pids"); do wait "$p" || fail=1; done
   if ((fail)); then
-    for r in 0 1 2 3; do echo "rank $r:"; tail -n 5 "$tmp/rank$r.err"; done >&2
+    r=0
+    for p in $(cat "$tmp/pids"); do echo "rank $r:"; tail -n 5 "$tmp/rank$r.err"; r=$((r + 1)); done >&2
     echo "$1 failed" >&2
     exit 1
   fi

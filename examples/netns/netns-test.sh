@@ -13,8 +13,9 @@
 #      naming both ranks, both hosts, the interface and the key.
 #   4. A stranger's host (a third namespace on the same bridge) while the
 #      job boots (rank 3 starts late, so that ranks 0-2 wait with their
-#      rendezvous and mesh ports open): with a wrong secret and with none,
-#      its handshakes with the rendezvous and every mesh port are refused
+#      rendezvous and control ports open: the mesh's on every rank, the
+#      tree's on each node agent): with a wrong secret and with none,
+#      its handshakes with the rendezvous and every control port are refused
 #      within 1 s; then it floods them with 1000 connections (random bytes,
 #      truncated frames, oversized length prefixes, silence). The job
 #      starts and trains to the same loss; the peak RSS of its ranks is
@@ -25,6 +26,13 @@
 #      none is answered, ddtop (--once --json on the live job) names the
 #      count in its gather_strangers finding, and the job trains on to the
 #      same loss.
+#   6. RPH (16) ranks on each of 3 hosts: every rank's control connections
+#      are checked (tree: 1 on a plain rank, at most 40 on an agent; mesh:
+#      world-1), the first epochs give the loss of one host, and host 1
+#      dies (link cut, ranks killed): every other rank fails naming one of
+#      its ranks within the liveness deadline + 2 s.
+# CONTROL=mesh|tree sets DDSTORE_CONTROL for every run (default: the
+# store's default); mk/boot.mk's test-netns runs both.
 # Needs root and the ip tool; exits 0 with "SKIP: <reason>" otherwise, or 1
 # under DDSTORE_REQUIRE_ROOT=1 (make test).
 #   examples/netns/netns-test.sh
@@ -41,7 +49,9 @@ command -v ip >/dev/null || skip "netns-test needs the ip tool (iproute2)"
 command -v unshare >/dev/null || skip "netns-test needs unshare (util-linux)"
 command -v iptables >/dev/null || skip "netns-test needs iptables (step 4)"
 LIVENESS=${LIVENESS:-3}
-STEPS=${STEPS:-1 2 3 4 5} # a subset of the steps above, for a rerun (1 is always run: it is the reference loss)
+CONTROL=${CONTROL:-} # mesh | tree: DDSTORE_CONTROL of every run (default: the store's default)
+if [[ -n $CONTROL ]]; then export DDSTORE_CONTROL=$CONTROL; fi
+STEPS=${STEPS:-1 2 3 4 5 6} # a subset of the steps above, for a rerun (1 is always run: it is the reference loss)
 step() { [[ " $STEPS " == *" $1 "* ]]; }
 EPOCHS=${EPOCHS:-2} ROWS=${ROWS:-512}
 id=$$
@@ -55,26 +65,31 @@ netns_switch || skip "cannot create network namespaces: $(cat "$tmp/err")"
 netns_hosts v p addr_of
 go build -o bin/ ./cmd/ddrun ./cmd/ddtop ./examples/train ./examples/netns/stranger
 
-# start_job EPOCHS [FABRIC_TIMEOUT_S]: ranks 0,1 on host 0 and 2,3 on host 1,
-# each in its own UTS namespace named after its host; outputs in
+# start_job EPOCHS [FABRIC_TIMEOUT_S]: one rank per word of $PLACE (the
+# index of its host in hosts; default "0 0 1 1": ranks 0,1 on host 0 and
+# 2,3 on host 1), each in its own UTS namespace named after its host, with
+# LOCAL_RANK and LOCAL_WORLD_SIZE of that host; outputs in
 # $tmp/rank<r>.{out,err}. The fabric deadline defaults to the liveness one
 # (the cut test needs reads to a cut host to fail that fast too).
 start_job() {
   local epochs=$1 fabric_timeout=${2:-$LIVENESS} port=${PORT:-$((20000 + RANDOM % 10000))}
+  local place=(${PLACE:-0 0 1 1})
+  local world=${#place[@]} r
+  local -A lws=() seen=()
+  for r in "${!place[@]}"; do lws[${place[$r]}]=$(( ${lws[${place[$r]}]:-0} + 1 )); done
   : >"$tmp/pids"
-  for r in 0 1 2 3; do
-    local hi=$((r / 2))
-    local lr=$((r % 2)) lw=2
-    [[ -n ${HOST3:-} && $r == 3 ]] && hi=3
-    [[ -n ${HOST3:-} && $r -ge 2 ]] && lr=0 lw=1
+  for r in "${!place[@]}"; do
+    local hi=${place[$r]}
+    local lr=${seen[$hi]:-0} lw=${lws[$hi]}
+    seen[$hi]=$((lr + 1))
     local delay=0
     (( r == 3 )) && delay=${DELAY3:-0}
     local wrap=""
     [[ -n ${RSS:-} ]] && wrap="/usr/bin/time -f 'maxrss_kb %M' -o $tmp/rank$r.rss"
     ip netns exec "${hosts[$hi]}" unshare --uts sh -c "hostname host$hi; sleep $delay; exec $wrap env \
-      RANK=$r WORLD_SIZE=4 LOCAL_RANK=$lr LOCAL_WORLD_SIZE=$lw \
+      RANK=$r WORLD_SIZE=$world LOCAL_RANK=$lr LOCAL_WORLD_SIZE=$lw \
       MASTER_ADDR=10.77.0.1 MASTER_PORT=$port DDSTORE_JOB=netns-$id-$port DDSTORE_JOB_TOKEN=netns-$id-$port \
-      DDSTORE_LIVENESS=${LIVENESS}s DDSTORE_FABRIC_TIMEOUT=${fabric_timeout}s DDSTORE_TIMEOUT=20s DDSTORE_BOOTSTRAP_TIMEOUT=20s ${EXTRA_ENV:-} \
+      DDSTORE_LIVENESS=${LIVENESS}s DDSTORE_FABRIC_TIMEOUT=${fabric_timeout}s DDSTORE_TIMEOUT=${JOB_TIMEOUT:-20}s DDSTORE_BOOTSTRAP_TIMEOUT=${JOB_TIMEOUT:-20}s ${EXTRA_ENV:-} \
       bin/train --epochs $epochs --rows-per-rank $ROWS --json ${TRAIN_EXTRA:-}" >"$tmp/rank$r.out" 2>"$tmp/rank$r.err" &
     echo $! >>"$tmp/pids"
   done
@@ -104,6 +119,9 @@ RSS=1 start_job "$EPOCHS" 10
 wait_ranks "netns-test: the two-host job"
 two=$(losses "$tmp"/rank{0,1,2,3}.out)
 grep -h "fabric\|train:" "$tmp"/rank0.err | head -n 2 || true
+# The control plane in use (the store's default, or DDSTORE_CONTROL).
+control=$(python3 -c 'import json,sys; print({json.loads(l).get("control") for l in open(sys.argv[1]) if l.startswith("{")}.pop())' "$tmp/rank0.out")
+echo "control plane: $control"
 echo "one host:  $one"
 echo "two hosts: $two"
 rss_quiet=$(cat "$tmp"/rank{0,1,2,3}.rss 2>/dev/null | grep -o '[0-9]*' | sort -n | tail -n1)
@@ -158,7 +176,7 @@ fi
 if step 4; then
 PORT=$((20000 + RANDOM % 10000))
 ip netns exec "${hosts[3]}" iptables -A OUTPUT -p tcp --syn ! --dport "$PORT" -j DROP
-PORT=$PORT HOST3=1 RSS=1 EXTRA_ENV="DDSTORE_TIMEOUT=120s DDSTORE_BOOTSTRAP_TIMEOUT=120s" start_job "$EPOCHS" 10
+PORT=$PORT PLACE="0 0 1 3" RSS=1 JOB_TIMEOUT=120 start_job "$EPOCHS" 10
 listening() { # the job's listening addresses on host 0 and host 1, comma-separated
   for hi in 0 1; do
     ip netns exec "${hosts[$hi]}" ss -Htln | awk '{print $4}' | { grep -v '^127\.\|^\[::1\]' || true; } |
@@ -166,14 +184,23 @@ listening() { # the job's listening addresses on host 0 and host 1, comma-separa
   done | sort -u | paste -sd, -
 }
 count() { tr ',' '\n' <<<"$1" | grep -c . || true; }
-targets=""
-for _ in $(seq 300); do
+# What listens once round 1 is over and ranks 0-2 wait for rank 3: the
+# mesh, every rank's port; the tree, only each node's agent (rank 1
+# reaches rank 0 over a unix socket; every rank listens during round 1).
+case $control in
+  mesh) want=4 what="rank 0's rendezvous, the mesh ports of ranks 0-2" ;;
+  tree) want=3 what="rank 0's rendezvous, the agent ports of host 0 (rank 0) and host 1 (rank 2)" ;;
+esac
+targets="" prev=""
+for _ in $(seq 300); do # the same set twice, 0.5 s apart
   targets=$(listening)
-  (( $(count "$targets") >= 4 )) && break
-  sleep 0.1
+  [[ $(count "$targets") == "$want" && $targets == "$prev" ]] && break
+  prev=$targets
+  sleep 0.5
 done
-echo "stranger (10.77.0.9) targets: $targets (rank 0's rendezvous, the mesh ports of ranks 0-2)"
-(( $(count "$targets") >= 4 )) || { echo "netns-test: found fewer than 4 listening ports of the job" >&2; exit 1; }
+echo "stranger (10.77.0.9) targets: $targets ($what)"
+[[ $(count "$targets") == "$want" && $targets == "$prev" ]] ||
+  { echo "netns-test: found not the $want listening ports of the job's $control control plane" >&2; exit 1; }
 ip netns exec "${hosts[2]}" bin/stranger -refuse "$targets" || { echo "netns-test: a stranger was not refused within 1 s" >&2; exit 1; }
 # The whole flood lands while ranks 0-2 wait in the bootstrap with their
 # ports open; then rank 3 is let through and the job must start.
@@ -229,5 +256,95 @@ fi
 five=$(losses "$tmp"/rank{0,1,2,3}.out)
 echo "with a gather stranger, first $EPOCHS of $G_EPOCHS epochs: ${five:0:${#one}}"
 [[ "$five" == "$one"* ]] || { echo "netns-test: losses differ with a gather stranger" >&2; exit 1; }
+fi
+# 6. RPH ranks on each of three hosts (0, 1 and 3): every rank reports its
+# control connections (the trainer's ctrl_conns), checked: mesh, world-1
+# on every rank; tree, 1 on a plain rank and at most CONN_BOUND on a node
+# agent. The first 2 epochs give the loss of a ddrun run of as many ranks
+# on one host; then host 1 dies (its link cut, its ranks killed): every
+# rank of hosts 0 and 3 fails naming a rank of host 1 within the liveness
+# deadline + KILL_SLACK s.
+if step 6; then
+RPH=${RPH:-16} S_ROWS=${S_ROWS:-64} CONN_BOUND=${CONN_BOUND:-40} KILL_SLACK=${KILL_SLACK:-2}
+t6=$SECONDS
+world=$((3 * RPH))
+place=""
+for h in 0 1 3; do for _ in $(seq "$RPH"); do place+="$h "; done; done
+bin/ddrun -n "$world" bin/train --epochs 2 --rows-per-rank "$S_ROWS" --json >"$tmp/many.out" 2>"$tmp/many.err" ||
+  { tail -n 5 "$tmp/many.err" >&2; echo "netns-test: ddrun -n $world failed" >&2; exit 1; }
+ref=$(losses "$tmp/many.out")
+tref=$((SECONDS - t6))
+echo "step 6: ddrun -n $world on one host: ${tref}s"
+PORT=$((20000 + RANDOM % 10000))
+# The first reads connect every pair of ranks across hosts: slow on a
+# loaded 2-core machine, so the fabric deadline here is S_FABRIC_TIMEOUT.
+PORT=$PORT PLACE=$place ROWS=$S_ROWS JOB_TIMEOUT=60 start_job 100000 "${S_FABRIC_TIMEOUT:-60}"
+done_ranks() { cat "$tmp"/rank*.out 2>/dev/null | grep -c '"epoch":1,' || true; }
+for _ in $(seq 3000); do (( $(done_ranks) == world )) && break; sleep 0.1; done
+(( $(done_ranks) == world )) || { for r in 0 $RPH; do tail -n 3 "$tmp/rank$r.err"; done >&2; echo "netns-test: $world ranks on 3 hosts did not finish 2 epochs" >&2; exit 1; }
+tup=$((SECONDS - t6 - tref))
+python3 - "$tmp" "$world" "$RPH" "$ref" "$CONN_BOUND" <<'PY'
+import json, sys
+tmp, world, rph, ref, bound = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
+recs = [json.loads(l) for r in range(world) for l in open(f"{tmp}/rank{r}.out") if l.startswith("{")]
+loss = {e: {x["loss"] for x in recs if x["epoch"] == e} for e in (0, 1)}
+got = " ".join(repr(next(iter(loss[e]))) if len(loss[e]) == 1 else f"{loss[e]}" for e in (0, 1))
+print(f"{world} ranks on 3 hosts, first 2 epochs: {got}; ddrun -n {world} on one host: {ref}")
+if got != ref:
+    sys.exit("netns-test: losses differ between 3 hosts and one")
+conns, agent, kind = {}, {}, set()
+for x in recs:
+    conns[x["rank"]] = max(conns.get(x["rank"], 0), x["ctrl_conns"])
+    agent[x["rank"]] = x.get("ctrl_agent", False)
+    kind.add(x.get("control"))
+kind = kind.pop() if len(kind) == 1 else kind
+if kind == "mesh":
+    bad = {r: n for r, n in conns.items() if n != world - 1}
+    print(f"control connections (mesh): {world - 1} on every rank" if not bad else f"mesh: {bad}")
+elif kind == "tree":
+    agents = sorted(r for r in agent if agent[r])
+    plain = [conns[r] for r in conns if not agent[r]]
+    bad = {r: n for r, n in conns.items() if ((n > bound or n < rph - 1) if agent[r] else n != 1)}
+    if agents != [0, rph, 2 * rph]:
+        bad["agents"] = agents
+    print(f"control connections (tree): {len(plain)} plain ranks hold {sorted(set(plain))}; "
+          f"agents (ranks {', '.join(map(str, agents))}) hold {', '.join(str(conns[r]) for r in agents)} (bound {bound}); the mesh would hold {world - 1}")
+else:
+    bad = {"control": kind}
+if bad:
+    sys.exit(f"netns-test: control connections out of bounds: {bad}")
+PY
+pids=($(cat "$tmp/pids"))
+t0=$(date +%s%N)
+ip -n "$sw" link set "p1$id" down
+for r in $(seq "$RPH" $((2 * RPH - 1))); do kill -9 "${pids[$r]}" 2>/dev/null || true; done
+for r in $(seq "$RPH" $((2 * RPH - 1))); do wait "${pids[$r]}" 2>/dev/null || true; done
+worst=0 n=0
+for r in $(seq 0 $((RPH - 1))) $(seq $((2 * RPH)) $((world - 1))); do
+  wait "${pids[$r]}" && { echo "netns-test: rank $r went on after host 1 died" >&2; exit 1; } || true
+  at=$(grep -m1 -oE 'failed at [0-9]+ ns' "$tmp/rank$r.err" | grep -oE '[0-9]+' || true)
+  [[ -n "$at" ]] || { echo "netns-test: rank $r printed no failure:" >&2; tail -n 5 "$tmp/rank$r.err" >&2; exit 1; }
+  t=$(( (at - t0) / 1000000 ))
+  (( t > worst )) && worst=$t
+  msg=$(grep -m1 'failed at' "$tmp/rank$r.err")
+  python3 - "$msg" "$RPH" <<'PY' || { echo "netns-test: rank $r's error names no rank of host 1: ${msg:0:400}" >&2; exit 1; }
+import re, sys
+msg, rph = sys.argv[1].split("(unix): ", 1)[-1], int(sys.argv[2])
+named = set()
+for spec in re.findall(r"\branks? ([0-9][0-9, -]*[0-9]|[0-9])", msg):
+    for part in spec.split(","):
+        a, _, b = part.strip().partition("-")
+        if a.isdigit():
+            named.update(range(int(a), int(b or a) + 1))
+sys.exit(0 if named & set(range(rph, 2 * rph)) else 1)
+PY
+  n=$((n + 1))
+  (( r == 0 || r == 2 * RPH )) && echo "rank $r failed $t ms after host 1 died: ${msg:0:300}"
+done
+ip -n "$sw" link set "p1$id" up
+limit=$(( (LIVENESS + KILL_SLACK) * 1000 ))
+echo "host 1 died: all $n ranks of hosts 0 and 3 failed naming a rank of host 1, the last $worst ms after (liveness ${LIVENESS}s, limit $limit ms)"
+(( worst <= limit )) || { echo "netns-test: slower than the liveness deadline + $KILL_SLACK s" >&2; exit 1; }
+echo "step 6: ddrun reference ${tref}s, $world ranks up and 2 epochs in ${tup}s, all in $((SECONDS - t6))s"
 fi
 echo "netns-test: ok"

@@ -146,6 +146,13 @@ type epochResult struct {
 	FailedFrom map[int]int64 `json:"failed_from,omitempty"` // failovers by owner rank
 	Dead       []int         `json:"dead"`
 	Checked    int64         `json:"checked,omitempty"` // rows checked against the pattern (--check)
+	// Control: the store's control plane ("mesh", "tree"; "" for one
+	// rank), CtrlConns the control connections this rank holds, CtrlAgent
+	// whether it is its node's agent (tree).
+	Control   string `json:"control,omitempty"`
+	CtrlConns int    `json:"ctrl_conns"`
+	CtrlAgent bool   `json:"ctrl_agent,omitempty"`
+	Pid       int    `json:"pid"` // this rank's process (a test kills it)
 }
 
 func run(cmd *cobra.Command, f flags, stdout, stderr io.Writer) (err error) {
@@ -308,6 +315,8 @@ func run(cmd *cobra.Command, f flags, stdout, stderr io.Writer) (err error) {
 		}
 		fo := st.Failovers()
 		res.Failovers, res.FailedFrom, res.Dead, res.Checked = fo.Reads, fo.From, fo.Dead, checked
+		ci := st.Control()
+		res.Control, res.CtrlConns, res.CtrlAgent, res.Pid = ci.Kind, ci.Conns, ci.Agent, os.Getpid()
 		if tty {
 			fmt.Fprint(stderr, "\r\033[K")
 		}
