@@ -516,9 +516,13 @@ func (r *Reader) batchError(res *cDdResult, base int, inflight string) error {
 	case ddCqerr:
 		// An error completion: the provider failed the op on the way to or
 		// at the peer. A lost path marks the peer dead; an access error
-		// (bad key or range) leaves it alive.
+		// (bad key or range) leaves it alive. tcp cancels the ops of a
+		// connection the peer dropped (ECANCELED, usually with provider
+		// ENOTCONN, not always): unless this reader tore its own endpoint
+		// down, a cancelled op is a lost path too.
 		e.Op = "fi_cq_readerr"
-		if pathLost(code) || pathLost(int(res.prov_errno)) { // tcp: ECANCELED, provider ENOTCONN
+		cancelled := (code == int(syscall.ECANCELED) || code == -int(syscall.ECANCELED)) && res.torn_down == 0
+		if pathLost(code) || pathLost(int(res.prov_errno)) || cancelled {
 			e.Kind = ErrPeerDead
 		} else if syscall.Errno(code) == syscall.ENOMEM {
 			e.Side = fault.Local
