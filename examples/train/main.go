@@ -190,6 +190,9 @@ func run(cmd *cobra.Command, f flags, stdout, stderr io.Writer) (err error) {
 		return err
 	}
 	defer st.Close()
+	// Ctrl-C: abandon the store and end as the launcher reports an
+	// interrupt (exit 130 under mpiexec, SIGINT elsewhere).
+	defer engine.EndOnInterrupt(st)()
 	rank, width := st.Rank(), st.Width()
 	if rank == f.throttle.rank {
 		stop, err := startThrottle(f.throttle)
