@@ -192,6 +192,9 @@ func run(cmd *cobra.Command, f flags, stdout, stderr io.Writer) (err error) {
 		return err
 	}
 	defer st.Close()
+	// Ctrl-C: abandon the store and end as the launcher reports an
+	// interrupt (exit 130 under mpiexec, SIGINT elsewhere).
+	defer engine.EndOnInterrupt(st)()
 	rank, width := st.Rank(), st.Width()
 	if fb := st.Fabric(); f.showAddr && fb != nil {
 		fmt.Fprintf(stderr, "train: rank %d fabric address %x\n", rank, fb.Address())
