@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -22,29 +23,47 @@ const InterruptExitCode = 130
 // telemetry segments and shard files removed, no barrier) and then calls
 // EndInterrupted. A Go program that has no SIGINT handling of its own
 // calls it after Open; the returned stop gives SIGINT back (call it
-// before Close). Without it a Go rank ends by SIGINT through the Go
-// runtime, which under mpiexec is reported as an interrupt only when
-// every rank ended before mpiexec looked (see README, Ctrl-C).
+// before Close). Calls that were under way fail with ErrClosed once a
+// store is abandoned: a program that then returns calls stop first, and
+// stop, called once the interrupt's end has begun, waits for the process
+// to end there (at most interruptEndWait) instead of returning, so that no
+// error of the program's own is reported and the exit is the interrupt's.
+// stop may be called more than once. Without it a Go rank ends by SIGINT
+// through the Go runtime, which under mpiexec is reported as an interrupt
+// only when every rank ended before mpiexec looked (see README, Ctrl-C).
 func EndOnInterrupt(stores ...*Store) (stop func()) {
 	c := make(chan os.Signal, 1)
 	signal.Notify(c, os.Interrupt)
 	done := make(chan struct{})
+	ending := make(chan struct{})
 	go func() {
 		select {
 		case <-c:
 		case <-done:
 			return
 		}
+		close(ending)
 		for _, s := range stores {
 			_ = s.Abandon() // ErrClosed when already closed; the exit goes on
 		}
 		EndInterrupted()
 	}()
+	var once sync.Once
 	return func() {
-		signal.Stop(c)
-		close(done)
+		once.Do(func() {
+			signal.Stop(c)
+			close(done)
+		})
+		select {
+		case <-ending:
+			time.Sleep(interruptEndWait) // the process ends meanwhile
+		default:
+		}
 	}
 }
+
+// interruptEndWait bounds EndOnInterrupt's stop's wait for the end.
+const interruptEndWait = 5 * time.Second
 
 // EndInterrupted ends this process after an interrupt; it does not
 // return. Under MPICH's mpiexec it exits with InterruptExitCode (see
@@ -82,30 +101,60 @@ func ExitUnderHydra(code int) {
 }
 
 // holdScript is holdOutput's shell: $1 is the rank's pid. It waits (at
-// most 10 s) until the rank has exited (a zombie) or is gone, closes its
-// copy of stdout, waits (at most 5 s) until the rank is reaped, then
-// exits, closing stderr. /proc/PID/stat's third field is the state; the
-// second, the command name in parentheses, may hold spaces.
+// most about 2 s) until the rank can be reaped (a zombie whose threads
+// have all ended) or is gone, closes its stdout, waits (at most about
+// 3 s) until the rank is reaped, then exits, closing stderr. The main
+// thread of a process is a zombie while its other threads still end
+// (/proc/PID/task lists them); an event before the proxy can reap would
+// find nothing to reap, and one fewer rank would be reaped with its
+// status. /proc/PID/stat's third field is the state; the second, the
+// command name in parentheses, may hold spaces.
 const holdScript = `p=$1 i=0
-state() { s=; { read -r s < /proc/$p/stat; } 2>/dev/null; s=${s##*) }; st=${s%% *}; }
+state() {
+  s=; { read -r s < /proc/$p/stat; } 2>/dev/null; s=${s##*) }; st=${s%% *}
+  if [ "$st" = Z ]; then set -- /proc/$p/task/*; [ $# -le 1 ] || st=T; fi
+}
 state
-while [ -n "$st" ] && [ "$st" != Z ] && [ $i -lt 2000 ]; do sleep 0.005; i=$((i+1)); state; done
+while [ -n "$st" ] && [ "$st" != Z ] && [ $i -lt 200 ]; do sleep 0.01; i=$((i+1)); state; done
 exec 1>/dev/null
 i=0
-while [ -e /proc/$p ] && [ $i -lt 1000 ]; do sleep 0.005; i=$((i+1)); done
+while [ -e /proc/$p ] && [ $i -lt 300 ]; do sleep 0.01; i=$((i+1)); done
 `
 
-// holdOutput starts holdScript with this process's stdout and stderr.
-// When /bin/sh cannot start, the exit goes on without it.
+// holdOutput starts holdScript with this process's stdout and stderr and
+// no other file: Hydra's proxy starts each rank with second copies of
+// its stdout and stderr pipes (and the read ends of earlier ranks')
+// open and inheritable, so a shell that inherited them would keep the
+// pipes open after closing its stdout and the proxy would see no event
+// (each shell then ran into its deadlines: jobs ended 11-18 s after
+// Ctrl-C). When /bin/sh cannot start, the exit goes on without it.
 func holdOutput() {
 	null, err := os.Open(os.DevNull)
 	if err != nil {
 		return
 	}
 	defer null.Close()
+	closeOnExecAbove(2)
 	p, err := os.StartProcess("/bin/sh", []string{"sh", "-c", holdScript, "ddstore-hold", strconv.Itoa(os.Getpid())},
 		&os.ProcAttr{Files: []*os.File{null, os.Stdout, os.Stderr}})
 	if err == nil {
 		_ = p.Release()
+	}
+}
+
+// closeOnExecAbove marks every open file descriptor above fd close-on-exec,
+// so that a process started next inherits only what it is given. The
+// process exits right after: no descriptor of its own needs keeping.
+func closeOnExecAbove(fd int) {
+	d, err := os.Open("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	names, _ := d.Readdirnames(-1)
+	_ = d.Close()
+	for _, n := range names {
+		if v, err := strconv.Atoi(n); err == nil && v > fd {
+			unix.CloseOnExec(v)
+		}
 	}
 }
