@@ -199,6 +199,12 @@ func run(cmd *cobra.Command, f flags, stdout, stderr io.Writer) (err error) {
 		return err
 	}
 	defer st.Close()
+	// Ctrl-C: abandon the store and end as the launcher reports an
+	// interrupt (exit 130 under mpiexec, SIGINT elsewhere). A call that
+	// failed because the store was abandoned reports nothing: the failure
+	// report below calls stopInterrupt first, which then waits for the end.
+	stopInterrupt := engine.EndOnInterrupt(st)
+	defer stopInterrupt()
 	rank, width := st.Rank(), st.Width()
 	if fb := st.Fabric(); f.showAddr && fb != nil {
 		fmt.Fprintf(stderr, "train: rank %d fabric address %x\n", rank, fb.Address())
@@ -240,6 +246,7 @@ func run(cmd *cobra.Command, f flags, stdout, stderr io.Writer) (err error) {
 	// its time, before the cleanup above waits for reads in flight.
 	defer func() {
 		if err != nil {
+			stopInterrupt()
 			fmt.Fprintf(stderr, "train: rank %d failed at %d ns (unix): %v\n", rank, time.Now().UnixNano(), err)
 		}
 	}()

@@ -101,6 +101,8 @@ def lib():
             f = getattr(l, name)
             f.argtypes = args
             f.restype = ctypes.c_int
+        l.dds_exit_interrupted.argtypes = []
+        l.dds_exit_interrupted.restype = None
         l.dds_error_name.argtypes = [ctypes.c_int]
         l.dds_error_name.restype = ctypes.c_char_p
         errors.learn_codes(lambda code: l.dds_error_name(code))

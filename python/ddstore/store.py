@@ -513,7 +513,7 @@ def close_open_stores():
     ranks are not at a close: the store is abandoned instead (its segment
     and shard files removed, no barrier), so that the process ends at once
     and the launcher sees the interrupt; after a KeyboardInterrupt the
-    process then ends by SIGINT (end_by_sigint). Never raises: a failure (a
+    process then ends as an interrupt (end_by_sigint). Never raises: a failure (a
     dead rank, the close barrier's timeout) or Ctrl-C is one line on stderr."""
     uncaught = getattr(sys, "last_type", None)  # set by the interpreter's report of it
     abandoned = False
@@ -538,13 +538,15 @@ def close_open_stores():
 
 
 def end_by_sigint():
-    """Ends the process by SIGINT now, as a C program does on Ctrl-C, after
-    flushing stdout, stderr and the logging module's handlers. The
-    interpreter would end it by SIGINT too, but only after finalizing, and
-    the ranks of a job finalize at different moments: MPICH's mpiexec
-    takes the first rank that ends by a signal for a failure and kills the
-    others (SIGKILL), then reports "signal 11" (2 | 9) instead of the
-    interrupt. Exit hooks registered before ddstore's do not run."""
+    """Ends the process after Ctrl-C, as the launcher reports an
+    interrupt, after flushing stdout, stderr and the logging module's
+    handlers. Under MPICH's mpiexec it exits with code 130, its output
+    held open until mpiexec has seen the exit (dds_exit_interrupted):
+    mpiexec takes the first rank that ends by a signal for a failure, kills
+    the others (SIGKILL) and reports "signal 11" (2 | 9), and it drops the
+    status of a rank it finds exited too late. Elsewhere the process ends
+    by SIGINT now, as a C program does; the interpreter would too, but only
+    after finalizing. Exit hooks registered before ddstore's do not run."""
     for f in (sys.stdout, sys.stderr):
         try:
             f.flush()
@@ -552,5 +554,6 @@ def end_by_sigint():
             pass
     if "logging" in sys.modules:
         sys.modules["logging"].shutdown()
+    _lib.lib().dds_exit_interrupted()  # returns unless under mpiexec
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     os.kill(os.getpid(), signal.SIGINT)

@@ -108,6 +108,13 @@ int dds_close_start(uint64_t store, uint64_t *call, dds_error *err);
  * files at once, without a barrier; the store is closed after it (its
  * handle must still be freed). */
 int dds_abandon(uint64_t store, dds_error *err);
+/* For a process ending by an interrupt, after its stores were abandoned:
+ * under MPICH's mpiexec it exits at once with code 130, its output held
+ * open until mpiexec has seen the exit (engine.ExitUnderHydra), so that
+ * mpiexec reports the interrupt and kills no rank; under any other
+ * launcher it returns, and the caller ends by SIGINT. Flush your own
+ * output first. */
+void dds_exit_interrupted(void);
 int dds_add_start(uint64_t store, const char *name, int32_t dtype, int64_t row_elems,
 		const void *data, int64_t nbytes, uint64_t *call, dds_error *err);
 int dds_init_start(uint64_t store, const char *name, int32_t dtype, int64_t row_elems,

@@ -430,6 +430,13 @@ func dds_abandon(h C.uint64_t, e *C.dds_error) C.int {
 	return onStore(h, e, (*engine.Store).Abandon)
 }
 
+// dds_exit_interrupted: engine.ExitUnderHydra with the interrupt's code.
+//
+//export dds_exit_interrupted
+func dds_exit_interrupted() {
+	engine.ExitUnderHydra(engine.InterruptExitCode)
+}
+
 //export dds_add_start
 func dds_add_start(h C.uint64_t, name *C.char, dt C.int32_t, rowElems C.int64_t, data unsafe.Pointer, n C.int64_t,
 	out *C.uint64_t, e *C.dds_error) C.int {
