@@ -139,7 +139,8 @@ interrupt() {
 # and then abandon theirs. Required: every job ends within 60 s and the
 # Python ranks are interrupted. Counted: clean ends per launcher and
 # language (the other exit codes listed, the job's last lines on stderr),
-# and Go runs in which a rank reported an error of its own.
+# and Go runs in which a rank reported an error of its own; under ddrun
+# every run must be clean.
 declare -A sigs=([mpiexec]=1 [srun]=2 [ddrun]=1)
 for l in mpiexec srun ddrun; do
   go=0 py=0 goerr=0 other=
@@ -153,5 +154,11 @@ for l in mpiexec srun ddrun; do
       { cat "$work/ctrlc-py.out" >&2; fail "Ctrl-C run $i under $l (Python): no KeyboardInterrupt"; }
   done
   echo "Ctrl-C under $l: every run ended; exit 130 with no rank killed: Go (training) $go of $CTRLC (a rank's own error in $goerr), Python (blocked collective) $py of $CTRLC${other:+; other exits:$other}"
+  # ddrun is ours: it forwards SIGINT, reaps every rank and exits 130, with
+  # nothing in the way that a Hydra or Slurm version decides; there every
+  # run must be clean. Under mpiexec and srun the counts are reported.
+  if [[ $l == ddrun ]] && ((go != CTRLC || py != CTRLC || goerr != 0)); then
+    fail "Ctrl-C under ddrun: Go $go, Python $py of $CTRLC clean, $goerr Go runs with a rank's own error; want all clean"
+  fi
 done
 echo "life-test: passed"
