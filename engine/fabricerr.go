@@ -3,7 +3,6 @@ package engine
 import (
 	"errors"
 
-	"github.com/ddstore/ddstore/fabric"
 	"github.com/ddstore/ddstore/fault"
 )
 
@@ -15,5 +14,5 @@ func fabricErrRank(err error) int { return fault.RankOf(err) }
 // A Local failure (this rank's registration, memory, endpoint or CQ) never
 // marks a healthy peer dead, whichever peer the failed op was for.
 func isPeerFailure(err error) bool {
-	return fault.IsRemote(err) && errors.Is(err, fabric.ErrPeerDead)
+	return fault.IsRemote(err) && errors.Is(err, fault.ErrPeerDead)
 }

@@ -17,9 +17,9 @@ import (
 // TestLocalFailureIsLocal produces it), timeouts and rejections do not.
 func TestFabricErrorSides(t *testing.T) {
 	local := &fault.Error{Op: "fi_mr_reg(local)", Ranks: []int{3}, Side: fault.Local, Err: fabric.Errno(12)}
-	remote := &fault.Error{Op: "fi_cq_readerr", Ranks: []int{3}, Side: fault.Remote, Kind: fabric.ErrPeerDead, Err: fabric.Errno(107)}
-	timeout := &fault.Error{Op: "read", Ranks: []int{3}, Side: fault.Remote, Kind: fabric.ErrTimeout}
-	rejected := &fault.Error{Op: "gather", Ranks: []int{3}, Kind: fabric.ErrRejected}
+	remote := &fault.Error{Op: "fi_cq_readerr", Ranks: []int{3}, Side: fault.Remote, Kind: fault.ErrPeerDead, Err: fabric.Errno(107)}
+	timeout := &fault.Error{Op: "read", Ranks: []int{3}, Side: fault.Remote, Kind: fault.ErrTimeout}
+	rejected := &fault.Error{Op: "gather", Ranks: []int{3}, Kind: fault.ErrRejected}
 	for _, c := range []struct {
 		err  error
 		dead bool
@@ -32,7 +32,7 @@ func TestFabricErrorSides(t *testing.T) {
 			t.Errorf("fabricErrRank(%v) = %d, want 3", c.err, r)
 		}
 	}
-	if !errors.Is(remote, fabric.ErrPeerDead) || !errors.Is(timeout, fabric.ErrTimeout) {
+	if !errors.Is(remote, fault.ErrPeerDead) || !errors.Is(timeout, fault.ErrTimeout) {
 		t.Fatal("sentinels do not match")
 	}
 }
@@ -47,7 +47,7 @@ func TestFabricErrorMarksOnlyRemote(t *testing.T) {
 	if err := v.fabricError(c, local); errors.Is(err, ErrPeerDead) || v.s.health.Dead(3) {
 		t.Fatalf("local failure marked rank 3 dead: %v", err)
 	}
-	remote := &fault.Error{Op: "fi_cq_readerr", Ranks: []int{3}, Side: fault.Remote, Kind: fabric.ErrPeerDead, Err: fabric.Errno(107)}
+	remote := &fault.Error{Op: "fi_cq_readerr", Ranks: []int{3}, Side: fault.Remote, Kind: fault.ErrPeerDead, Err: fabric.Errno(107)}
 	if err := v.fabricError(c, remote); !errors.Is(err, ErrPeerDead) || !v.s.health.Dead(3) {
 		t.Fatalf("remote failure did not mark rank 3 dead: %v", err)
 	}

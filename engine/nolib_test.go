@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/ddstore/ddstore/fabric"
+	"github.com/ddstore/ddstore/fault"
 )
 
 // TestSingleRankWithoutLibfabric runs TestSingleRank (the whole API on the
@@ -16,7 +17,7 @@ import (
 // that embeds the engine runs single-node on a machine without libfabric.
 func TestSingleRankWithoutLibfabric(t *testing.T) {
 	if os.Getenv("DDSTORE_TEST_NOLIB") == "1" {
-		if _, err := fabric.LibraryVersion(); !errors.Is(err, fabric.ErrNoLibrary) {
+		if _, err := fabric.LibraryVersion(); !errors.Is(err, fault.ErrNoLibrary) {
 			t.Fatalf("libfabric is not hidden: %v", err)
 		}
 		TestSingleRank(t)

@@ -207,7 +207,7 @@ func (v *Var) flush(c *readCtx, st *callStats) error {
 			}
 			return nil
 		}
-		if !v.canFailover() || !(errors.Is(err, fabric.ErrTimeout) || isPeerFailure(err)) {
+		if !v.canFailover() || !(errors.Is(err, fault.ErrTimeout) || isPeerFailure(err)) {
 			return v.fabricError(c, err)
 		}
 		// Give up when a read that had no alternative (at the fabric's
@@ -219,7 +219,7 @@ func (v *Var) flush(c *readCtx, st *callStats) error {
 		// so the cap below only bounds a pathological loop. (A cap of one
 		// try per group gave up on a loaded machine while the suspect
 		// ranks were alive and the hard-deadline retry never ran.)
-		lastResort := c.timeout == 0 && errors.Is(err, fabric.ErrTimeout)
+		lastResort := c.timeout == 0 && errors.Is(err, fault.ErrTimeout)
 		if lastResort || tries > 2*v.s.nranks {
 			return v.errNoReplica(st, int(c.opMember[0]), err)
 		}
@@ -258,7 +258,7 @@ func (v *Var) fabricError(c *readCtx, err error) error {
 		e.Ranks, e.Detail = []int{rank}, fmt.Sprintf("read from rank %d", rank)
 	}
 	switch {
-	case errors.Is(err, fabric.ErrTimeout):
+	case errors.Is(err, fault.ErrTimeout):
 		e.Kind = ErrTimeout
 	case isPeerFailure(err):
 		if rank >= 0 {

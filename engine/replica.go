@@ -132,7 +132,7 @@ func (v *Var) retarget(c *readCtx, st *callStats, cause error) error {
 	if blamed < 0 {
 		return v.fabricError(c, cause)
 	}
-	if errors.Is(cause, fabric.ErrTimeout) {
+	if errors.Is(cause, fault.ErrTimeout) {
 		s.suspectRank(blamed)
 	} else {
 		s.health.MarkDead(blamed)
@@ -200,7 +200,7 @@ func (v *Var) errNoReplica(st *callStats, o int, cause error) error {
 	s := v.s
 	tried := v.lay.Holders(o)
 	kind := ErrPeerDead
-	if errors.Is(cause, fabric.ErrTimeout) {
+	if errors.Is(cause, fault.ErrTimeout) {
 		kind = ErrTimeout
 	}
 	var dead, slow []int

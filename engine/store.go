@@ -310,7 +310,7 @@ func (s *Store) open() error {
 		// this libfabric lacks (a typo in DDSTORE_FABRIC) is still an error
 		// here, not on the first multi-node run. Without libfabric at all a
 		// single-node store works: only a missing provider fails.
-		if err := fabric.CheckProvider(o.Fabric.Provider); err != nil && !errors.Is(err, fabric.ErrNoLibrary) {
+		if err := fabric.CheckProvider(o.Fabric.Provider); err != nil && !errors.Is(err, fault.ErrNoLibrary) {
 			localErr = wrapf(nil, "", "", err, "Fabric.Provider (DDSTORE_FABRIC, config fabric.provider)")
 		}
 	}

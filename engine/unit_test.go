@@ -9,6 +9,7 @@ import (
 
 	"github.com/ddstore/ddstore/engine/bootstrap"
 	"github.com/ddstore/ddstore/fabric"
+	"github.com/ddstore/ddstore/fault"
 )
 
 func TestDType(t *testing.T) {
@@ -275,7 +276,7 @@ func TestOpenUnknownProvider(t *testing.T) {
 			s.Close()
 			t.Fatalf("provider typo (env %v): Open succeeded", env)
 		}
-		if !errors.Is(err, fabric.ErrNoProvider) || !strings.Contains(err.Error(), `"tpc"`) ||
+		if !errors.Is(err, fault.ErrNoProvider) || !strings.Contains(err.Error(), `"tpc"`) ||
 			!strings.Contains(err.Error(), "DDSTORE_FABRIC") {
 			t.Fatalf("provider typo (env %v): %v, want ErrNoProvider naming it", env, err)
 		}

@@ -12,13 +12,13 @@
 //     is walked here, because some providers ignore the domain hint. With
 //     Options.Provider empty the default order is cxi, verbs;ofi_rxm,
 //     tcp;ofi_rxm, shm. An unknown provider or domain is an error listing
-//     what is available (ErrNoProvider, ErrNoDomain).
+//     what is available (fault.ErrNoProvider, fault.ErrNoDomain).
 //   - Memory outside the Go heap (Alloc: mmap, huge pages where available)
 //     and its export (Fabric.Export: FI_REMOTE_READ only; provider key with
 //     FI_MR_PROV_KEY, else a unique requested key; Base is the virtual
 //     address only with FI_MR_VIRT_ADDR).
 //   - libfabric itself, loaded at run time (dlopen of libfabric.so.1, six
-//     real symbols; dd_lib.c): without it Open fails with ErrNoLibrary
+//     real symbols; dd_lib.c): without it Open fails with fault.ErrNoLibrary
 //     saying what to install, and everything else still works.
 //   - Readers (Fabric.NewReader): one per goroutine, each with its own
 //     endpoint, CQ and AV on the process's one domain (fi_getinfo is asked
@@ -38,7 +38,7 @@
 //     allocation; posting and CQ draining run in one cgo call per chunk.
 //     On shm, whose fi_read can spin forever on a stopped peer's lock, calls
 //     run under a watchdog (dd_watchdog.c) that abandons a call still inside
-//     the provider 250ms past its deadline: ErrTimeout naming the peer, and
+//     the provider 250ms past its deadline: fault.ErrTimeout naming the peer, and
 //     the reader is quarantined (QuarantinedReaders). An endpoint whose close
 //     fails keeps its destinations pinned and registered (LeakedEndpoints).
 //   - Errors: every error is a *fault.Error with the libfabric call, the
@@ -53,7 +53,7 @@
 //     (Options.GatherKey) drops a request with another key unanswered and
 //     counts it (GatherStrangers); its progress thread validates every entry against its exports
 //     (unknown key or range outside the region: an error reply naming the
-//     entry, ErrRejected), packs the rows into one reply, and the reader
+//     entry, fault.ErrRejected), packs the rows into one reply, and the reader
 //     copies them from an off-heap, grow-only bounce buffer into the
 //     destinations. Same deadline, teardown and zero-allocation rules as
 //     ReadBatch; rows larger than a round, and providers with hardware RMA

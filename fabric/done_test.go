@@ -52,7 +52,7 @@ func TestDoneAfterStoppedPeer(t *testing.T) {
 		start := time.Now()
 		_, err := m.read(ops)
 		el := time.Since(start)
-		if !errors.Is(err, ErrTimeout) || fault.RankOf(err) != 2 || !fault.IsRemote(err) {
+		if !errors.Is(err, fault.ErrTimeout) || fault.RankOf(err) != 2 || !fault.IsRemote(err) {
 			t.Fatalf("%s: want a timeout naming peer 2, got %v", m.name, err)
 		}
 		if el > 10*time.Second*raceScale {

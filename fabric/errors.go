@@ -14,21 +14,11 @@ import (
 // the path to it), Kind the sentinel class, Detail what happened, and Err,
 // where libfabric returned a code, an Errno with fi_strerror's text.
 //
-// The sentinels below are package fault's, re-exported for callers of this
-// package; errors.Is matches them.
-var (
-	ErrTimeout    = fault.ErrTimeout
-	ErrPeerDead   = fault.ErrPeerDead
-	ErrNoProvider = fault.ErrNoProvider
-	ErrNoDomain   = fault.ErrNoDomain
-	ErrNoLibrary  = fault.ErrNoLibrary
-	ErrInvalid    = fault.ErrInvalid
-	ErrClosed     = fault.ErrClosed
-	// ErrRejected: a ReadGather target refused an entry (unknown key,
-	// range outside the exported region, reply too large). The peer is
-	// alive; the error names it and the entry.
-	ErrRejected = fault.ErrRejected
-)
+// Kind is one of fault's sentinels (errors.Is): ErrTimeout, ErrPeerDead,
+// ErrNoProvider, ErrNoDomain, ErrNoLibrary, ErrInvalid, ErrClosed, or
+// ErrRejected (a ReadGather target refused an entry: unknown key, range
+// outside the exported region, reply too large; the peer is alive, and the
+// error names it and the entry).
 
 // Errno is a positive libfabric (or errno) code. It is the Err of a
 // *fault.Error whenever libfabric returned one; its text is fi_strerror's.
@@ -55,7 +45,7 @@ func localErr(op string, rc int, format string, args ...any) *fault.Error {
 
 // invalid is an argument error (Side unknown: nobody's resources failed).
 func invalid(op string, ranks []int, format string, args ...any) *fault.Error {
-	return &fault.Error{Op: op, Ranks: ranks, Kind: ErrInvalid, Detail: fmt.Sprintf(format, args...)}
+	return &fault.Error{Op: op, Ranks: ranks, Kind: fault.ErrInvalid, Detail: fmt.Sprintf(format, args...)}
 }
 
 func rankList(rank int) []int {
@@ -91,7 +81,7 @@ func localCode(code int) bool {
 	return false
 }
 
-var errClosedReader = &fault.Error{Op: "read", Kind: ErrClosed, Detail: "reader is closed"}
+var errClosedReader = &fault.Error{Op: "read", Kind: fault.ErrClosed, Detail: "reader is closed"}
 
 func badPeer(i int) error {
 	return invalid("read", nil, "op %d: peer handle not from this reader's AddPeer", i)

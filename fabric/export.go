@@ -29,7 +29,7 @@ func (f *Fabric) Export(b []byte) (*Export, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
-		return nil, &fault.Error{Op: "export", Kind: ErrClosed, Detail: "fabric is closed"}
+		return nil, &fault.Error{Op: "export", Kind: fault.ErrClosed, Detail: "fabric is closed"}
 	}
 	req := uint64(0)
 	if !f.inf.MRProvKey {

@@ -31,13 +31,13 @@ var (
 )
 
 // loadLibrary dlopens libfabric.so.1 once (dd_load). Without it every use
-// of the fabric fails with ErrNoLibrary, saying what to install; a program
+// of the fabric fails with fault.ErrNoLibrary, saying what to install; a program
 // that only needs the same-node path never calls it.
 func loadLibrary() error {
 	libOnce.Do(func() {
 		var buf [512]cChar
 		if ddLoad(&buf[0], cSizeT(len(buf))) != 0 {
-			libErr = &fault.Error{Op: "load libfabric", Side: fault.Local, Kind: ErrNoLibrary,
+			libErr = &fault.Error{Op: "load libfabric", Side: fault.Local, Kind: fault.ErrNoLibrary,
 				Detail: fmt.Sprintf("%s could not be loaded (%s); install libfabric: apt-get install libfabric1 "+
 					"(Debian/Ubuntu; libfabric-dev to build, libfabric-bin for fi_info), or put a libfabric >= 1.11 on LD_LIBRARY_PATH",
 					ddLibfabric, cGoString(&buf[0]))}
@@ -59,7 +59,7 @@ func rxmEagerLimit() (have string, ours uint64) {
 }
 
 // LibraryVersion is the loaded libfabric's version ("1.17.0"), loading it
-// if needed; the error is ErrNoLibrary when it cannot be loaded.
+// if needed; the error is fault.ErrNoLibrary when it cannot be loaded.
 func LibraryVersion() (string, error) {
 	if err := loadLibrary(); err != nil {
 		return "", err
@@ -165,7 +165,7 @@ func selectAt(o Options, threading cInt) (*cStructFiInfo, error) {
 	var list *cStructFiInfo
 	if rc := ddGetinfo(&list, threading); rc != 0 {
 		if -rc == fiEnodata {
-			return nil, &fault.Error{Op: "fi_getinfo", Side: fault.Local, Kind: ErrNoProvider, Detail: "no provider offers FI_EP_RDM with FI_RMA reads", Err: errno(int(rc))}
+			return nil, &fault.Error{Op: "fi_getinfo", Side: fault.Local, Kind: fault.ErrNoProvider, Detail: "no provider offers FI_EP_RDM with FI_RMA reads", Err: errno(int(rc))}
 		}
 		return nil, fiErr("fi_getinfo", rc)
 	}
@@ -222,14 +222,14 @@ func selectAt(o Options, threading cInt) (*cStructFiInfo, error) {
 				doms = append(doms, d)
 			}
 		}
-		return nil, &fault.Error{Op: "select domain", Side: fault.Local, Kind: ErrNoDomain,
+		return nil, &fault.Error{Op: "select domain", Side: fault.Local, Kind: fault.ErrNoDomain,
 			Detail: fmt.Sprintf("provider %q has no domain %q; available: %s", cGoString(ofProv[0].desc.prov), o.Domain, strings.Join(doms, ", "))}
 	}
 	what := fmt.Sprintf("provider %q", o.Provider)
 	if o.Provider == "" {
 		what = "none of the default providers " + strings.Join(defaultOrder, ", ")
 	}
-	return nil, &fault.Error{Op: "select provider", Side: fault.Local, Kind: ErrNoProvider,
+	return nil, &fault.Error{Op: "select provider", Side: fault.Local, Kind: fault.ErrNoProvider,
 		Detail: fmt.Sprintf("%s is not available for FI_EP_RDM with FI_RMA reads; available: %s", what, strings.Join(provs, ", "))}
 }
 
@@ -254,7 +254,7 @@ func keyBase(keySize uint64) uint64 {
 // CheckProvider reports whether this libfabric offers provider name ("tcp"
 // and "verbs" also match their ofi_rxm stacks; "" the default order) for
 // FI_EP_RDM endpoints with FI_RMA reads, without opening anything. The
-// error is ErrNoProvider listing what is available, or ErrNoLibrary. The
+// error is fault.ErrNoProvider listing what is available, or fault.ErrNoLibrary. The
 // engine calls it at Open, so a provider typo fails even on a run that
 // never needs the fabric.
 func CheckProvider(name string) error {

@@ -14,7 +14,7 @@ import (
 )
 
 func isNoProvider(err error) bool {
-	return errors.Is(err, ErrNoProvider) || errors.Is(err, ErrNoDomain)
+	return errors.Is(err, fault.ErrNoProvider) || errors.Is(err, fault.ErrNoDomain)
 }
 
 // setup opens a fabric and a reader and starts one target as rank 1.
@@ -254,7 +254,7 @@ func TestKilledTarget(t *testing.T) {
 			r := k.r
 			readChecked(t, "before kill", r.ReadBatch, k.ops(k.pv, k.victim, 1), []*target{k.victim}, []Peer{k.pv})
 			big := k.ops(k.pv, k.victim, 40) // 2560 MiB: far longer than the kill delay
-			if err := k.readKilled(t, "batch", r.ReadBatch, big); !fault.IsRemote(err) || !(errors.Is(err, ErrPeerDead) || errors.Is(err, ErrTimeout)) {
+			if err := k.readKilled(t, "batch", r.ReadBatch, big); !fault.IsRemote(err) || !(errors.Is(err, fault.ErrPeerDead) || errors.Is(err, fault.ErrTimeout)) {
 				t.Fatalf("killed peer: want a remote dead-peer or timeout error, got %v", err)
 			}
 			// Again: must fail within the deadline, not hang.
@@ -290,24 +290,24 @@ func TestKilledTarget(t *testing.T) {
 
 func TestBadOptions(t *testing.T) {
 	_, err := Open(Options{Provider: "no-such-provider"})
-	if !errors.Is(err, ErrNoProvider) || !strings.Contains(err.Error(), "available:") || !strings.Contains(err.Error(), "no-such-provider") {
+	if !errors.Is(err, fault.ErrNoProvider) || !strings.Contains(err.Error(), "available:") || !strings.Contains(err.Error(), "no-such-provider") {
 		t.Fatalf("unknown provider: %v", err)
 	}
 	t.Log(err)
 	_, err = Open(Options{Provider: "tcp;ofi_rxm", Domain: "nosuch0"})
-	if errors.Is(err, ErrNoProvider) {
+	if errors.Is(err, fault.ErrNoProvider) {
 		skipOrRequire(t, "%v", err)
 	}
-	if !errors.Is(err, ErrNoDomain) || !strings.Contains(err.Error(), "lo") || !strings.Contains(err.Error(), "nosuch0") {
+	if !errors.Is(err, fault.ErrNoDomain) || !strings.Contains(err.Error(), "lo") || !strings.Contains(err.Error(), "nosuch0") {
 		t.Fatalf("unknown domain: %v", err)
 	}
 	t.Log(err)
 	for _, o := range []Options{{Window: -1}, {Timeout: -time.Second}, {MaxPeers: -2}, {Window: chunkOps + 1},
 		{GatherMaxBytes: 100}, {GatherMaxBytes: maxGatherBytes + 1}, {GatherRounds: -1}, {GatherRounds: maxGatherRounds + 1}} {
-		if err := o.Validate(); !errors.Is(err, ErrInvalid) {
+		if err := o.Validate(); !errors.Is(err, fault.ErrInvalid) {
 			t.Fatalf("Validate(%+v) = %v", o, err)
 		}
-		if _, err := Open(o); !errors.Is(err, ErrInvalid) {
+		if _, err := Open(o); !errors.Is(err, fault.ErrInvalid) {
 			t.Fatalf("Open(%+v) = %v", o, err)
 		}
 	}
@@ -328,11 +328,11 @@ func TestBadOptions(t *testing.T) {
 		t.Fatalf("alias tcp/lo opened %s/%s", inf.Provider, inf.Domain)
 	}
 	fa.Close()
-	if _, err := Alloc(0); !errors.Is(err, ErrInvalid) {
+	if _, err := Alloc(0); !errors.Is(err, fault.ErrInvalid) {
 		t.Fatalf("Alloc(0) = %v", err)
 	}
 	f := openOrSkip(t, Options{Provider: "tcp;ofi_rxm", Domain: "lo"})
-	if _, err := f.Export(nil); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "zero-length") {
+	if _, err := f.Export(nil); !errors.Is(err, fault.ErrInvalid) || !strings.Contains(err.Error(), "zero-length") {
 		t.Fatalf("Export(nil) = %v", err)
 	}
 	r, err := f.NewReader()
@@ -340,17 +340,17 @@ func TestBadOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	if _, err := r.Read(ReadOp{Dst: make([]byte, 8)}); !errors.Is(err, ErrInvalid) {
+	if _, err := r.Read(ReadOp{Dst: make([]byte, 8)}); !errors.Is(err, fault.ErrInvalid) {
 		t.Fatalf("zero Peer: %v", err)
 	}
 	p, err := r.AddPeer(3, f.Address())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.Read(ReadOp{Peer: p}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "rank 3") {
+	if _, err := r.Read(ReadOp{Peer: p}); !errors.Is(err, fault.ErrInvalid) || !strings.Contains(err.Error(), "rank 3") {
 		t.Fatalf("empty Dst: %v", err)
 	}
-	if _, err := r.AddPeer(4, nil); !errors.Is(err, ErrInvalid) {
+	if _, err := r.AddPeer(4, nil); !errors.Is(err, fault.ErrInvalid) {
 		t.Fatalf("empty address: %v", err)
 	}
 }
@@ -375,7 +375,7 @@ func TestRefusedRead(t *testing.T) {
 			if !fault.IsRemote(err) || fault.RankOf(err) != 5 || !strings.Contains(err.Error(), "rank 5") {
 				t.Fatalf("refused read: %v", err)
 			}
-			if errors.Is(err, ErrTimeout) {
+			if errors.Is(err, fault.ErrTimeout) {
 				t.Fatalf("refused read timed out instead of failing: %v", err)
 			}
 			t.Logf("%v (after %v)", err, time.Since(start))
@@ -459,13 +459,13 @@ func TestErrorPathsClearOps(t *testing.T) {
 		}
 	}
 	for _, bad := range []int{5, 10, 15} {
-		if _, err := r.ReadBatch(mk(bad, 0)); !errors.Is(err, ErrInvalid) {
-			t.Fatalf("ReadBatch with bad op %d: %v, want ErrInvalid", bad, err)
+		if _, err := r.ReadBatch(mk(bad, 0)); !errors.Is(err, fault.ErrInvalid) {
+			t.Fatalf("ReadBatch with bad op %d: %v, want fault.ErrInvalid", bad, err)
 		}
 		check("ReadBatch validation failure")
 		if f.Info().SoftwareRMA {
-			if _, err := r.ReadGather(mk(bad, 3)); !errors.Is(err, ErrInvalid) {
-				t.Fatalf("ReadGather with bad op %d: %v, want ErrInvalid", bad, err)
+			if _, err := r.ReadGather(mk(bad, 3)); !errors.Is(err, fault.ErrInvalid) {
+				t.Fatalf("ReadGather with bad op %d: %v, want fault.ErrInvalid", bad, err)
 			}
 			check("ReadGather validation failure")
 		}
@@ -646,7 +646,7 @@ func TestStoppedTarget(t *testing.T) {
 			if err == nil {
 				t.Fatalf("batch from a stopped target succeeded in %v", el)
 			}
-			if !errors.Is(err, ErrTimeout) || !fault.IsRemote(err) || fault.RankOf(err) != 9 || !strings.Contains(err.Error(), "rank 9") {
+			if !errors.Is(err, fault.ErrTimeout) || !fault.IsRemote(err) || fault.RankOf(err) != 9 || !strings.Contains(err.Error(), "rank 9") {
 				t.Fatalf("want a timeout naming peer 9, got %v", err)
 			}
 			if el < o.Timeout || el > o.Timeout+deadlineSlack {
@@ -695,7 +695,7 @@ func TestLocalFailureIsLocal(t *testing.T) {
 		t.Fatal("read with a failing registration succeeded")
 	}
 	var fe *fault.Error
-	if !errors.As(err, &fe) || !fault.IsLocal(err) || fault.IsRemote(err) || errors.Is(err, ErrPeerDead) ||
+	if !errors.As(err, &fe) || !fault.IsLocal(err) || fault.IsRemote(err) || errors.Is(err, fault.ErrPeerDead) ||
 		fault.RankOf(err) != 4 || fe.Op != "fi_mr_reg(local)" || !strings.Contains(err.Error(), "Cannot allocate memory") {
 		t.Fatalf("want a local fi_mr_reg error naming rank 4, got %v (side %v)", err, fault.SideOf(err))
 	}

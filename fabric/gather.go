@@ -33,7 +33,7 @@ func gatherRoundCap(total, cap uint64, rounds int) uint64 {
 // received straight into them; otherwise the reader copies the rows from
 // its bounce buffer (off-heap, grow-only) into the Dst slices. Up to Options.GatherRounds rounds are in flight. An entry the
 // peer rejects (unknown key, range outside the region) fails the call with
-// an error that matches ErrRejected and names the peer and the entry; the
+// an error that matches fault.ErrRejected and names the peer and the entry; the
 // reader and the peer keep working. Rows larger than GatherMaxBytes are read
 // with fi_read after the gather, and providers without software RMA use
 // ReadBatch for everything. Deadline, teardown and allocation guarantees are

@@ -143,8 +143,8 @@ func TestGatherRejected(t *testing.T) {
 		if err == nil {
 			t.Fatalf("%s: gather succeeded", c.name)
 		}
-		if fault.RankOf(err) != 5 || !strings.Contains(err.Error(), "op 11:") || !errors.Is(err, ErrRejected) ||
-			fault.IsRemote(err) || errors.Is(err, ErrPeerDead) || errors.Is(err, ErrTimeout) ||
+		if fault.RankOf(err) != 5 || !strings.Contains(err.Error(), "op 11:") || !errors.Is(err, fault.ErrRejected) ||
+			fault.IsRemote(err) || errors.Is(err, fault.ErrPeerDead) || errors.Is(err, fault.ErrTimeout) ||
 			!strings.Contains(err.Error(), "rank 5") || !strings.Contains(err.Error(), c.want) ||
 			!strings.Contains(err.Error(), "Invalid argument") {
 			t.Fatalf("%s: unexpected error %v", c.name, err)
@@ -261,8 +261,8 @@ func TestGatherConcurrentReaders(t *testing.T) {
 				// A rejected batch fails and still releases its slot.
 				ops := gatherOps(rng, dst, row, n, []Peer{p}, []*target{tg})
 				ops[5].Key += 777
-				if _, err := r.ReadGather(ops); !errors.Is(err, ErrRejected) {
-					return fmt.Errorf("reader %d: bad key: got %v, want ErrRejected", w, err)
+				if _, err := r.ReadGather(ops); !errors.Is(err, fault.ErrRejected) {
+					return fmt.Errorf("reader %d: bad key: got %v, want fault.ErrRejected", w, err)
 				}
 				return nil
 			}()

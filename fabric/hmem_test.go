@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ddstore/ddstore/fault"
 )
 
 // TestProbeDevice: the GPUDirect probe on this machine's providers. tcp
@@ -48,11 +50,11 @@ func TestProbeDevice(t *testing.T) {
 					t.Fatalf("probe error %q does not name the step %q and the provider", err, step)
 				}
 			}
-			if err := r.ProbeDevice(addr, len(mem), "tpu", 0); !errors.Is(err, ErrInvalid) {
-				t.Fatalf("runtime tpu: %v, want ErrInvalid", err)
+			if err := r.ProbeDevice(addr, len(mem), "tpu", 0); !errors.Is(err, fault.ErrInvalid) {
+				t.Fatalf("runtime tpu: %v, want fault.ErrInvalid", err)
 			}
-			if err := r.ProbeDevice(0, 10, "cuda", 0); !errors.Is(err, ErrInvalid) {
-				t.Fatalf("null address: %v, want ErrInvalid", err)
+			if err := r.ProbeDevice(0, 10, "cuda", 0); !errors.Is(err, fault.ErrInvalid) {
+				t.Fatalf("null address: %v, want fault.ErrInvalid", err)
 			}
 		})
 	}

@@ -23,7 +23,7 @@ func libfabricPath(t *testing.T) string {
 
 // TestNoLibfabric runs this test binary again with libfabric hidden (a
 // private mount namespace with /dev/null bound over the library file), and
-// checks there that Open fails with ErrNoLibrary saying what to install,
+// checks there that Open fails with fault.ErrNoLibrary saying what to install,
 // while off-heap memory still works. The binary itself must not link
 // libfabric (no DT_NEEDED entry): it is loaded with dlopen.
 func TestNoLibfabric(t *testing.T) {
@@ -70,11 +70,11 @@ func noLibChild(t *testing.T) {
 	if err == nil {
 		t.Fatal("Open succeeded with libfabric hidden")
 	}
-	if !errors.Is(err, ErrNoLibrary) || !fault.IsLocal(err) || !strings.Contains(err.Error(), "apt-get install libfabric1") ||
+	if !errors.Is(err, fault.ErrNoLibrary) || !fault.IsLocal(err) || !strings.Contains(err.Error(), "apt-get install libfabric1") ||
 		!strings.Contains(err.Error(), "libfabric.so.1") {
-		t.Fatalf("want ErrNoLibrary naming the package to install, got %v", err)
+		t.Fatalf("want fault.ErrNoLibrary naming the package to install, got %v", err)
 	}
-	if _, err := LibraryVersion(); !errors.Is(err, ErrNoLibrary) {
+	if _, err := LibraryVersion(); !errors.Is(err, fault.ErrNoLibrary) {
 		t.Fatalf("LibraryVersion: %v", err)
 	}
 	t.Logf("Open: %v", err)

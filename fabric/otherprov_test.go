@@ -56,7 +56,7 @@ func TestOtherProviders(t *testing.T) {
 			r.SetTimeout(0)
 			if err == nil {
 				t.Logf("%s does not check remote keys: a read with a wrong key succeeded", in.Provider)
-			} else if fault.RankOf(err) != 3 || errors.Is(err, ErrInvalid) {
+			} else if fault.RankOf(err) != 3 || errors.Is(err, fault.ErrInvalid) {
 				t.Fatalf("refused read: %v", err)
 			} else {
 				t.Logf("refused read: %v", err)

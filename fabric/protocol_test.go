@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/ddstore/ddstore/fault"
 )
 
 // TestOptionsDefaults: the zero Options are the defaults; EnsureDefaults
@@ -27,18 +29,18 @@ func TestOptionsDefaults(t *testing.T) {
 	if got := *set.EnsureDefaults(); got != (Options{Window: 7, Timeout: 3, MaxPeers: 9, GatherMaxBytes: 8192, GatherRounds: 2, Progress: "spin", ProgressWindow: 9}) {
 		t.Fatalf("EnsureDefaults overwrote set fields: %+v", got)
 	}
-	if err := (Options{Progress: "busy"}).Validate(); !errors.Is(err, ErrInvalid) {
+	if err := (Options{Progress: "busy"}).Validate(); !errors.Is(err, fault.ErrInvalid) {
 		t.Fatalf("Progress busy: %v", err)
 	}
 	bad := Options{Window: -1}
 	bad.EnsureDefaults()
-	if bad.Window != -1 || !errors.Is(bad.Validate(), ErrInvalid) {
+	if bad.Window != -1 || !errors.Is(bad.Validate(), fault.ErrInvalid) {
 		t.Fatalf("EnsureDefaults must not hide a bad field from Validate: %+v %v", bad, bad.Validate())
 	}
 }
 
 // TestCheckProvider: a provider this libfabric has passes; a typo fails
-// with ErrNoProvider listing the available ones.
+// with fault.ErrNoProvider listing the available ones.
 func TestCheckProvider(t *testing.T) {
 	if _, err := LibraryVersion(); err != nil {
 		t.Skipf("libfabric not loadable: %v", err)
@@ -49,7 +51,7 @@ func TestCheckProvider(t *testing.T) {
 		}
 	}
 	err := CheckProvider("tpc")
-	if !errors.Is(err, ErrNoProvider) || !strings.Contains(err.Error(), `"tpc"`) || !strings.Contains(err.Error(), "tcp;ofi_rxm") {
+	if !errors.Is(err, fault.ErrNoProvider) || !strings.Contains(err.Error(), `"tpc"`) || !strings.Contains(err.Error(), "tcp;ofi_rxm") {
 		t.Fatalf("CheckProvider(tpc): %v", err)
 	}
 	t.Log(err)

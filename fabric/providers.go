@@ -24,7 +24,7 @@ func DefaultOrder() []string { return append([]string(nil), defaultOrder...) }
 
 // Providers lists what this libfabric offers, one entry per provider and
 // domain at the strongest threading level it grants, in fi_getinfo's order.
-// The error is ErrNoLibrary, or ErrNoProvider when nothing is offered.
+// The error is fault.ErrNoLibrary, or fault.ErrNoProvider when nothing is offered.
 func Providers() ([]Offer, error) {
 	if err := loadLibrary(); err != nil {
 		return nil, err
@@ -51,7 +51,7 @@ func Providers() ([]Offer, error) {
 		ddFreeinfo(list)
 	}
 	if len(out) == 0 {
-		return nil, &fault.Error{Op: "fi_getinfo", Side: fault.Local, Kind: ErrNoProvider, Detail: "no provider offers FI_EP_RDM with FI_RMA reads", Err: lastErr}
+		return nil, &fault.Error{Op: "fi_getinfo", Side: fault.Local, Kind: fault.ErrNoProvider, Detail: "no provider offers FI_EP_RDM with FI_RMA reads", Err: lastErr}
 	}
 	return out, nil
 }

@@ -56,7 +56,7 @@ func (f *Fabric) NewReader() (*Reader, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
-		return nil, &fault.Error{Op: "new reader", Kind: ErrClosed, Detail: "fabric is closed"}
+		return nil, &fault.Error{Op: "new reader", Kind: fault.ErrClosed, Detail: "fabric is closed"}
 	}
 	r := &Reader{f: f, dom: f.dom, window: f.opts.Window, timeout: f.opts.Timeout, pin: &pinSet{}}
 	if f.inf.ReaderDomains {
@@ -132,7 +132,7 @@ func (r *Reader) AddPeer(rank int, addr []byte) (Peer, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
-		return Peer{}, &fault.Error{Op: "av insert", Ranks: rankList(rank), Kind: ErrClosed, Detail: "reader is closed"}
+		return Peer{}, &fault.Error{Op: "av insert", Ranks: rankList(rank), Kind: fault.ErrClosed, Detail: "reader is closed"}
 	}
 	if len(addr) == 0 {
 		return Peer{}, invalid("av insert", rankList(rank), "empty address")
@@ -447,7 +447,7 @@ func LeakedEndpoints() uint64 { return uint64(ddLeakedEpsCount()) }
 
 func (r *Reader) closedErr() error {
 	if r.quarantined {
-		return &fault.Error{Op: "read", Side: fault.Local, Kind: ErrClosed,
+		return &fault.Error{Op: "read", Side: fault.Local, Kind: fault.ErrClosed,
 			Detail: "reader quarantined: a provider call overran its deadline and never returned; open a new reader"}
 	}
 	return errClosedReader
@@ -497,14 +497,14 @@ func (r *Reader) batchError(res *cDdResult, base int, inflight string) error {
 		}
 		switch {
 		case pathLost(code):
-			e.Kind = ErrPeerDead
+			e.Kind = fault.ErrPeerDead
 		case localCode(code):
 			e.Side = fault.Local
 		}
 	case ddReject:
 		e.Op = "gather"
 		e.Side = fault.Unknown
-		e.Kind = ErrRejected
+		e.Kind = fault.ErrRejected
 		detail += "; target: " + cGoString(&res.text[0])
 	case ddBadreply:
 		e.Op = "gather"
@@ -523,7 +523,7 @@ func (r *Reader) batchError(res *cDdResult, base int, inflight string) error {
 		e.Op = "fi_cq_readerr"
 		cancelled := (code == int(syscall.ECANCELED) || code == -int(syscall.ECANCELED)) && res.torn_down == 0
 		if pathLost(code) || pathLost(int(res.prov_errno)) || cancelled {
-			e.Kind = ErrPeerDead
+			e.Kind = fault.ErrPeerDead
 		} else if syscall.Errno(code) == syscall.ENOMEM {
 			e.Side = fault.Local
 		}
@@ -539,7 +539,7 @@ func (r *Reader) batchError(res *cDdResult, base int, inflight string) error {
 		detail += "; endpoint torn down"
 	case ddTimeout:
 		e.Op = "read"
-		e.Kind = ErrTimeout
+		e.Kind = fault.ErrTimeout
 		e.Err = nil
 		detail += fmt.Sprintf("; deadline %v passed with %d %s in flight", r.timeout, int(res.inflight_at_fail), inflight)
 		if res.inflight_at_fail == 0 {
@@ -550,7 +550,7 @@ func (r *Reader) batchError(res *cDdResult, base int, inflight string) error {
 		}
 	case ddStuck:
 		e.Op = "read"
-		e.Kind = ErrTimeout
+		e.Kind = fault.ErrTimeout
 		e.Err = nil
 		detail += fmt.Sprintf("; a provider call was still running %v past the deadline %v: abandoned, reader quarantined "+
 			"(its endpoint and buffers are kept, never reused)", time.Duration(ddWdGraceNs), r.timeout)

@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ddstore/ddstore/fault"
 )
 
 const envSignalHelper = "DDSTORE_TEST_SIGNAL_AFTER_LOAD"
@@ -26,7 +28,7 @@ func TestLoadKeepsSignalHandling(t *testing.T) {
 		time.Sleep(10 * time.Second)
 		os.Exit(4) // the signal did not end the process
 	}
-	if err := loadLibrary(); errors.Is(err, ErrNoLibrary) {
+	if err := loadLibrary(); errors.Is(err, fault.ErrNoLibrary) {
 		t.Skip(err)
 	}
 	for name, want := range map[string]syscall.Signal{"INT": syscall.SIGINT, "TERM": syscall.SIGTERM} {

@@ -6,12 +6,14 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/ddstore/ddstore/fault"
 )
 
 // GatherTry is what one gather request of TryGather got.
 type GatherTry struct {
 	OK        bool // the request was answered
-	TimedOut  bool // it failed with ErrTimeout (a stranger's request is dropped unanswered)
+	TimedOut  bool // it failed with fault.ErrTimeout (a stranger's request is dropped unanswered)
 	Untouched bool // the destination is still all zero
 	// Pattern: "-" unanswered; answered, "good" when the row holds
 	// CheckPattern's bytes (a ServeTarget target), else "other".
@@ -76,7 +78,7 @@ func TryGather(o Options, addr []byte, key, base uint64, rowBytes, calls int) ([
 		clear(dst)
 		off := uint64((7*i + 1) * rowBytes)
 		_, err := r.ReadGather([]ReadOp{{Dst: dst, Peer: peer, Addr: base + off, Key: key}})
-		g := GatherTry{OK: err == nil, TimedOut: errors.Is(err, ErrTimeout), Untouched: true, Pattern: "-"}
+		g := GatherTry{OK: err == nil, TimedOut: errors.Is(err, fault.ErrTimeout), Untouched: true, Pattern: "-"}
 		for _, b := range dst {
 			g.Untouched = g.Untouched && b == 0
 		}

@@ -12,7 +12,7 @@ import (
 // TestStuckCallQuarantined: a provider call that never returns (simulated:
 // the guarded call spins as fi_read does on a stopped shm peer's lock) is
 // abandoned by the watchdog soon after its deadline: the call returns
-// ErrTimeout naming the peer, the reader is quarantined (counted, every
+// fault.ErrTimeout naming the peer, the reader is quarantined (counted, every
 // later call refused), and a new reader works.
 func TestStuckCallQuarantined(t *testing.T) {
 	// Reads that must succeed (the first also connects) get the default
@@ -32,7 +32,7 @@ func TestStuckCallQuarantined(t *testing.T) {
 	el := time.Since(start)
 	setTestStuck(false)
 	t.Logf("after %v: %v", el, err)
-	if !errors.Is(err, ErrTimeout) || !fault.IsRemote(err) || fault.RankOf(err) != 6 || !strings.Contains(err.Error(), "quarantined") {
+	if !errors.Is(err, fault.ErrTimeout) || !fault.IsRemote(err) || fault.RankOf(err) != 6 || !strings.Contains(err.Error(), "quarantined") {
 		t.Fatalf("want a timeout naming rank 6 and the quarantine, got %v", err)
 	}
 	// Deadline 300ms + grace 250ms + a 50ms scan: generous margin for load.
@@ -42,7 +42,7 @@ func TestStuckCallQuarantined(t *testing.T) {
 	if q := QuarantinedReaders() - q0; q != 1 {
 		t.Fatalf("%d readers quarantined, want 1", q)
 	}
-	if _, err := r.Read(op); !errors.Is(err, ErrClosed) || !strings.Contains(err.Error(), "quarantined") {
+	if _, err := r.Read(op); !errors.Is(err, fault.ErrClosed) || !strings.Contains(err.Error(), "quarantined") {
 		t.Fatalf("quarantined reader used again: %v", err)
 	}
 	if err := r.Close(); err != nil {
@@ -61,7 +61,7 @@ func TestStuckCallQuarantined(t *testing.T) {
 	// The blamed peer is not entered again for a while: a new reader's
 	// read of it fails at once.
 	start = time.Now()
-	if _, err := r2.Read(op); !errors.Is(err, ErrTimeout) || fault.RankOf(err) != 6 || !strings.Contains(err.Error(), "never returned") {
+	if _, err := r2.Read(op); !errors.Is(err, fault.ErrTimeout) || fault.RankOf(err) != 6 || !strings.Contains(err.Error(), "never returned") {
 		t.Fatalf("read of the blamed peer: %v", err)
 	} else if el := time.Since(start); el > time.Second {
 		t.Fatalf("read of the blamed peer took %v: it entered the provider", el)

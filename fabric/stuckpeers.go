@@ -65,7 +65,7 @@ func (r *Reader) stuckErr(pe *peerEntry, i int) error {
 	if ago >= stuckHold {
 		return nil
 	}
-	return &fault.Error{Op: "read", Ranks: rankList(pe.rank), Side: fault.Remote, Kind: ErrTimeout,
+	return &fault.Error{Op: "read", Ranks: rankList(pe.rank), Side: fault.Remote, Kind: fault.ErrTimeout,
 		Detail: "op " + strconv.Itoa(i) + ": an earlier read from this peer never returned " + ago.Round(time.Millisecond).String() +
 			" ago (peer stopped or dead?); not entering the provider for it again for " + (stuckHold - ago).Round(time.Second).String()}
 }
