@@ -30,6 +30,7 @@ func Once(w io.Writer, o OnceOptions) error {
 	if o.Window < 0 {
 		return fmt.Errorf("%w: window %v < 0", ErrOptions, o.Window)
 	}
+	o.noCalls = true // the report has no recent calls: ring losses mean nothing here
 	m, err := New(o.Options)
 	if err != nil {
 		return err

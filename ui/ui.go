@@ -53,6 +53,8 @@ type Options struct {
 	// pages still show it; then it is hidden until key X shows it (the
 	// title still counts it). Default DefaultExitedGrace; < 0: never hide.
 	ExitedGrace time.Duration
+
+	noCalls bool // set by Once: its report shows no recent calls
 }
 
 // ErrOptions reports invalid Options.
@@ -80,7 +82,7 @@ func (o Options) withDefaults() Options {
 }
 
 func (o Options) dataOptions() data.Options {
-	return data.Options{Dir: o.Dir, Job: o.Job, History: o.History, Recent: o.Recent, Now: o.Now}
+	return data.Options{Dir: o.Dir, Job: o.Job, History: o.History, Recent: o.Recent, Now: o.Now, NoCalls: o.noCalls}
 }
 
 // Views.

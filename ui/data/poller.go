@@ -26,6 +26,9 @@ type Options struct {
 	// KeepRaw makes every Frame carry the snapshots and ring records it
 	// was made from (Frame.Raw), for ddtop record.
 	KeepRaw bool
+	// NoCalls: nothing shows recent calls (ddtop --once), so the rings
+	// are never read and no ring loss is counted.
+	NoCalls bool
 }
 
 // DefaultDir is where segments live unless told otherwise.
@@ -482,6 +485,9 @@ func (t *tracked) names(s *telemetry.Snapshot) map[int32]string {
 // starts Recent records before each ring's head, so drops count only
 // losses that happen while ddtop watches.
 func (p *Poller) readRing(t *tracked, s *telemetry.Snapshot) {
+	if p.o.NoCalls {
+		return
+	}
 	keep := p.o.Recent
 	if !t.started {
 		t.started = true

@@ -373,3 +373,23 @@ func TestRecycleReusesMemory(t *testing.T) {
 		t.Fatalf("%d call blocks and %d ranks made for 200 polls: not reused", len(blocks), len(ranks))
 	}
 }
+
+// TestNoCalls: a poller that shows no calls (ddtop --once) neither reads
+// the rings nor counts their losses, while its counters stay exact.
+func TestNoCalls(t *testing.T) {
+	dir := t.TempDir()
+	w := writer(t, telemetry.WriterOptions{Dir: dir, RingSize: 16, LaneRingSize: 16})
+	id, _ := w.AddVar("x", "u8", 1, 1, 1)
+	p, _ := NewPoller(Options{Dir: dir, Recent: 8, NoCalls: true})
+	t.Cleanup(func() { p.Close() })
+	p.Poll()
+	recordCalls(w, int32(id), 0, 40)
+	f, _ := p.Poll()
+	r := f.Ranks[0]
+	if r.Recent.Len() != 0 || r.Dropped != 0 {
+		t.Fatalf("no calls: recent %d dropped %d, want 0 0", r.Recent.Len(), r.Dropped)
+	}
+	if r.Total.Calls != 40 {
+		t.Fatalf("calls %d, want 40", r.Total.Calls)
+	}
+}
