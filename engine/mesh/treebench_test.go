@@ -2,6 +2,7 @@ package mesh
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -12,15 +13,23 @@ import (
 	"github.com/ddstore/ddstore/internal/testkit"
 )
 
+var treePiece = flag.Int("tree.piece", 0, "BenchmarkTreeVsTCPRing: the tree ring's piece in bytes (ctrl.RingPieceBytes); 0: its default")
+
 // BenchmarkTreeVsTCPRing is issue 27's goal at 4 ranks: the tree control
 // plane's all-reduce of 800 KB (engine/ctrl AllReduceRingOrder, which the
 // engine runs with store.control tree: one node of 4 ranks through shared
 // memory, or 4 nodes of 1 over loopback TCP) against the plain TCP ring
 // and the mesh, alternating in every iteration so that all three see the
 // same load. Reports the tree's ns/op, ring-ns/op, mesh-ns/op and the
-// ratios x-tcp-ring and x-mesh.
+// ratios x-tcp-ring and x-mesh, and gather-ns/op: the tree's all-gather
+// of 9 bytes alone (the all-reduce's length check, a fixed cost).
 func BenchmarkTreeVsTCPRing(b *testing.B) {
 	const ranks, floats = 4, 200_000 // 800 KB
+	if *treePiece > 0 {
+		old := ctrl.RingPieceBytes
+		ctrl.RingPieceBytes = *treePiece
+		b.Cleanup(func() { ctrl.RingPieceBytes = old })
+	}
 	for _, ppn := range []int{4, 1} {
 		b.Run(fmt.Sprintf("nodes=%d", ranks/ppn), func(b *testing.B) {
 			xs := make([][]float32, ranks)
@@ -35,7 +44,8 @@ func BenchmarkTreeVsTCPRing(b *testing.B) {
 			}
 			b.SetBytes(4 * floats)
 			b.ResetTimer()
-			var tt, tr, tm time.Duration
+			var tt, tr, tm, tg time.Duration
+			small := make([]byte, 9)
 			for range b.N {
 				t0 := time.Now()
 				par(func(r int) error { return ts[r].AllReduceRingOrder("bench", xs[r], 0) })
@@ -43,8 +53,11 @@ func BenchmarkTreeVsTCPRing(b *testing.B) {
 				par(func(r int) error { rings[r].allReduce(xs[r]); return nil })
 				t2 := time.Now()
 				par(func(r int) error { return ms[r].AllReduceFloat32("bench", xs[r], 0) })
-				tt, tr, tm = tt+t1.Sub(t0), tr+t2.Sub(t1), tm+time.Since(t2)
+				t3 := time.Now()
+				par(func(r int) error { _, err := ts[r].AllGather("bench-len", small, 0); return err })
+				tt, tr, tm, tg = tt+t1.Sub(t0), tr+t2.Sub(t1), tm+t3.Sub(t2), tg+time.Since(t3)
 			}
+			b.ReportMetric(float64(tg.Nanoseconds())/float64(b.N), "gather-ns/op")
 			b.ReportMetric(float64(tt.Nanoseconds())/float64(b.N), "ns/op")
 			b.ReportMetric(float64(tr.Nanoseconds())/float64(b.N), "ring-ns/op")
 			b.ReportMetric(float64(tm.Nanoseconds())/float64(b.N), "mesh-ns/op")
