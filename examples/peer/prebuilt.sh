@@ -17,7 +17,13 @@
 #   base        BenchmarkGet path=tcp batch=1 at the base commit, defaults.
 #
 #   examples/peer/prebuilt.sh prepare [BASE]   # here, with Go: builds bin/peer/pre/
+#   examples/peer/prebuilt.sh bundle           # here, after prepare: MPICH's launcher and every
+#                                              # library into bin/peer/mpi/, both in bin/peerdev/peer.tgz
 #   examples/peer/prebuilt.sh run [ROUNDS]     # there, no Go: reads bin/peer/pre/ (default 7 rounds)
+#
+# A machine without MPICH or libfabric (the lent GPU machine): bundle here, carry
+# bin/peerdev, and there `tar -C bin -xzf bin/peerdev/peer.tgz` before run, which
+# then puts bin/peer/mpi first on PATH and LD_LIBRARY_PATH.
 #
 # prepare needs PEER_GITDIR (a git dir of github.com/ORNL/DDStore; run.sh
 # builds the peer); BASE defaults to the merge base with main (else
@@ -52,8 +58,26 @@ prepare)
     } >"$PRE/versions.txt"
     cat "$PRE/versions.txt"
     ;;
+bundle)
+    [ -x "$PRE/peer-bench" ] || { echo "no $PRE/peer-bench: run '$0 prepare' first" >&2; exit 1; }
+    mpi=$MAIN/bin/peer/mpi
+    rm -rf "$mpi" && mkdir -p "$mpi/bin" "$mpi/lib"
+    cp -L "$(command -v mpiexec.mpich)" "$mpi/bin/mpiexec.mpich"
+    cp -L "$(command -v hydra_pmi_proxy)" "$mpi/bin/"
+    for f in "$PRE/peer-bench" "$mpi/bin/"* "$PRE/engine.test"; do ldd "$f"; done |
+        awk '$3 ~ /^\// && $1 !~ /^(libc|libm|libresolv|libpthread|libdl|ld-linux)[.-]/ { print $3 }' |
+        sort -u | xargs -I{} cp -L {} "$mpi/lib/"
+    strip "$PRE/engine.test" "$PRE/engine.base.test"
+    rm -rf "$PRE/build/ddstore/.git"
+    mkdir -p "$MAIN/bin/peerdev"
+    tar -C "$MAIN/bin" -czf "$MAIN/bin/peerdev/peer.tgz" peer/mpi peer/pre
+    ls -la "$MAIN/bin/peerdev/peer.tgz"
+    ;;
 run)
     rounds=${2:-7}
+    if [ -d "$MAIN/bin/peer/mpi" ]; then
+        export PATH=$MAIN/bin/peer/mpi/bin:$PATH LD_LIBRARY_PATH=$MAIN/bin/peer/mpi/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    fi
     for f in peer-bench engine.test engine.base.test; do
         [ -x "$PRE/$f" ] || { echo "no $PRE/$f: run '$0 prepare' on a machine with Go first" >&2; exit 1; }
     done
@@ -90,7 +114,7 @@ run)
     echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg); figures in $out" | tee -a "$out/summary.txt"
     ;;
 *)
-    sed -n '2,16p' "$0" >&2
+    sed -n '2,26p' "$0" >&2
     exit 2
     ;;
 esac
