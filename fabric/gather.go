@@ -107,13 +107,7 @@ func (r *Reader) gatherChunk(ops []ReadOp, base int, timeout time.Duration, tm *
 			return badDst(base+i, r.peers[op.Peer.id-1].rank, 0, 0)
 		}
 		c := &r.ops[i]
-		c.len = cUint64T(len(op.Dst))
-		c.addr = cUint64T(op.Addr)
-		c.key = cUint64T(op.Key)
-		c.peer = cUint32T(op.Peer.id - 1)
-		c.desc = nil
-		c.done = 0
-		c.done_t = 0
+		fillOp(c, op)
 		if uint64(len(op.Dst)) > limit {
 			c.skip = 1
 			c.dst = nil

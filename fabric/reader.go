@@ -305,6 +305,19 @@ func (r *Reader) clearOps(n int) {
 	r.pin.unpin()
 }
 
+// fillOp sets C op c from op, all but its destination pointer, which
+// the read and gather paths set each their own way. Small enough to be
+// inlined on the hot path.
+func fillOp(c *cDdOp, op *ReadOp) {
+	c.len = cUint64T(len(op.Dst))
+	c.addr = cUint64T(op.Addr)
+	c.key = cUint64T(op.Key)
+	c.peer = cUint32T(op.Peer.id - 1)
+	c.desc = nil
+	c.done = 0
+	c.done_t = 0
+}
+
 func (r *Reader) readChunk(ops []ReadOp, base int, timeout time.Duration, tm *Timing) error {
 	n := len(ops)
 	defer r.clearOps(n)
@@ -329,13 +342,7 @@ func (r *Reader) readChunk(ops []ReadOp, base int, timeout time.Duration, tm *Ti
 		r.pin.pin(p, cap(op.Dst))
 		c := &r.ops[i]
 		c.dst = p
-		c.len = cUint64T(len(op.Dst))
-		c.addr = cUint64T(op.Addr)
-		c.key = cUint64T(op.Key)
-		c.peer = cUint32T(op.Peer.id - 1)
-		c.desc = nil
-		c.done = 0
-		c.done_t = 0
+		fillOp(c, op)
 	}
 	if r.mrc.enabled {
 		t0 := time.Now()

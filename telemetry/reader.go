@@ -296,6 +296,7 @@ type Segment struct {
 	mu     sync.Mutex
 	closed bool
 	torn   uint64
+	fault  bool // SetPanicOnFault's setting before enter, restored by leave
 	// The writer's liveness. With a pidfd (a writer on this host, Linux)
 	// one poll of it answers; exited is then final. Without one: the
 	// pid's last full check (pidAlive, /proc), see pidRecheck.
@@ -466,25 +467,36 @@ func (s *Segment) Torn() uint64 {
 	return s.torn
 }
 
-// guard turns a memory fault while reading the mapping (the file was
-// truncated under us) into ErrTruncated instead of a crash.
-func (s *Segment) guard(err *error) {
+// leave undoes enter. It turns a memory fault while reading the mapping
+// (the file was truncated under us) into ErrTruncated instead of a crash.
+func (s *Segment) leave(err *error) {
 	if r := recover(); r != nil {
 		*err = fmt.Errorf("%w: %s: fault while reading the mapping (%v)", ErrTruncated, s.path, r)
 	}
+	debug.SetPanicOnFault(s.fault)
+	s.mu.Unlock()
+}
+
+// enter locks s for a read of its mapping, with a fault turned into a
+// panic that leave (deferred at once) recovers. On a closed segment it
+// unlocks and returns ErrClosed.
+func (s *Segment) enter() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return fmt.Errorf("%w: segment %s", ErrClosed, s.path)
+	}
+	s.fault = debug.SetPanicOnFault(true)
+	return nil
 }
 
 // Info describes the segment's writer now (liveness from the heartbeat
 // and pid).
 func (s *Segment) Info() (info SegmentInfo, err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
+	if s.enter() != nil {
 		return SegmentInfo{Path: s.path, State: StateInvalid, Err: ErrClosed}, ErrClosed
 	}
-	old := debug.SetPanicOnFault(true)
-	defer debug.SetPanicOnFault(old)
-	defer s.guard(&err)
+	defer s.leave(&err)
 	hb := s.m.loadI(hHeartbeat)
 	age := time.Duration(time.Now().UnixNano() - hb)
 	alive, state := liveness(s.h.host, s.h.pid, s.h.pidStart, age, s.pidAlive)
@@ -522,14 +534,10 @@ func (s *Segment) Snapshot() (*Snapshot, error) {
 // segment whose variables stay the same. On error dst holds nothing
 // useful.
 func (s *Segment) SnapshotTo(dst *Snapshot) (err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return fmt.Errorf("%w: segment %s", ErrClosed, s.path)
+	if err := s.enter(); err != nil {
+		return err
 	}
-	old := debug.SetPanicOnFault(true)
-	defer debug.SetPanicOnFault(old)
-	defer s.guard(&err)
+	defer s.leave(&err)
 
 	m, g, h := s.m, &s.h.g, &s.h
 	now := time.Now()
@@ -800,14 +808,10 @@ func (r *Record) targetsFromMask() {
 // cursor beyond the head (e.g. from a replaced segment) restarts at the
 // head.
 func (s *Segment) ReadRing(cursor uint64, dst []Record) (n int, next uint64, dropped uint64, err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return 0, cursor, 0, fmt.Errorf("%w: segment %s", ErrClosed, s.path)
+	if err := s.enter(); err != nil {
+		return 0, cursor, 0, err
 	}
-	old := debug.SetPanicOnFault(true)
-	defer debug.SetPanicOnFault(old)
-	defer s.guard(&err)
+	defer s.leave(&err)
 	n, next, dropped = s.readRing(0, cursor, dst)
 	return n, next, dropped, nil
 }
@@ -828,8 +832,8 @@ func (g *geometry) ringSlot(i int, p uint64) int64 {
 	return g.laneSlot(int64(i), p)
 }
 
-// readRing is ReadRing of ring i; the caller holds s.mu and the fault
-// guard.
+// readRing is ReadRing of ring i; the caller is between enter and
+// leave.
 func (s *Segment) readRing(i int, cursor uint64, dst []Record) (n int, next uint64, dropped uint64) {
 	m, g := s.m, &s.h.g
 	hoff, size := g.ringAt(i)
@@ -903,14 +907,10 @@ func (s *Segment) Rings() int { return s.h.g.rings() }
 // TailRings sets c to read, from each ring, at most the last keep
 // records before its head (keep 0: only new records).
 func (s *Segment) TailRings(c *RingCursor, keep uint64) (err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return fmt.Errorf("%w: segment %s", ErrClosed, s.path)
+	if err := s.enter(); err != nil {
+		return err
 	}
-	old := debug.SetPanicOnFault(true)
-	defer debug.SetPanicOnFault(old)
-	defer s.guard(&err)
+	defer s.leave(&err)
 	g := &s.h.g
 	for i := range g.rings() {
 		hoff, _ := g.ringAt(i)
@@ -927,14 +927,10 @@ func (s *Segment) TailRings(c *RingCursor, keep uint64) (err error) {
 // ReadRing). It reads the rings in turn and stops when dst is full, so a
 // caller that got len(dst) records calls again for the rest.
 func (s *Segment) ReadRings(c *RingCursor, dst []Record) (n int, dropped uint64, err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return 0, 0, fmt.Errorf("%w: segment %s", ErrClosed, s.path)
+	if err := s.enter(); err != nil {
+		return 0, 0, err
 	}
-	old := debug.SetPanicOnFault(true)
-	defer debug.SetPanicOnFault(old)
-	defer s.guard(&err)
+	defer s.leave(&err)
 	for i := range s.h.g.rings() {
 		k, next, d := s.readRing(i, c.Pos[i], dst[n:])
 		n, c.Pos[i], dropped = n+k, next, dropped+d
@@ -950,14 +946,10 @@ func (s *Segment) ReadRings(c *RingCursor, dst []Record) (n int, dropped uint64,
 // hold (what ReadRings would count, less records torn while copied).
 // A viewer that shows no recent calls keeps its loss count this way.
 func (s *Segment) SkipRings(c *RingCursor) (dropped uint64, err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return 0, fmt.Errorf("%w: segment %s", ErrClosed, s.path)
+	if err := s.enter(); err != nil {
+		return 0, err
 	}
-	old := debug.SetPanicOnFault(true)
-	defer debug.SetPanicOnFault(old)
-	defer s.guard(&err)
+	defer s.leave(&err)
 	g := &s.h.g
 	for i := range g.rings() {
 		hoff, size := g.ringAt(i)

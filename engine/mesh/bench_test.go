@@ -21,11 +21,7 @@ import (
 func BenchmarkAllReduceFloat32(b *testing.B) {
 	const ranks, floats = 4, 200_000 // 800 KB
 	setup := func(b *testing.B) ([]*ringRank, []*Mesh, [][]float32) {
-		xs := make([][]float32, ranks)
-		for r := range xs {
-			xs[r] = vec(r, floats)
-		}
-		return plainRing(b, ranks), world(b, ranks, Options{Timeout: time.Minute}), xs
+		return plainRing(b, ranks), world(b, ranks, Options{Timeout: time.Minute}), vecs(ranks, floats)
 	}
 	ringOp := func(rings []*ringRank, xs [][]float32) {
 		var wg sync.WaitGroup
@@ -60,23 +56,22 @@ func BenchmarkAllReduceFloat32(b *testing.B) {
 		b.ReportMetric(float64(tr.Nanoseconds())/float64(b.N), "ring-ns/op")
 		b.ReportMetric(float64(tm)/float64(tr), "x-tcp-ring")
 	})
-	b.Run("tcp-ring", func(b *testing.B) {
-		rings, _, xs := setup(b)
+	// alone times op by itself, b.N times.
+	alone := func(b *testing.B, op func()) {
 		b.SetBytes(4 * floats)
 		b.ReportAllocs()
 		b.ResetTimer()
 		for range b.N {
-			ringOp(rings, xs)
+			op()
 		}
+	}
+	b.Run("tcp-ring", func(b *testing.B) {
+		rings, _, xs := setup(b)
+		alone(b, func() { ringOp(rings, xs) })
 	})
 	b.Run("mesh", func(b *testing.B) {
 		_, ms, xs := setup(b)
-		b.SetBytes(4 * floats)
-		b.ReportAllocs()
-		b.ResetTimer()
-		for range b.N {
-			meshOp(b, ms, xs)
-		}
+		alone(b, func() { meshOp(b, ms, xs) })
 	})
 }
 
@@ -168,10 +163,7 @@ func BenchmarkPiece(b *testing.B) {
 			PieceBytes = pb
 			defer func() { PieceBytes = old }()
 			ms := world(b, 4, Options{Timeout: time.Minute})
-			xs := make([][]float32, 4)
-			for r := range xs {
-				xs[r] = vec(r, 200_000)
-			}
+			xs := vecs(4, 200_000)
 			b.ResetTimer()
 			for range b.N {
 				each(ms, func(r int, m *Mesh) error { return m.AllReduceFloat32("bench", xs[r], 0) })

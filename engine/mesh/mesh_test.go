@@ -116,6 +116,15 @@ func vec(r, l int) []float32 {
 	return x
 }
 
+// vecs is vec of every rank of n, l floats each.
+func vecs(n, l int) [][]float32 {
+	xs := make([][]float32, n)
+	for r := range xs {
+		xs[r] = vec(r, l)
+	}
+	return xs
+}
+
 func TestAllReduceBitIdentical(t *testing.T) {
 	for _, n := range []int{2, 3, 4, 7} {
 		for _, l := range []int{0, 1, 5, 1000, 200_000, 3*PieceBytes/4 + 17} {

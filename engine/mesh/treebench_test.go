@@ -32,10 +32,7 @@ func BenchmarkTreeVsTCPRing(b *testing.B) {
 	}
 	for _, ppn := range []int{4, 1} {
 		b.Run(fmt.Sprintf("nodes=%d", ranks/ppn), func(b *testing.B) {
-			xs := make([][]float32, ranks)
-			for r := range xs {
-				xs[r] = vec(r, floats)
-			}
+			xs := vecs(ranks, floats)
 			rings, ms, ts := plainRing(b, ranks), world(b, ranks, Options{Timeout: time.Minute}), treeWorld(b, ranks, ppn)
 			par := func(f func(r int) error) {
 				if err := errors.Join(testkit.Each(ranks, f)...); err != nil {

@@ -91,12 +91,7 @@ type PeerStat struct {
 }
 
 // Window is the interval's counters when it saw calls, else the totals.
-func (p PeerStat) Window() telemetry.PeerCounters {
-	if p.Delta.Calls > 0 {
-		return p.Delta
-	}
-	return p.Total
-}
+func (p PeerStat) Window() telemetry.PeerCounters { return window(p.Total, p.Delta, p.Delta.Calls) }
 
 // NsPerRow is the mean time per row read from the peer over Window.
 func (p PeerStat) NsPerRow() float64 {
@@ -125,10 +120,7 @@ type LoaderStat struct {
 
 // Window is the interval's loader counters when batches were seen, else the totals.
 func (l LoaderStat) Window() telemetry.LoaderCounters {
-	if l.Delta.Batches > 0 {
-		return l.Delta
-	}
-	return l.Total
+	return window(l.Total, l.Delta, l.Delta.Batches)
 }
 
 // Present reports whether the rank ever recorded a loader batch.

@@ -47,11 +47,15 @@ func (s *Stat) BytesPerSec() float64 { return perSecond(s.Delta.Bytes, s.Interva
 // Window is the counter block that latency and phase figures come from: the
 // last interval when it saw calls, else the cumulative totals. It points
 // into s: read only.
-func (s *Stat) Window() *telemetry.Counters {
-	if s.Delta.Calls > 0 {
-		return &s.Delta
+func (s *Stat) Window() *telemetry.Counters { return window(&s.Total, &s.Delta, s.Delta.Calls) }
+
+// window is the rule of every Window: delta, the last interval's
+// counters, when it saw any (seen > 0), else total, the cumulative ones.
+func window[C any](total, delta C, seen int64) C {
+	if seen > 0 {
+		return delta
 	}
-	return &s.Total
+	return total
 }
 
 // NsPerRow is the mean time per row (sum of phases / rows) over Window.
