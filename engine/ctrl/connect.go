@@ -238,8 +238,8 @@ func (c *Ctrl) startPlain(deadline time.Time) error {
 			_, e := parseAbort("ctrl bootstrap", body)
 			return e
 		case tDead:
-			ranks, detail := parseDead(body)
-			c.learnDeadLocal(ranks, detail, false)
+			ranks, done, detail := parseDead(body)
+			c.learnDeadLocal(ranks, done, detail)
 		}
 	}
 	conn.SetReadDeadline(time.Time{})

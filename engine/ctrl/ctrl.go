@@ -36,6 +36,8 @@ type Ctrl struct {
 	nodeLeft  bitset // nodes whose agent closed cleanly
 	deadN     int
 	deadList  []int
+	deadDone  []uint64 // deadList's done (learnDead)
+	minDone   uint64   // the least done of every dead rank
 	deadCause error
 	aborted   error
 	abortNote abortNote // the first abort learnt (aborted)

@@ -142,11 +142,14 @@ func (c *Ctrl) handle(l *link, h header, body []byte) bool {
 	case tProbeAck:
 		c.gotIndirect(int(h.from))
 	case tDead:
-		ranks, detail := parseDead(body)
-		c.learnDead(ranks, l, detail)
+		ranks, done, detail := parseDead(body)
+		c.learnDead(ranks, done, l, detail)
 	case tAbort:
 		c.learnAbort(body, l)
 	case tColl, tGather, tTable:
+		if h.typ == tColl && l.local && c.o.agent() && h.seq > l.upSeq.Load() {
+			l.upSeq.Store(h.seq) // (this loop is its only writer)
+		}
 		c.put(mkey{seq: h.seq, step: h.step, from: int32(l.peer), local: l.local}, msg{body: body, hops: h.hops, tag: h.tag})
 	case tBye:
 		l.left.Store(true)
@@ -178,12 +181,12 @@ func (c *Ctrl) linkLost(l *link, err error) {
 		if silent {
 			d = fmt.Sprintf("rank %d (node %d) silent for %v", l.peer, c.o.Node, c.localSilence())
 		}
-		c.learnDead([]int{l.peer}, nil, d)
+		c.learnDead([]int{l.peer}, l.done(), nil, d)
 	case l.local:
-		c.learnDead([]int{l.peer}, nil, fmt.Sprintf("rank %d (this node's agent) closed the connection", l.peer))
+		c.learnDead([]int{l.peer}, 0, nil, fmt.Sprintf("rank %d (this node's agent) closed the connection", l.peer))
 	default:
 		if r := c.agentRank(l.peer); r >= 0 {
-			c.learnDead([]int{r}, nil, fmt.Sprintf("rank %d (agent of node %d) closed its connection without leaving", r, l.peer))
+			c.learnDead([]int{r}, 0, nil, fmt.Sprintf("rank %d (agent of node %d) closed its connection without leaving", r, l.peer))
 		}
 	}
 }
@@ -239,7 +242,7 @@ func (c *Ctrl) awaitTagged(op string, k mkey, tag uint32, deadline time.Time, wh
 			}
 			return m, nil
 		}
-		if err := c.gone(op); err != nil {
+		if err := c.goneAt(op, k.seq); err != nil {
 			return msg{}, err
 		}
 		if r := c.leftPeer(k); r >= 0 {
