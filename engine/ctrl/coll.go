@@ -63,6 +63,9 @@ func (c *Ctrl) begin(op, tag string, n int, timeout time.Duration) (*coll, error
 			err = gaveUp(name, c.seq, note) // this rank comes late: say who gave up, and when
 		}
 		c.broken = err
+		if dead && c.marked.Load() {
+			c.abort(c.seq, err) // the others may not know (MarkDead)
+		}
 		return nil, err
 	}
 	if timeout <= 0 {

@@ -43,6 +43,7 @@ type Ctrl struct {
 	abortNote abortNote // the first abort learnt (aborted)
 	abortSeen map[int]bool
 	firstDead atomic.Int64 // unix ns when this rank first learned of a death
+	marked    atomic.Bool  // a death only this rank knows (MarkDead)
 
 	collMu sync.Mutex
 	seq    uint64

@@ -108,10 +108,16 @@ func (c *Ctrl) Dead(rank int) bool {
 }
 
 // MarkDead declares rank dead from outside (a failure only the caller
-// saw): collectives fail naming it and OnDead runs; it is not spread.
+// saw): collectives fail naming it and OnDead runs. It is not spread, but
+// the next collective that fails on it tells every rank (an abort, as
+// engine/mesh's begin does), so that the ranks already waiting in that
+// collective for this one fail naming rank too, not this rank's absence
+// or another collective's part (make test-netns-tree, step 2).
 func (c *Ctrl) MarkDead(rank int, cause error) {
 	if rank >= 0 && rank < c.o.World && rank != c.o.Rank {
-		c.learnDeadLocal([]int{rank}, 0, fmt.Sprintf("rank %d marked dead: %v", rank, cause))
+		if len(c.learnDeadLocal([]int{rank}, 0, fmt.Sprintf("rank %d marked dead: %v", rank, cause))) > 0 {
+			c.marked.Store(true)
+		}
 	}
 }
 

@@ -128,3 +128,43 @@ func TestDeathApplies(t *testing.T) {
 		}
 	}
 }
+
+// TestMarkedDeathToldNotMismatch: the ordering of make test-netns-tree's
+// step 2 (host 1 cut). Rank 1 (plain, node 0) finds rank 2 (node 1) dead
+// by itself (a failed read: the store marks it dead) and, closing, calls
+// the store's close barrier, while its agent, rank 0, is still in the
+// trainer's all-gather, waiting for rank 1's part. Rank 0 must fail
+// naming the dead rank, told by rank 1, not blame rank 1 ("collective
+// mismatch": rank 1's part belongs to another collective), and rank 1's
+// barrier fails at once naming rank 2 too.
+func TestMarkedDeathToldNotMismatch(t *testing.T) {
+	cl, errs := startCluster(t, 4, 2, fast, nil)
+	if err := firstErr(errs); err != nil {
+		t.Fatal(err)
+	}
+	// Node 1 (ranks 2, 3) is cut: it takes part in nothing more.
+	res := make(chan error, 1)
+	go func() {
+		_, err := cl.rank(0).AllGather("loss", blobOf(0), 0)
+		res <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // rank 0 waits for rank 1's part
+	r1 := cl.rank(1)
+	r1.MarkDead(2, errors.New("read from rank 2: connection timed out"))
+	t0 := time.Now()
+	err1 := r1.Barrier("close", 0)
+	if !errors.Is(err1, fault.ErrPeerDead) || fault.RankOf(err1) != 2 {
+		t.Fatalf("rank 1's barrier: %v, want ErrPeerDead naming rank 2", err1)
+	}
+	r1.Close()
+	var err0 error
+	select {
+	case err0 = <-res:
+	case <-time.After(10 * time.Second):
+		t.Fatal("rank 0 still waits 10 s after rank 1 failed (deadline 20 s)")
+	}
+	if !errors.Is(err0, fault.ErrPeerDead) || fault.RankOf(err0) != 2 {
+		t.Fatalf("rank 0: %v, want ErrPeerDead naming rank 2", err0)
+	}
+	t.Logf("rank 0 failed %v after rank 1's barrier: %v", time.Since(t0).Round(time.Millisecond), err0)
+}
