@@ -55,16 +55,22 @@ func (c *Ctrl) begin(op, tag string, n int, timeout time.Duration) (*coll, error
 			Detail: "collectives broken by an earlier failure", Err: c.broken}
 	}
 	c.seq++
+	c.began.Store(c.seq)
 	if err := c.goneAt(name, c.seq); err != nil {
 		c.deadMu.Lock()
 		note, aborted, dead := c.abortNote, c.aborted != nil, c.deadN > 0 && DeathApplies(c.minDone, c.seq)
+		// Every death after its part of a collective (minDone > 0): some
+		// ranks may have learnt it with a later collective than this one
+		// (each agent that saw an agent's connection end says its own) and
+		// wait here for this rank.
+		late := c.minDone > 0
 		c.deadMu.Unlock()
 		if aborted && !dead && note.origin >= 0 && note.seq > 0 {
 			err = gaveUp(name, c.seq, note) // this rank comes late: say who gave up, and when
 		}
 		c.broken = err
-		if dead && c.marked.Load() {
-			c.abort(c.seq, err) // the others may not know (MarkDead)
+		if dead && (late || c.marked.Load()) {
+			c.abort(c.seq, err) // the others may not know (MarkDead) or go on
 		}
 		return nil, err
 	}

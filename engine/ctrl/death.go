@@ -327,10 +327,18 @@ func (c *Ctrl) learnAbort(body []byte, via *link) {
 		c.aborted = note.err
 		c.abortNote = note
 	}
+	// One abort per collective is enough for every rank to fail it: an
+	// agent floods the first (many ranks may give up on one collective).
+	first := note.seq == 0 || !c.abortFlooded[note.seq]
+	if note.seq != 0 {
+		c.abortFlooded[note.seq] = true
+	}
 	c.deadMu.Unlock()
 	c.signal()
 	if c.o.agent() {
-		c.flood(header{typ: tAbort}, body, via)
+		if first {
+			c.flood(header{typ: tAbort}, body, via)
+		}
 	} else if via == nil && c.up != nil {
 		c.goBg(func() { c.up.send(header{typ: tAbort}, body, time.Now().Add(time.Second)) })
 	}
@@ -342,6 +350,7 @@ func (c *Ctrl) abort(seq uint64, err error) {
 	body := abortBody(c.o.Rank, seq, time.Now(), kind, ranks, detail)
 	c.deadMu.Lock()
 	c.abortSeen[c.o.Rank] = true
+	c.abortFlooded[seq] = true
 	c.deadMu.Unlock()
 	if c.o.agent() {
 		c.flood(header{typ: tAbort}, body, nil)

@@ -38,5 +38,8 @@
 // but for those in which the dead rank had done its part (its part came
 // up, its result was ready to go down): as under engine/mesh, a rank that
 // exits after its last collective without closing (os.Exit, the end of
-// main) is no failure of the ranks still finishing that collective.
+// main) is no failure of the ranks still finishing that collective. An
+// agent whose connections end is dead for the collectives after the one
+// its finder was in; up to that one, only a rank that waits for its part
+// fails (no link from its node left), and tells the others (an abort).
 package ctrl

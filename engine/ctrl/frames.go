@@ -26,6 +26,8 @@ func (c *Ctrl) readLoop(l *link) {
 		}
 		h, body, err := c.readFrameLive(l, watch)
 		if err != nil {
+			l.ended.Store(true) // every frame read is in the mailbox (goneSource)
+			c.signal()
 			c.linkLost(l, err)
 			return
 		}
@@ -185,8 +187,12 @@ func (c *Ctrl) linkLost(l *link, err error) {
 	case l.local:
 		c.learnDead([]int{l.peer}, 0, nil, fmt.Sprintf("rank %d (this node's agent) closed the connection", l.peer))
 	default:
+		// An agent whose connection ended (its process exited; a silent
+		// one is SWIM's) may have sent its every part of the collectives
+		// up to the one this rank is in: those go on unless they wait for
+		// it (goneSource), and every later one fails.
 		if r := c.agentRank(l.peer); r >= 0 {
-			c.learnDead([]int{r}, 0, nil, fmt.Sprintf("rank %d (agent of node %d) closed its connection without leaving", r, l.peer))
+			c.learnDead([]int{r}, c.began.Load(), nil, fmt.Sprintf("rank %d (agent of node %d) closed its connection without leaving", r, l.peer))
 		}
 	}
 }
@@ -218,6 +224,7 @@ func (c *Ctrl) await(op string, k mkey, deadline time.Time, who []int) (msg, err
 func (c *Ctrl) awaitTagged(op string, k mkey, tag uint32, deadline time.Time, who []int) (msg, error) {
 	var timer *time.Timer
 	for {
+		src := c.goneSource(k) // before the mailbox: a frame put before the end is seen
 		c.mbMu.Lock()
 		m, ok := c.mb[k]
 		if ok {
@@ -244,6 +251,10 @@ func (c *Ctrl) awaitTagged(op string, k mkey, tag uint32, deadline time.Time, wh
 		}
 		if err := c.goneAt(op, k.seq); err != nil {
 			return msg{}, err
+		}
+		if src >= 0 {
+			return msg{}, &fault.Error{Op: op, Ranks: []int{src}, Side: fault.Remote, Kind: fault.ErrPeerDead,
+				Detail: fmt.Sprintf("rank %d (agent of node %d) died before its part of this collective arrived", src, k.from)}
 		}
 		if r := c.leftPeer(k); r >= 0 {
 			return msg{}, &fault.Error{Op: op, Ranks: []int{r}, Side: fault.Remote, Kind: fault.ErrClosed,
@@ -293,4 +304,26 @@ func (c *Ctrl) leftPeer(k mkey) int {
 		return l.peer
 	}
 	return -1
+}
+
+// goneSource is the agent rank that message k is to come from when that
+// agent is dead and no frame of it can come any more (every connection
+// from its node has ended, or there is none), else -1: a collective that
+// waits for it fails, even when the death lets the collective go on
+// (DeathApplies: the agent exited after its part of an earlier step).
+func (c *Ctrl) goneSource(k mkey) int {
+	if k.local || k.seq == 0 || !c.nodeIsDead(int(k.from)) {
+		return -1
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if l := c.agents[int(k.from)]; l != nil && !l.ended.Load() {
+		return -1
+	}
+	for _, l := range c.extra {
+		if l.peer == int(k.from) && !l.ended.Load() {
+			return -1
+		}
+	}
+	return c.agentRank(int(k.from))
 }

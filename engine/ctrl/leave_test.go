@@ -19,27 +19,35 @@ import (
 // exited rank. (Before the fix an agent's news of the exit could reach a
 // local rank before its result, which then failed: 'rank 1 dead'.) The
 // first plain rank of each node exits: its result goes down first, so the
-// others' results are still going down when its exit is seen.
+// others' results are still going down when its exit is seen. Then a
+// whole node, its agent too, exits so: the other agents see its
+// connections end while they may still hand their ranks the result.
 func TestExitAfterLastCollective(t *testing.T) {
-	for _, c := range []struct{ world, ppn int }{{8, 8}, {16, 8}} {
-		t.Run(fmt.Sprintf("world=%d,ppn=%d", c.world, c.ppn), func(t *testing.T) {
+	for _, c := range []struct {
+		world, ppn int
+		node       bool // node 0 exits, not the first plain rank of each node
+	}{{8, 8, false}, {16, 8, false}, {16, 4, true}} {
+		t.Run(fmt.Sprintf("world=%d,ppn=%d,node=%v", c.world, c.ppn, c.node), func(t *testing.T) {
+			exits := map[int]bool{}
+			for r := 1; r < c.world && !c.node; r += c.ppn {
+				exits[r] = true
+			}
+			for r := 0; r < c.ppn && c.node; r++ {
+				exits[r] = true
+			}
 			for round := range 8 {
-				testExitAfterLast(t, c.world, c.ppn, round)
+				testExitAfterLast(t, c.world, c.ppn, exits, round)
 			}
 		})
 	}
 }
 
-func testExitAfterLast(t *testing.T, world, ppn, round int) {
+func testExitAfterLast(t *testing.T, world, ppn int, exits map[int]bool, round int) {
 	cl, errs := startCluster(t, world, ppn, fast, nil)
 	if err := firstErr(errs); err != nil {
 		t.Fatal(err)
 	}
 	defer cl.close()
-	exits := map[int]bool{}
-	for r := 1; r < world; r += ppn {
-		exits[r] = true
-	}
 	res := cl.each(func(k *Ctrl) error {
 		for i := range 3 {
 			blobs, err := k.AllGather(fmt.Sprint("loss", i), blobOf(k.Rank()+i), 0)

@@ -78,6 +78,7 @@ type link struct {
 	peer  int
 	local bool
 	left  atomic.Bool
+	ended atomic.Bool // its read loop ended (readLoop)
 	// A local rank's link at its agent: the last collective whose part
 	// came up from it, and the last whose result the agent has for it.
 	upSeq, downSeq atomic.Uint64
