@@ -73,7 +73,7 @@ func (s *Store) Close() error {
 		// A collective failed earlier and every rank still connected was
 		// told: no barrier can succeed now. Close releases all the same
 		// (the failure was returned when it happened).
-	} else if err := s.ex.Barrier("close", s.opts.Timeout); err != nil {
+	} else if err := s.closeBarrier(); err != nil {
 		errs = append(errs, wrapBootstrap("close barrier", err))
 	}
 	if s.opts.Role != RoleStorage {
@@ -225,4 +225,30 @@ func (s *Store) closeExchange() error {
 	}
 	s.ex = nil
 	return errors.Join(errs...)
+}
+
+// closeBarrier is Close's barrier. The ranks this store gave up on (dead
+// to a read, which the health knows and the control plane may not; or
+// whose read timed out and failed the caller) go to the control plane
+// first: the barrier then fails at once and tells every rank which rank
+// failed, rather than leaving the others to blame this rank, whose part of
+// "close" reaches them in another collective (a collective mismatch: make
+// test-netns-tree step 2, a survivor's read timed out on a cut host).
+func (s *Store) closeBarrier() error {
+	if s.cp != nil {
+		mark := func(r int, cause error) {
+			if r >= 0 && r < s.world && r != s.rank { // storage ranks are no member
+				s.cp.MarkDead(r, cause)
+			}
+		}
+		for _, r := range s.DeadRanks() {
+			cause := s.DeadCause(r)
+			if cause == nil {
+				cause = fmt.Errorf("rank %d found dead by rank %d", r, s.rank)
+			}
+			mark(r, cause)
+		}
+		s.timedOut.Range(func(k, v any) bool { mark(k.(int), v.(error)); return true })
+	}
+	return s.ex.Barrier("close", s.opts.Timeout)
 }

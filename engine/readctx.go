@@ -260,6 +260,9 @@ func (v *Var) fabricError(c *readCtx, err error) error {
 	switch {
 	case errors.Is(err, fault.ErrTimeout):
 		e.Kind = ErrTimeout
+		if rank >= 0 && fault.SideOf(err) != fault.Local {
+			v.s.timedOut.LoadOrStore(rank, error(e)) // closeBarrier
+		}
 	case isPeerFailure(err):
 		if rank >= 0 {
 			v.s.health.MarkDead(rank)

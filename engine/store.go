@@ -75,6 +75,7 @@ type Store struct {
 
 	health    *placement.Health // dead and suspect ranks, as reads see them (placement)
 	deadCause sync.Map          // rank → error: why it was marked dead
+	timedOut  sync.Map          // rank → error: a read from it timed out, returned to the caller (closeBarrier)
 	watcher   *pidWatcher
 
 	// Storage-only ranks (storage.go): the join exchange with the other

@@ -29,3 +29,14 @@ ctrl-allreduce-bench: deps
 	  -test.bench TreeVsTCPRing -test.benchtime 20x -test.count 5; uptime'
 	cd engine/ctrl && flock /tmp/ddstore-bench.lock /tmp/ddstore-ctrl.test -test.run '^$$' \
 	  -test.bench AllReduceRingOrder -test.benchtime 20x -test.count 3
+
+# Only the no-close runs of make test-life (no Slurm), under CONTROL (tree
+# by default): Go and Python programs that never close their store, RUNS
+# times each under mpiexec and ddrun, must all exit 0 (issue 27: under
+# tree a rank that exits after its last collective is no failure of the
+# others). Machine-wide: it takes the singleton lock.
+.PHONY: life-noclose
+CONTROL ?= tree
+RUNS ?= 20
+life-noclose: deps python-deps
+	env CONTROL=$(CONTROL) RUNS=$(RUNS) flock /tmp/ddstore-singleton.lock bash examples/life/noclose-runs.sh

@@ -55,14 +55,23 @@ func (c *Ctrl) begin(op, tag string, n int, timeout time.Duration) (*coll, error
 			Detail: "collectives broken by an earlier failure", Err: c.broken}
 	}
 	c.seq++
-	if err := c.gone(name); err != nil {
+	c.began.Store(c.seq)
+	if err := c.goneAt(name, c.seq); err != nil {
 		c.deadMu.Lock()
-		note, aborted, dead := c.abortNote, c.aborted != nil, c.deadN > 0
+		note, aborted, dead := c.abortNote, c.aborted != nil, c.deadN > 0 && DeathApplies(c.minDone, c.seq)
+		// Every death after its part of a collective (minDone > 0): some
+		// ranks may have learnt it with a later collective than this one
+		// (each agent that saw an agent's connection end says its own) and
+		// wait here for this rank.
+		late := c.minDone > 0
 		c.deadMu.Unlock()
 		if aborted && !dead && note.origin >= 0 && note.seq > 0 {
 			err = gaveUp(name, c.seq, note) // this rank comes late: say who gave up, and when
 		}
 		c.broken = err
+		if dead && (late || c.marked.Load()) {
+			c.abort(c.seq, err) // the others may not know (MarkDead) or go on
+		}
 		return nil, err
 	}
 	if timeout <= 0 {
@@ -99,7 +108,7 @@ func (k *coll) end(err error) error {
 	}
 	if c.broken == nil {
 		c.broken = err
-		if c.gone(k.op) == nil {
+		if c.goneAt(k.op, k.seq) == nil {
 			c.abort(k.seq, err)
 		}
 	}
@@ -280,7 +289,14 @@ func (k *coll) run(up []byte, sendUp bool, gather func(from int, b []byte) error
 	if err != nil {
 		return nil, err
 	}
-	// Large results go down to the local ranks in parallel.
+	// Large results go down to the local ranks in parallel. Each one's
+	// result is ready before it goes: a rank that gets it and exits has
+	// done its part (link.done).
+	for _, l := range locals {
+		if down(l.peer) {
+			l.downSeq.Store(k.seq)
+		}
+	}
 	errs := make([]error, len(locals))
 	var wg sync.WaitGroup
 	for i, l := range locals {

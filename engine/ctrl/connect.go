@@ -238,8 +238,8 @@ func (c *Ctrl) startPlain(deadline time.Time) error {
 			_, e := parseAbort("ctrl bootstrap", body)
 			return e
 		case tDead:
-			ranks, detail := parseDead(body)
-			c.learnDeadLocal(ranks, detail, false)
+			ranks, done, detail := parseDead(body)
+			c.learnDeadLocal(ranks, done, detail)
 		}
 	}
 	conn.SetReadDeadline(time.Time{})
@@ -362,6 +362,14 @@ func (c *Ctrl) linkTo(node int, deadline time.Time, force bool) (*link, error) {
 		if l != nil {
 			return l, nil
 		}
+		if c.nodeIsDead(node) { // no part of it can come (goneSource); nothing to dial
+			if dial {
+				c.mu.Lock()
+				delete(c.dialing, node)
+				c.mu.Unlock()
+			}
+			return nil, c.deadErr("ctrl connect", []int{c.agentRank(node)})
+		}
 		if dial {
 			conn, err := c.dialAgent(node, deadline)
 			c.mu.Lock()
@@ -373,11 +381,8 @@ func (c *Ctrl) linkTo(node int, deadline time.Time, force bool) (*link, error) {
 			c.register(newLink(conn, node, false))
 			continue
 		}
-		if c.nodeIsDead(node) {
-			return nil, c.deadErr("ctrl connect", []int{c.agentRank(node)})
-		}
 		if !force {
-			if err := c.gone("ctrl connect"); err != nil {
+			if err := c.goneAt("ctrl connect", c.began.Load()); err != nil {
 				return nil, err
 			}
 		}

@@ -30,20 +30,25 @@ type Ctrl struct {
 	mb   map[mkey]msg
 	wake chan struct{}
 
-	deadMu    sync.Mutex
-	dead      bitset // ranks
-	nodeDead  bitset // nodes whose agent is dead
-	nodeLeft  bitset // nodes whose agent closed cleanly
-	deadN     int
-	deadList  []int
-	deadCause error
-	aborted   error
-	abortNote abortNote // the first abort learnt (aborted)
-	abortSeen map[int]bool
-	firstDead atomic.Int64 // unix ns when this rank first learned of a death
+	deadMu       sync.Mutex
+	dead         bitset // ranks
+	nodeDead     bitset // nodes whose agent is dead
+	nodeLeft     bitset // nodes whose agent closed cleanly
+	deadN        int
+	deadList     []int
+	deadDone     []uint64 // deadList's done (learnDead)
+	minDone      uint64   // the least done of every dead rank
+	deadCause    error
+	aborted      error
+	abortNote    abortNote // the first abort learnt (aborted)
+	abortSeen    map[int]bool
+	abortFlooded map[uint64]bool // collectives whose abort this rank spread
+	firstDead    atomic.Int64    // unix ns when this rank first learned of a death
+	marked       atomic.Bool     // a death only this rank knows (MarkDead)
 
 	collMu sync.Mutex
 	seq    uint64
+	began  atomic.Uint64 // seq, for the read loops (linkLost)
 	broken error
 
 	live liveState
@@ -104,7 +109,8 @@ func Start(o Options) (*Ctrl, error) {
 	}
 	c := &Ctrl{o: o, start: time.Now(), agents: map[int]*link{}, locals: map[int]*link{}, linkCh: make(chan struct{}),
 		dialing: map[int]bool{}, mb: map[mkey]msg{}, wake: make(chan struct{}, 1), dead: newBitset(o.World),
-		nodeDead: newBitset(o.Nodes), nodeLeft: newBitset(o.Nodes), abortSeen: map[int]bool{}, stop: make(chan struct{})}
+		nodeDead: newBitset(o.Nodes), nodeLeft: newBitset(o.Nodes), abortSeen: map[int]bool{},
+		abortFlooded: map[uint64]bool{}, stop: make(chan struct{})}
 	c.live.target, c.live.probes = -1, map[int][]*link{}
 	deadline := c.start.Add(o.Timeout)
 	var err error

@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"sort"
 	"time"
@@ -39,11 +40,29 @@ func (c *Ctrl) sendGrace(err error) {
 
 // gone is the error that stops every collective: a known death or an
 // abort; nil while none.
-func (c *Ctrl) gone(op string) error {
+func (c *Ctrl) gone(op string) error { return c.goneAt(op, math.MaxUint64) }
+
+// goneAt is the error that stops collective seq: a death that it needs
+// (DeathApplies) or an abort; nil while none. A rank that had done its
+// part of seq (and of every collective before it) when it died or left
+// does not stop seq, as under engine/mesh, whose collectives fail on a
+// dead rank only while its part has not arrived: a rank that exits after
+// its last collective, without Close, is no failure of the others still
+// finishing that collective. Every collective after seq fails on it.
+func (c *Ctrl) goneAt(op string, seq uint64) error {
 	c.deadMu.Lock()
 	defer c.deadMu.Unlock()
-	if c.deadN > 0 {
-		e := c.deadErr(op, c.deadList)
+	if c.deadN > 0 && DeathApplies(c.minDone, seq) {
+		var need []int
+		for i, r := range c.deadList {
+			if DeathApplies(c.deadDone[i], seq) {
+				need = append(need, r)
+			}
+		}
+		if len(need) == 0 { // beyond the list's 64
+			need = c.deadList
+		}
+		e := c.deadErr(op, need)
 		e.Err = c.deadCause
 		return e
 	}
@@ -52,6 +71,11 @@ func (c *Ctrl) gone(op string) error {
 	}
 	return nil
 }
+
+// DeathApplies reports whether a rank that died with its part of every
+// collective up to done delivered stops collective seq: seq needs it
+// unless done ≥ seq (seq 0, the bootstrap, always needs it).
+func DeathApplies(done, seq uint64) bool { return seq == 0 || done < seq }
 
 func (c *Ctrl) deadErr(op string, ranks []int) *fault.Error {
 	r := append([]int(nil), ranks...)
@@ -84,22 +108,30 @@ func (c *Ctrl) Dead(rank int) bool {
 }
 
 // MarkDead declares rank dead from outside (a failure only the caller
-// saw): collectives fail naming it and OnDead runs; it is not spread.
+// saw): collectives fail naming it and OnDead runs. It is not spread, but
+// the next collective that fails on it tells every rank (an abort, as
+// engine/mesh's begin does), so that the ranks already waiting in that
+// collective for this one fail naming rank too, not this rank's absence
+// or another collective's part (make test-netns-tree, step 2).
 func (c *Ctrl) MarkDead(rank int, cause error) {
 	if rank >= 0 && rank < c.o.World && rank != c.o.Rank {
-		c.learnDeadLocal([]int{rank}, fmt.Sprintf("rank %d marked dead: %v", rank, cause), false)
+		if len(c.learnDeadLocal([]int{rank}, 0, fmt.Sprintf("rank %d marked dead: %v", rank, cause))) > 0 {
+			c.marked.Store(true)
+		}
 	}
 }
 
 // learnDead records ranks as dead, tells OnDead, wakes collectives and,
-// on an agent, spreads the news to every link but via.
-func (c *Ctrl) learnDead(ranks []int, via *link, detail string) {
-	if fresh := c.learnDeadLocal(ranks, detail, true); len(fresh) > 0 && c.o.agent() {
-		c.flood(header{typ: tDead}, deadBody(fresh, detail), via)
+// on an agent, spreads the news to every link but via. done is the last
+// collective for which the ranks had done their part (0: none known):
+// collectives up to it go on (goneAt).
+func (c *Ctrl) learnDead(ranks []int, done uint64, via *link, detail string) {
+	if fresh := c.learnDeadLocal(ranks, done, detail); len(fresh) > 0 && c.o.agent() {
+		c.flood(header{typ: tDead}, deadBody(fresh, done, detail), via)
 	}
 }
 
-func (c *Ctrl) learnDeadLocal(ranks []int, detail string, _ bool) []int {
+func (c *Ctrl) learnDeadLocal(ranks []int, done uint64, detail string) []int {
 	c.deadMu.Lock()
 	var fresh []int
 	for _, r := range ranks {
@@ -125,10 +157,14 @@ func (c *Ctrl) learnDeadLocal(ranks []int, detail string, _ bool) []int {
 		}
 	}
 	c.deadMu.Lock()
+	if c.deadN == 0 || done < c.minDone {
+		c.minDone = done
+	}
 	c.deadN += len(fresh)
 	for _, r := range fresh {
 		if len(c.deadList) < 64 {
 			c.deadList = append(c.deadList, r)
+			c.deadDone = append(c.deadDone, done)
 		}
 	}
 	if c.deadCause == nil {
@@ -147,24 +183,27 @@ func (c *Ctrl) FirstDeath() time.Time {
 	return time.Time{}
 }
 
-func deadBody(ranks []int, detail string) []byte {
+// deadBody: u32 count, u64 done, the ranks (u32 each), detail.
+func deadBody(ranks []int, done uint64, detail string) []byte {
 	b := binary.LittleEndian.AppendUint32(nil, uint32(len(ranks)))
+	b = binary.LittleEndian.AppendUint64(b, done)
 	for _, r := range ranks {
 		b = binary.LittleEndian.AppendUint32(b, uint32(r))
 	}
 	return append(b, detail...)
 }
 
-func parseDead(b []byte) ([]int, string) {
-	if len(b) < 4 {
-		return nil, ""
+func parseDead(b []byte) (ranks []int, done uint64, detail string) {
+	if len(b) < 12 {
+		return nil, 0, ""
 	}
-	n := min(int(binary.LittleEndian.Uint32(b)), (len(b)-4)/4)
+	done = binary.LittleEndian.Uint64(b[4:])
+	n := min(int(binary.LittleEndian.Uint32(b)), (len(b)-12)/4)
 	out := make([]int, n)
 	for i := range out {
-		out[i] = int(binary.LittleEndian.Uint32(b[4+4*i:]))
+		out[i] = int(binary.LittleEndian.Uint32(b[12+4*i:]))
 	}
-	return out, string(b[4+4*n:])
+	return out, done, string(b[12+4*n:])
 }
 
 // flood sends a notice to every agent link and local link but via, in the
@@ -288,10 +327,18 @@ func (c *Ctrl) learnAbort(body []byte, via *link) {
 		c.aborted = note.err
 		c.abortNote = note
 	}
+	// One abort per collective is enough for every rank to fail it: an
+	// agent floods the first (many ranks may give up on one collective).
+	first := note.seq == 0 || !c.abortFlooded[note.seq]
+	if note.seq != 0 {
+		c.abortFlooded[note.seq] = true
+	}
 	c.deadMu.Unlock()
 	c.signal()
 	if c.o.agent() {
-		c.flood(header{typ: tAbort}, body, via)
+		if first {
+			c.flood(header{typ: tAbort}, body, via)
+		}
 	} else if via == nil && c.up != nil {
 		c.goBg(func() { c.up.send(header{typ: tAbort}, body, time.Now().Add(time.Second)) })
 	}
@@ -303,6 +350,7 @@ func (c *Ctrl) abort(seq uint64, err error) {
 	body := abortBody(c.o.Rank, seq, time.Now(), kind, ranks, detail)
 	c.deadMu.Lock()
 	c.abortSeen[c.o.Rank] = true
+	c.abortFlooded[seq] = true
 	c.deadMu.Unlock()
 	if c.o.agent() {
 		c.flood(header{typ: tAbort}, body, nil)

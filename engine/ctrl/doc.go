@@ -34,5 +34,12 @@
 // unless one of them got an answer. A local rank is watched by its agent:
 // its socket's EOF is its death, and silence after DeadAfter and one of
 // its beats (LocalTiming) too. A death floods over the agents' links
-// and down to every local rank; every collective then fails naming it.
+// and down to every local rank; every collective then fails naming it,
+// but for those in which the dead rank had done its part (its part came
+// up, its result was ready to go down): as under engine/mesh, a rank that
+// exits after its last collective without closing (os.Exit, the end of
+// main) is no failure of the ranks still finishing that collective. An
+// agent whose connections end is dead for the collectives after the one
+// its finder was in; up to that one, only a rank that waits for its part
+// fails (no link from its node left), and tells the others (an abort).
 package ctrl

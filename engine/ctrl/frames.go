@@ -26,6 +26,8 @@ func (c *Ctrl) readLoop(l *link) {
 		}
 		h, body, err := c.readFrameLive(l, watch)
 		if err != nil {
+			l.ended.Store(true) // every frame read is in the mailbox (goneSource)
+			c.signal()
 			c.linkLost(l, err)
 			return
 		}
@@ -142,11 +144,14 @@ func (c *Ctrl) handle(l *link, h header, body []byte) bool {
 	case tProbeAck:
 		c.gotIndirect(int(h.from))
 	case tDead:
-		ranks, detail := parseDead(body)
-		c.learnDead(ranks, l, detail)
+		ranks, done, detail := parseDead(body)
+		c.learnDead(ranks, done, l, detail)
 	case tAbort:
 		c.learnAbort(body, l)
 	case tColl, tGather, tTable:
+		if h.typ == tColl && l.local && c.o.agent() && h.seq > l.upSeq.Load() {
+			l.upSeq.Store(h.seq) // (this loop is its only writer)
+		}
 		c.put(mkey{seq: h.seq, step: h.step, from: int32(l.peer), local: l.local}, msg{body: body, hops: h.hops, tag: h.tag})
 	case tBye:
 		l.left.Store(true)
@@ -178,12 +183,16 @@ func (c *Ctrl) linkLost(l *link, err error) {
 		if silent {
 			d = fmt.Sprintf("rank %d (node %d) silent for %v", l.peer, c.o.Node, c.localSilence())
 		}
-		c.learnDead([]int{l.peer}, nil, d)
+		c.learnDead([]int{l.peer}, l.done(), nil, d)
 	case l.local:
-		c.learnDead([]int{l.peer}, nil, fmt.Sprintf("rank %d (this node's agent) closed the connection", l.peer))
+		c.learnDead([]int{l.peer}, 0, nil, fmt.Sprintf("rank %d (this node's agent) closed the connection", l.peer))
 	default:
+		// An agent whose connection ended (its process exited; a silent
+		// one is SWIM's) may have sent its every part of the collectives
+		// up to the one this rank is in: those go on unless they wait for
+		// it (goneSource), and every later one fails.
 		if r := c.agentRank(l.peer); r >= 0 {
-			c.learnDead([]int{r}, nil, fmt.Sprintf("rank %d (agent of node %d) closed its connection without leaving", r, l.peer))
+			c.learnDead([]int{r}, c.began.Load(), nil, fmt.Sprintf("rank %d (agent of node %d) closed its connection without leaving", r, l.peer))
 		}
 	}
 }
@@ -215,6 +224,7 @@ func (c *Ctrl) await(op string, k mkey, deadline time.Time, who []int) (msg, err
 func (c *Ctrl) awaitTagged(op string, k mkey, tag uint32, deadline time.Time, who []int) (msg, error) {
 	var timer *time.Timer
 	for {
+		src := c.goneSource(k) // before the mailbox: a frame put before the end is seen
 		c.mbMu.Lock()
 		m, ok := c.mb[k]
 		if ok {
@@ -239,8 +249,12 @@ func (c *Ctrl) awaitTagged(op string, k mkey, tag uint32, deadline time.Time, wh
 			}
 			return m, nil
 		}
-		if err := c.gone(op); err != nil {
+		if err := c.goneAt(op, k.seq); err != nil {
 			return msg{}, err
+		}
+		if src >= 0 {
+			return msg{}, &fault.Error{Op: op, Ranks: []int{src}, Side: fault.Remote, Kind: fault.ErrPeerDead,
+				Detail: fmt.Sprintf("rank %d (agent of node %d) died before its part of this collective arrived", src, k.from)}
 		}
 		if r := c.leftPeer(k); r >= 0 {
 			return msg{}, &fault.Error{Op: op, Ranks: []int{r}, Side: fault.Remote, Kind: fault.ErrClosed,
@@ -290,4 +304,26 @@ func (c *Ctrl) leftPeer(k mkey) int {
 		return l.peer
 	}
 	return -1
+}
+
+// goneSource is the agent rank that message k is to come from when that
+// agent is dead and no frame of it can come any more (every connection
+// from its node has ended, or there is none), else -1: a collective that
+// waits for it fails, even when the death lets the collective go on
+// (DeathApplies: the agent exited after its part of an earlier step).
+func (c *Ctrl) goneSource(k mkey) int {
+	if k.local || k.seq == 0 || !c.nodeIsDead(int(k.from)) {
+		return -1
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if l := c.agents[int(k.from)]; l != nil && !l.ended.Load() {
+		return -1
+	}
+	for _, l := range c.extra {
+		if l.peer == int(k.from) && !l.ended.Load() {
+			return -1
+		}
+	}
+	return c.agentRank(int(k.from))
 }

@@ -98,7 +98,7 @@ func (c *Ctrl) watch() {
 					ranks = append(ranks, r)
 				}
 			}
-			c.learnDead(ranks, nil, fmt.Sprintf("node %d's agent (rank %d) silent for %v, and %d indirect probes got no answer",
+			c.learnDead(ranks, 0, nil, fmt.Sprintf("node %d's agent (rank %d) silent for %v, and %d indirect probes got no answer",
 				target, c.agentRank(target), o.DeadAfter, o.Probes))
 		}
 		c.pause.RUnlock()

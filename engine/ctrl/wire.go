@@ -78,6 +78,10 @@ type link struct {
 	peer  int
 	local bool
 	left  atomic.Bool
+	ended atomic.Bool // its read loop ended (readLoop)
+	// A local rank's link at its agent: the last collective whose part
+	// came up from it, and the last whose result the agent has for it.
+	upSeq, downSeq atomic.Uint64
 	// Under wmu: the frame being written (no allocation per frame: an
 	// idle control plane allocates nothing).
 	whdr [hdrLen]byte
@@ -89,6 +93,11 @@ type link struct {
 func newLink(c net.Conn, peer int, local bool) *link {
 	return &link{conn: c, br: bufio.NewReaderSize(c, 2<<10), peer: peer, local: local}
 }
+
+// done is the last collective in which a local rank had done its part
+// (its part up, or its result ready to go down): dead or gone after it, it
+// stops no collective up to it (goneAt).
+func (l *link) done() uint64 { return max(l.upSeq.Load(), l.downSeq.Load()) }
 
 // send writes one frame (one writev) by deadline.
 func (l *link) send(h header, body []byte, deadline time.Time) error {
