@@ -351,14 +351,27 @@ func (k *coll) ringAgents(acc []float32, local [][]float32, b []int) (err error)
 	sendq := make(chan [2]int, 2*((l+pf-1)/pf+n)+2) // never full
 	sendErr := make(chan error, 1)
 	var stop atomic.Bool
+	// sent counts the queued pieces the sender is done with (sent, or
+	// passed over after an error); a piece of acc is overwritten only
+	// once its last send is done. The value that overwrites it came
+	// round the ring from that send, so this never waits in practice,
+	// but the kernel's ordering is invisible to the race detector.
+	var sent atomic.Int64
+	sentSig := make(chan struct{}, 1)
+	queued, lastSend := int64(0), map[int]int64{}
 	round := k.hops + 1 // the ring counts as one round (Stats.Rounds)
 	go func() {
 		var err error
-		sent := 0
+		step := 0
 		for pc := range sendq {
 			if err == nil && !stop.Load() {
-				err = k.sendAgentHops(right, stRing+sent%ringSteps, f32bytes(acc[pc[0]:pc[1]]), round)
-				sent++
+				err = k.sendAgentHops(right, stRing+step%ringSteps, f32bytes(acc[pc[0]:pc[1]]), round)
+				step++
+			}
+			sent.Add(1)
+			select {
+			case sentSig <- struct{}{}:
+			default:
 			}
 		}
 		sendErr <- err
@@ -407,6 +420,9 @@ func (k *coll) ringAgents(acc []float32, local [][]float32, b []int) (err error)
 				if err != nil {
 					return err
 				}
+				for sent.Load() < lastSend[q] {
+					<-sentSig
+				}
 				out := acc[q:e]
 				switch {
 				case p < n: // another node's part: add every local rank
@@ -430,6 +446,8 @@ func (k *coll) ringAgents(acc []float32, local [][]float32, b []int) (err error)
 				c.recycle(in)
 			}
 			if p < hops+n-1 {
+				queued++
+				lastSend[q] = queued
 				sendq <- [2]int{q, e}
 			}
 		}
