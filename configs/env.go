@@ -168,10 +168,7 @@ const (
 	ControlTree = "tree"
 )
 
-// DefaultControl is the control plane of "" (store.control).
-const DefaultControl = ControlTree
-
-// CheckControl: "" (the default, tree), "mesh" or "tree".
+// CheckControl: "" (the default, mesh), "mesh" or "tree".
 func CheckControl(v string) error {
 	switch v {
 	case "", ControlMesh, ControlTree:
