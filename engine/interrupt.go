@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -71,10 +72,21 @@ const interruptEndWait = 5 * time.Second
 // program does on Ctrl-C.
 func EndInterrupted() {
 	ExitUnderHydra(InterruptExitCode)
-	signal.Reset(os.Interrupt)
-	_ = unix.Kill(os.Getpid(), unix.SIGINT)
-	time.Sleep(time.Second) // SIGINT ends the process meanwhile
-	os.Exit(InterruptExitCode)
+	EndBySignal(unix.SIGINT)
+}
+
+// EndBySignal ends this process by sig, as a C program ends by a signal it
+// does not handle, so that its parent sees it killed by sig; it does not
+// return. sig's action is set to the default with rt_sigaction directly:
+// signal.Reset would give a process that loaded the engine as a C library
+// (Python) its own handler back, and that handler would only note the
+// signal. Should the process survive (sig blocked), it exits with 128+sig.
+func EndBySignal(sig unix.Signal) {
+	var act [4]uint64 // struct sigaction: SIG_DFL (0), no flags, no restorer, empty mask
+	_, _, _ = unix.RawSyscall6(unix.SYS_RT_SIGACTION, uintptr(sig), uintptr(unsafe.Pointer(&act)), 0, 8, 0, 0)
+	_ = unix.Kill(os.Getpid(), sig)
+	time.Sleep(time.Second) // sig ends the process meanwhile
+	os.Exit(128 + int(sig))
 }
 
 // ExitUnderHydra exits with code when this process is a rank of MPICH's

@@ -212,3 +212,26 @@ func inSlurmStep(look lookupFunc, env Env) bool {
 	w, _, err2 := envInt(look, "SLURM_NTASKS", true, 1)
 	return err1 == nil && err2 == nil && r == env.Rank && w == env.World
 }
+
+// KilledAfterInterrupt reports whether this process's launcher ends it by
+// SIGKILL right after it forwards Ctrl-C (SIGINT) to it: srun does so on
+// its second Ctrl-C (Slurm 22.05: SIGINT to every task, then SIGKILL about
+// 10 ms later, too soon for Python to unwind a KeyboardInterrupt), so that
+// a task must end at once on SIGINT to be reported as interrupted rather
+// than killed. It holds for every process of a step that srun started
+// (SLURM_STEP_ID set, inherited through ddrun, sh -c or numactl), except
+// when srun forwards a single Ctrl-C on its own (SLURM_DISABLE_STATUS set in
+// srun's environment, which its tasks inherit; srun -X does not export it)
+// or when Ctrl-C reaches the task through a terminal of its own (srun
+// --pty: SLURM_PTY_PORT). A batch script (sbatch) is no step.
+func KilledAfterInterrupt() bool { return killedAfterInterrupt(lookupEnv) }
+
+func killedAfterInterrupt(look lookupFunc) bool {
+	if nonEmpty(look, "SLURM_STEP_ID") == "" && nonEmpty(look, "SLURM_STEPID") == "" {
+		return false
+	}
+	if nonEmpty(look, "SLURM_DISABLE_STATUS") != "" { // srun takes any value for yes
+		return false
+	}
+	return nonEmpty(look, "SLURM_PTY_PORT") == ""
+}

@@ -46,14 +46,17 @@ func TestExpandHostlist(t *testing.T) {
 	}
 }
 
-func TestSlurmRendezvous(t *testing.T) {
-	env := func(kv ...string) lookupFunc {
-		m := map[string]string{}
-		for i := 0; i < len(kv); i += 2 {
-			m[kv[i]] = kv[i+1]
-		}
-		return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+// envOf is a lookupFunc over the given key, value pairs.
+func envOf(kv ...string) lookupFunc {
+	m := map[string]string{}
+	for i := 0; i < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
 	}
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+func TestSlurmRendezvous(t *testing.T) {
+	env := envOf
 	addr, ok, err := slurmRendezvous(env("SLURM_JOB_ID", "4242", "SLURM_STEP_ID", "0",
 		"SLURM_STEP_NODELIST", "nid[007-008]", "SLURM_JOB_NODELIST", "nid[001-008]"))
 	if err != nil || !ok || !strings.HasPrefix(addr, "nid007:") {
@@ -168,5 +171,33 @@ func TestSlurmStepConnects(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestKilledAfterInterrupt: every process of an srun step, whatever
+// started it inside the step, is SIGKILLed right after srun forwards
+// Ctrl-C, unless srun forwards a single Ctrl-C alone (SLURM_DISABLE_STATUS)
+// or the task has a terminal of its own (--pty); a batch script is no step.
+// The environments are those srun 22.05 gives its tasks here.
+func TestKilledAfterInterrupt(t *testing.T) {
+	step := []string{"SLURM_JOB_ID", "15", "SLURM_PROCID", "0", "SLURM_STEP_ID", "0", "SLURM_STEPID", "0"}
+	for _, c := range []struct {
+		name string
+		env  []string
+		want bool
+	}{
+		{"srun task", step, true},
+		{"srun task, old name only", []string{"SLURM_JOB_ID", "15", "SLURM_STEPID", "3"}, true},
+		{"ddrun inside srun", append([]string{"RANK", "2", "WORLD_SIZE", "4"}, step...), true},
+		{"SLURM_DISABLE_STATUS=1", append([]string{"SLURM_DISABLE_STATUS", "1"}, step...), false},
+		{"SLURM_DISABLE_STATUS=0", append([]string{"SLURM_DISABLE_STATUS", "0"}, step...), false},
+		{"srun --pty", append([]string{"SLURM_PTY_PORT", "45473"}, step...), false},
+		{"sbatch script", []string{"SLURM_JOB_ID", "19", "SLURM_PROCID", "0"}, false},
+		{"no Slurm", []string{"PMI_RANK", "0", "PMI_SIZE", "4"}, false},
+		{"empty step id", []string{"SLURM_STEP_ID", " "}, false},
+	} {
+		if got := killedAfterInterrupt(envOf(c.env...)); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
 	}
 }

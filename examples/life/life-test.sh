@@ -12,7 +12,10 @@
 #  - Ctrl-C (SIGINT to the launcher's process group, as a terminal sends it)
 #    while the ranks train, or wait in a collective that rank 0 never joins:
 #    under mpiexec.mpich, srun and ddrun: the launcher exits 130 with no rank
-#    killed, CTRLC times each.
+#    killed, every Python rank interrupted and no segment left, CTRLC times
+#    each (required for Python, counted for Go);
+#  - SIGTERM (scancel under srun, SIGTERM to ddrun): Python ranks end by
+#    it with their stores abandoned, the launcher exits 143, CTRLC times.
 #   examples/life/life-test.sh     (root for Slurm; make deps installs mpich, slurm-wlm, munge, numactl)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -93,12 +96,19 @@ echo "mpiexec.mpich -n 4 sh -c 'python3 …': 4 ranks read every row right"
 
 # interrupt NAME PATTERN N SIGS CMD...: starts CMD in a process group of
 # its own, waits until N lines of its output match PATTERN, then sends
-# SIGINT to the group as a terminal's Ctrl-C does, SIGS times 0.3 s apart.
-# Prints "clean" when the launcher exited 130 (128 + SIGINT) within 60 s
-# and reported no killed or crashed rank, else "exit RC".
+# SIGINT to the group as a terminal's Ctrl-C does, SIGS times 0.3 s apart
+# (SIGS "term": SIGTERM to the group once; "scancel": scancel of the
+# step instead). Prints "clean S" when the launcher exited 130 (128 +
+# SIGINT; 143 for SIGTERM) within 60 s and reported no killed or crashed
+# rank, else "exit RC S"; S is the seconds from the first signal to the
+# launcher's exit.
 interrupt() {
   local name=$1 pattern=$2 n=$3 sigs=$4
   shift 4
+  # Emptied here, not only by the redirection below, which the forked
+  # child makes: the wait for PATTERN could else still count the previous
+  # run's lines and send the signal while the ranks start.
+  : >"$work/$name.out"
   setsid "$@" >"$work/$name.out" 2>&1 &
   local pid=$! t=0
   until [[ $(grep -c "$pattern" "$work/$name.out") -ge $n ]]; do
@@ -110,18 +120,29 @@ interrupt() {
   local pg
   pg=$(ps -o pgid= -p "$pid" | tr -d ' ') || true
   [[ -n $pg ]] || fail "$name: ended before Ctrl-C: $(cat "$work/$name.out")"
-  for ((k = 0; k < sigs; k++)); do
-    ((k == 0)) || sleep 0.3
-    kill -INT -- "-$pg" 2>/dev/null || true
-  done
+  local t0 want=130
+  cp "$work/$name.out" "$work/$name.before" # what the job had said when the signal went
+  t0=$(date +%s.%N)
+  case $sigs in
+  term) want=143; kill -TERM -- "-$pg" 2>/dev/null || true ;;
+  scancel) want=143; scancel "$(squeue -h -o %i | head -1)" ;;
+  *)
+    for ((k = 0; k < sigs; k++)); do
+      ((k == 0)) || sleep 0.3
+      kill -INT -- "-$pg" 2>/dev/null || true
+    done
+    ;;
+  esac
   local rc=0
   timeout 60 tail -s 0.1 --pid=$pid -f /dev/null ||
     { ps -o pid,pgid,stat,args -g "$pg" >&2 || true; kill -9 -- "-$pg"; fail "$name: still running 60 s after Ctrl-C to group $pg"; }
   wait $pid || rc=$?
-  if [[ $rc == 130 ]] && ! grep -Eq 'Killed|Segmentation|signal (9|11)' "$work/$name.out"; then
-    echo clean
+  local took
+  took=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
+  if [[ $rc == "$want" ]] && ! grep -Eq 'Killed|Segmentation|signal (9|11)' "$work/$name.out"; then
+    echo "clean $took"
   else
-    echo "exit $rc"
+    echo "exit $rc $took"
   fi
 }
 # Exit 130 counts as clean: it is what a shell reports for a program ended
@@ -133,30 +154,69 @@ interrupt() {
 # a small shell holding its stdout/stderr until the proxy has reaped it
 # (engine.ExitUnderHydra), and mpiexec exits 130. srun takes a single
 # Ctrl-C for a status request: Ctrl-C twice within a second forwards
-# SIGINT and then ends the step; its ranks end by SIGINT. ddrun forwards
-# SIGINT and exits 130. Go ranks abandon their store in the signal
-# handler (engine.EndOnInterrupt); Python ranks raise KeyboardInterrupt
-# and then abandon theirs. Required: every job ends within 60 s and the
-# Python ranks are interrupted under mpiexec. Counted: clean ends per launcher and
-# language (the other exit codes listed, the job's last lines on stderr),
-# and Go runs in which a rank reported an error of its own.
+# SIGINT to every task and SIGKILLs them about 10 ms later (Slurm 22.05),
+# so a task that is still running then is reported killed (137): Go ranks
+# and Python ranks (the library's handler, dds_end_on_signals) end by
+# SIGINT at once, with no KeyboardInterrupt. ddrun forwards SIGINT and
+# exits 130; it SIGKILLs ranks still running 2 s later. Go ranks abandon
+# their store in the signal handler (engine.EndOnInterrupt); Python ranks
+# under mpiexec and ddrun raise KeyboardInterrupt and then abandon theirs.
+# Required, for Python (a collective blocked on rank 0) under each
+# launcher, CTRLC times: exit 130 with no rank killed, within 10 s; every
+# rank interrupted (4 KeyboardInterrupt tracebacks under mpiexec and ddrun,
+# counted anywhere in the lines, which the ranks' writes interleave; 4
+# "ddstore: rank N of 4: Ctrl-C in a Slurm step" lines under srun); no
+# segment left. Counted: the same for Go (training) runs, and Go runs in
+# which a rank reported an error of its own.
 declare -A sigs=([mpiexec]=1 [srun]=2 [ddrun]=1)
+max() { awk -v a="$1" -v b="$2" 'BEGIN { print (a + 0 > b + 0) ? a : b }'; }
+cleanseg() { find "$DDSTORE_TELEMETRY_DIR" -name 'ddstore-*.tel' -delete 2>/dev/null || true; }
+cleanseg
 for l in mpiexec srun ddrun; do
-  go=0 py=0 goerr=0 noki=0 other=
+  go=0 goerr=0 goseg=0 other= pymax=0 gomax=0
   for i in $(seq "$CTRLC"); do
     r=$(interrupt ctrlc-go '^{' 1 "${sigs[$l]}" ${launch[$l]} bin/train --epochs 1000 --rows-per-rank 256 --json)
-    if [[ $r == clean ]]; then go=$((go + 1)); else other+=" go:${r#exit }"; tail -3 "$work/ctrlc-go.out" | sed "s/^/  go $l run $i: /" >&2; fi
+    if [[ $r == clean* ]]; then go=$((go + 1)); else other+=" go:${r#exit }"; tail -3 "$work/ctrlc-go.out" | sed "s/^/  go $l run $i: /" >&2; fi
+    gomax=$(max "${r##* }" $gomax)
     grep -v '^train: 4 ranks' "$work/ctrlc-go.out" | grep -q '^train: ' && goerr=$((goerr + 1))
+    [[ $(segments) == 0 ]] || goseg=$((goseg + 1))
+    cleanseg
     r=$(interrupt ctrlc-py '^ready' 4 "${sigs[$l]}" ${launch[$l]} $PY examples/life/noclose.py --block)
-    if [[ $r == clean ]]; then py=$((py + 1)); else other+=" py:${r#exit }"; tail -3 "$work/ctrlc-py.out" | sed "s/^/  py $l run $i: /" >&2; fi
-    if ! grep -q '^KeyboardInterrupt' "$work/ctrlc-py.out"; then
-      # Required under mpiexec (as before issue 31's exit-130 work); under
-      # srun and ddrun counted (CI once saw a ddrun run print none).
-      [[ $l != mpiexec ]] || { cat "$work/ctrlc-py.out" >&2; fail "Ctrl-C run $i under $l (Python): no KeyboardInterrupt"; }
-      noki=$((noki + 1))
+    pyfail() { sed 's/^/  before the signal: /' "$work/ctrlc-py.before" >&2; cat "$work/ctrlc-py.out" >&2; fail "Ctrl-C run $i under $l (Python): $*"; }
+    [[ $r == clean* ]] || pyfail "$r s; want exit 130 with no rank killed"
+    awk -v s="${r##* }" 'BEGIN { exit !(s <= 10) }' || pyfail "launcher ended ${r##* } s after Ctrl-C; want 10 s at most"
+    pymax=$(max "${r##* }" $pymax)
+    if [[ $l == srun ]]; then
+      n=$(grep -c '^ddstore: rank [0-3] of 4: Ctrl-C in a Slurm step' "$work/ctrlc-py.out") || true
+    else
+      n=$(grep -o KeyboardInterrupt "$work/ctrlc-py.out" | wc -l)
     fi
+    [[ $n == 4 ]] || pyfail "$n of 4 ranks interrupted"
+    [[ $(segments) == 0 ]] || pyfail "segments left: $(ls "$DDSTORE_TELEMETRY_DIR")"
   done
-  echo "Ctrl-C under $l: every run ended; exit 130 with no rank killed: Go (training) $go of $CTRLC (a rank's own error in $goerr), Python (blocked collective) $py of $CTRLC${other:+; other exits:$other}"
-  ((noki == 0)) || echo "Ctrl-C under $l: $noki Python runs printed no KeyboardInterrupt"
+  echo "Ctrl-C under $l: Python (blocked collective) $CTRLC of $CTRLC ended clean (exit 130, every rank interrupted, no rank killed, no segment left), at most $pymax s after Ctrl-C"
+  echo "Ctrl-C under $l: Go (training) $go of $CTRLC exited 130 with no rank killed (a rank's own error in $goerr, segments left in $goseg), at most $gomax s${other:+; other exits (code s):$other}"
+done
+
+# SIGTERM (scancel, a batch system's time limit, ddrun stopping the other
+# ranks after a failure): a Python rank that leaves SIGTERM at its default
+# ends by it at once, its store abandoned, saying so in one line. scancel
+# sends the step SIGCONT and SIGTERM, then SIGKILL after KillWait (5 s
+# here); ddrun forwards SIGTERM to every rank. Required: the launcher
+# reports SIGTERM (srun and ddrun: exit 143) with no rank killed, 4 lines,
+# no segment left, CTRLC times each.
+declare -A stop=([srun]=scancel [ddrun]=term)
+for l in srun ddrun; do
+  tmax=0
+  for i in $(seq "$CTRLC"); do
+    r=$(interrupt term-py '^ready' 4 "${stop[$l]}" ${launch[$l]} $PY examples/life/noclose.py --block)
+    termfail() { sed 's/^/  before the signal: /' "$work/term-py.before" >&2; cat "$work/term-py.out" >&2; fail "SIGTERM run $i under $l (Python): $*"; }
+    [[ $r == clean* ]] || termfail "$r s; want exit 143 with no rank killed"
+    tmax=$(max "${r##* }" $tmax)
+    n=$(grep -c '^ddstore: rank [0-3] of 4: SIGTERM: store abandoned' "$work/term-py.out") || true
+    [[ $n == 4 ]] || termfail "$n of 4 ranks said they ended by SIGTERM"
+    [[ $(segments) == 0 ]] || termfail "segments left: $(ls "$DDSTORE_TELEMETRY_DIR")"
+  done
+  echo "SIGTERM (${stop[$l]}) under $l: Python $CTRLC of $CTRLC ended by SIGTERM (exit 143, no rank killed, no segment left), at most $tmax s"
 done
 echo "life-test: passed"

@@ -8,6 +8,7 @@ so that signals (Ctrl-C) are handled between slices.
 import ctypes
 import os
 import signal
+import sys
 import threading
 
 from . import errors
@@ -103,11 +104,59 @@ def lib():
             f.restype = ctypes.c_int
         l.dds_exit_interrupted.argtypes = []
         l.dds_exit_interrupted.restype = None
+        l.dds_end_on_signals.argtypes = [ctypes.c_int]
+        l.dds_end_on_signals.restype = ctypes.c_int
         l.dds_error_name.argtypes = [ctypes.c_int]
         l.dds_error_name.restype = ctypes.c_char_p
         errors.learn_codes(lambda code: l.dds_error_name(code))
         _lib = l
     return _lib
+
+
+END_SIGTERM, END_SIGINT = 1, 2  # DDS_END_* in ddstore.h
+_ended = 0  # the DDS_END_* signals the library ends this process on
+
+
+def end_on_signals():
+    """Lets the library end this process on the signals the program leaves
+    to Python's defaults (dds_end_on_signals): SIGTERM (SIG_DFL, which
+    would leave the store's segment behind) always; SIGINT
+    (KeyboardInterrupt) only where srun SIGKILLs the step about 10 ms after
+    it forwards Ctrl-C, too soon for a KeyboardInterrupt to unwind, and
+    never in an interactive session. On one of them the library abandons
+    the open stores, writes one line on stderr and ends the process by the
+    signal at once. Called at each open, from the main thread only (where
+    Python's handlers live); a handler the program installs later wins."""
+    global _ended
+    if threading.current_thread() is not threading.main_thread():
+        return
+    ask = 0
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        ask |= END_SIGTERM
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler and not _interactive():
+        ask |= END_SIGINT
+    if ask & ~_ended:
+        _ended = lib().dds_end_on_signals(ask)
+
+
+def _interactive():
+    """A session whose Ctrl-C interrupts a statement, not the job."""
+    return bool(sys.flags.interactive) or hasattr(sys, "ps1") or "ipykernel" in sys.modules
+
+
+def _after_fork_in_child():
+    """A forked child (a DataLoader worker) inherits the library's signal
+    handler but not the library's threads, which would never act on a
+    signal: Python's own handling goes back in place."""
+    global _ended
+    for flag, sig in ((END_SIGTERM, signal.SIGTERM), (END_SIGINT, signal.SIGINT)):
+        h = signal.getsignal(sig)
+        if _ended & flag and h is not None:
+            signal.signal(sig, h)
+    _ended = 0
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def check(rc, err):

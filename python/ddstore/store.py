@@ -197,6 +197,18 @@ class DDStore:
     with no handoff, but Ctrl-C then waits until the read ends (at most
     fabric_timeout). Reads of a store whose shards are all on this node
     (no fabric) always run in the calling thread.
+
+    SIGTERM (scancel, a time limit, a launcher stopping the job), while
+    the program leaves it at its default, ends the process at once with its
+    stores abandoned (segments and shard files removed) and one line on
+    stderr, instead of leaving them behind. So does Ctrl-C in a Slurm step
+    (srun): srun SIGKILLs the tasks about 10 ms after it forwards Ctrl-C,
+    too soon for a KeyboardInterrupt to unwind, so the process ends by
+    SIGINT without one (srun then reports the interrupt, exit 130). With
+    SLURM_DISABLE_STATUS=1 in srun's environment srun forwards one Ctrl-C
+    alone and Ctrl-C raises KeyboardInterrupt, as under mpiexec and ddrun
+    and in an interactive session. A handler of the program's own
+    (signal.signal) always wins.
     """
 
     def __init__(self, comm=None, method=0, **options):
@@ -241,6 +253,7 @@ class DDStore:
         _lib.check(_lib.lib().dds_info(self._h, info, ctypes.byref(err)), err)
         self.rank, self.size, self.width, self.local_rank = info[0], info[1], info[2], info[3]
         _open_stores[id(self)] = self
+        _lib.end_on_signals()
 
     @staticmethod
     def _comm_bootstrap(comm):

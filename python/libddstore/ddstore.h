@@ -84,6 +84,12 @@ typedef struct {
 	int64_t indices_cap;     /* out: the global row of each sample (rows entries) */
 } dds_batch;
 
+/* The signals dds_end_on_signals may take: ask for those the program
+ * leaves to their default (Python: SIGTERM at SIG_DFL, SIGINT at its
+ * KeyboardInterrupt handler). */
+#define DDS_END_SIGTERM 1
+#define DDS_END_SIGINT 2
+
 #ifndef DDS_NO_PROTOTYPES
 /* The name of an error code's class ("INDEX", ..., "OTHER"), NULL for a
  * code of no class. The strings live as long as the library. */
@@ -115,6 +121,19 @@ int dds_abandon(uint64_t store, dds_error *err);
  * launcher it returns, and the caller ends by SIGINT. Flush your own
  * output first. */
 void dds_exit_interrupted(void);
+/* Ends the process on the signals of flags that it takes: on one of them,
+ * a goroutine of the library abandons every store still open (as
+ * dds_abandon), writes one line on stderr and ends the process by the
+ * signal, within milliseconds, whatever the caller's threads are doing.
+ * It takes SIGTERM, and SIGINT only in a Slurm step whose srun SIGKILLs
+ * the tasks right after it forwards Ctrl-C (SLURM_STEP_ID set, neither
+ * SLURM_DISABLE_STATUS nor SLURM_PTY_PORT): there a handler that needs
+ * more than a few milliseconds (a KeyboardInterrupt) never finishes.
+ * Returns the flags taken so far; a later call may take more. Taken
+ * signals stay taken; a handler the caller installs afterwards (sigaction)
+ * replaces the library's. A forked child inherits the handler but not the
+ * library's threads: give the child its own handlers back. */
+int dds_end_on_signals(int flags);
 int dds_add_start(uint64_t store, const char *name, int32_t dtype, int64_t row_elems,
 		const void *data, int64_t nbytes, uint64_t *call, dds_error *err);
 int dds_init_start(uint64_t store, const char *name, int32_t dtype, int64_t row_elems,

@@ -23,6 +23,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
 	"regexp"
 	"runtime/cgo"
 	"strconv"
@@ -31,6 +33,8 @@ import (
 	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/ddstore/ddstore/engine"
 	"github.com/ddstore/ddstore/engine/bootstrap"
@@ -379,6 +383,7 @@ func dds_open_start(opts *C.char, out *C.uint64_t, e *C.dds_error) (rc C.int) {
 			if err != nil {
 				return 0, err
 			}
+			ender.track(s)
 			return uint64(cgo.NewHandle(&storeObj{s: s})), nil
 		})
 	}
@@ -418,7 +423,10 @@ func cslice[T any](p unsafe.Pointer, n C.int64_t, count, what string) ([]T, erro
 
 //export dds_close_start
 func dds_close_start(h C.uint64_t, out *C.uint64_t, e *C.dds_error) C.int {
-	return startOn(h, out, e, (*engine.Store).Close)
+	return startOn(h, out, e, func(s *engine.Store) error {
+		defer ender.untrack(s) // closed even when Close fails
+		return s.Close()
+	})
 }
 
 // dds_abandon removes the store's telemetry segment and shard files
@@ -427,7 +435,121 @@ func dds_close_start(h C.uint64_t, out *C.uint64_t, e *C.dds_error) C.int {
 //
 //export dds_abandon
 func dds_abandon(h C.uint64_t, e *C.dds_error) C.int {
-	return onStore(h, e, (*engine.Store).Abandon)
+	return onStore(h, e, func(s *engine.Store) error {
+		defer ender.untrack(s)
+		return s.Abandon()
+	})
+}
+
+// ---- ending on signals ----
+
+// ender ends this process on the signals dds_end_on_signals took: it
+// abandons every store of this library still open (their telemetry
+// segments and shard files removed), says so in one line on stderr, and
+// ends by the signal (engine.EndBySignal), all on a goroutine of its own
+// within a few milliseconds, whatever the host's threads are doing.
+var ender = &signalEnder{stores: map[*engine.Store]struct{}{}}
+
+type signalEnder struct {
+	mu     sync.Mutex
+	stores map[*engine.Store]struct{} // open, in this process
+	taken  int                        // DDS_END_* flags taken
+	ch     chan os.Signal
+}
+
+func (g *signalEnder) track(s *engine.Store) {
+	g.mu.Lock()
+	g.stores[s] = struct{}{}
+	g.mu.Unlock()
+}
+
+func (g *signalEnder) untrack(s *engine.Store) {
+	g.mu.Lock()
+	delete(g.stores, s)
+	g.mu.Unlock()
+}
+
+// endFlags maps DDS_END_* flags to their signals.
+var endFlags = []struct {
+	flag int
+	sig  unix.Signal
+}{{C.DDS_END_SIGTERM, unix.SIGTERM}, {C.DDS_END_SIGINT, unix.SIGINT}}
+
+// signalsToTake is the decision of dds_end_on_signals: of the signals
+// asked for (DDS_END_* flags), SIGTERM always, SIGINT only where the
+// launcher SIGKILLs the process right after it forwards Ctrl-C (srun,
+// bootstrap.KilledAfterInterrupt): elsewhere the caller's own handling
+// (Python's KeyboardInterrupt) has time to run.
+func signalsToTake(asked int, killedAfterInterrupt bool) int {
+	take := asked & C.DDS_END_SIGTERM
+	if killedAfterInterrupt {
+		take |= asked & C.DDS_END_SIGINT
+	}
+	return take
+}
+
+// take starts handling the signals of flags (once each); it returns every
+// flag taken so far.
+func (g *signalEnder) take(flags int) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var sigs []os.Signal
+	for _, f := range endFlags {
+		if flags&f.flag != 0 && g.taken&f.flag == 0 {
+			sigs = append(sigs, f.sig)
+			g.taken |= f.flag
+		}
+	}
+	if len(sigs) > 0 {
+		if g.ch == nil {
+			g.ch = make(chan os.Signal, 1)
+			go g.end()
+		}
+		signal.Notify(g.ch, sigs...)
+	}
+	return g.taken
+}
+
+// end waits for a signal taken, then ends the process by it.
+func (g *signalEnder) end() {
+	sig := (<-g.ch).(unix.Signal)
+	g.mu.Lock()
+	who, n := fmt.Sprintf("pid %d", os.Getpid()), 0
+	for s := range g.stores {
+		if n == 0 {
+			who = fmt.Sprintf("rank %d of %d", s.Rank(), s.World())
+		}
+		if s.Abandon() == nil {
+			n++
+		}
+	}
+	g.mu.Unlock()
+	_, _ = os.Stderr.WriteString(endMessage(who, sig, n)) // one write: whole among the ranks' output
+	engine.EndBySignal(sig)
+}
+
+// endMessage is the line ender writes before the process ends by sig,
+// having abandoned n stores.
+func endMessage(who string, sig unix.Signal, n int) string {
+	what := "no store open"
+	switch {
+	case n == 1:
+		what = "store abandoned (segment and shard files removed)"
+	case n > 1:
+		what = fmt.Sprintf("%d stores abandoned (segments and shard files removed)", n)
+	}
+	why := unix.SignalName(sig)
+	if sig == unix.SIGINT {
+		why = "Ctrl-C in a Slurm step (srun SIGKILLs it right after)"
+	}
+	return fmt.Sprintf("ddstore: %s: %s: %s, ending by %s now\n", who, why, what, unix.SignalName(sig))
+}
+
+// dds_end_on_signals: see ddstore.h.
+//
+//export dds_end_on_signals
+func dds_end_on_signals(flags C.int) C.int {
+	return C.int(ender.take(signalsToTake(int(flags), bootstrap.KilledAfterInterrupt())))
 }
 
 // dds_exit_interrupted: engine.ExitUnderHydra with the interrupt's code.

@@ -14,7 +14,11 @@ hangs would.
 --drop: drops its last reference to the store before exit (a store kept
 in a local of main()): the hook closes it all the same.
 --raise: ends by an uncaught error; --interrupt: by Ctrl-C (SIGINT to
-itself, KeyboardInterrupt uncaught): the hook abandons the store then."""
+itself, KeyboardInterrupt uncaught): the hook abandons the store then;
+--term: by SIGTERM to itself; --own-term: with a SIGTERM handler of its
+own (installed before the store opens) that exits with code 7.
+--fork-term: forks a child that waits, ends it by SIGTERM and checks that
+it ended by SIGTERM within 10 s and left the parent's store alone."""
 import argparse
 import gc
 import signal
@@ -46,7 +50,12 @@ ap.add_argument("--hang", action="store_true")
 ap.add_argument("--drop", action="store_true")
 ap.add_argument("--raise", dest="raise_", action="store_true")
 ap.add_argument("--interrupt", action="store_true")
+ap.add_argument("--term", action="store_true")
+ap.add_argument("--own-term", action="store_true")
+ap.add_argument("--fork-term", action="store_true")
 args = ap.parse_args()
+if args.own_term:
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(7))
 
 with ddstore.DDStore(bootstrap={"method": "single", "world": 1, "rank": 0}, telemetry=False):
     pass  # closed before exit: the hook skips it (else ClosedError on stderr)
@@ -80,6 +89,27 @@ if args.fork:
     _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
     assert os.path.exists(os.path.join(tel, mine[0])), "the forked child's exit removed the parent's segment"
+if args.fork_term:
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        os.write(w, b"x")  # the child runs Python code again: the fork hooks have run
+        time.sleep(60)
+        os._exit(0)
+    os.close(w)
+    os.read(r, 1)
+    os.kill(pid, signal.SIGTERM)
+    for _ in range(1000):
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.01)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        sys.exit("the forked child did not end within 10 s of SIGTERM")
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM, status
+    assert os.path.exists(os.path.join(tel, mine[0])), "the forked child's SIGTERM removed the parent's segment"
 read_every_row()
 say("rank %d read %d rows" % (store.rank, n))
 if args.tcp:
@@ -95,4 +125,7 @@ if args.raise_:
     raise RuntimeError("the script's own error")
 if args.interrupt:
     os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(60)
+if args.term or args.own_term:
+    os.kill(os.getpid(), signal.SIGTERM)
     time.sleep(60)

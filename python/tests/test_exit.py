@@ -22,11 +22,12 @@ LAUNCHERS = {"mpiexec": ["mpiexec.mpich", "-n", "2"], "ddrun": [DDRUN, "-n", "2"
 TIMEOUT = 120  # s for a whole job, far above what it takes on a loaded machine
 
 
-def start(tel, *args, launcher=()):
-    """_no_close.py (under launcher) with its telemetry segments in tel."""
+def start(tel, *args, launcher=(), env=None):
+    """_no_close.py (under launcher, with env added) with its telemetry
+    segments in tel."""
     return subprocess.Popen(list(launcher) + [sys.executable, NO_CLOSE] + list(args), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, cwd="/tmp",
-                            env=dict(clean_env(), DDSTORE_TELEMETRY_DIR=str(tel)))
+                            env=dict(clean_env(), DDSTORE_TELEMETRY_DIR=str(tel), **(env or {})))
 
 
 def finish(p):
@@ -106,4 +107,58 @@ def test_uncaught_exception_abandons_the_store(single, tmp_path, how):
     assert ("RuntimeError" if how == "raise" else "KeyboardInterrupt") in err, err
     assert "ddstore:" not in err, err  # no close attempted, nothing failed
     assert len(segments(out.splitlines())) == 1
+    assert os.listdir(tmp_path) == []
+
+
+# What srun 22.05 gives its tasks: Ctrl-C twice to srun sends them SIGINT,
+# then SIGKILL about 10 ms later (measured here).
+SLURM_STEP = {"SLURM_JOB_ID": "15", "SLURM_STEP_ID": "0", "SLURM_STEPID": "0"}
+ABANDONED = "store abandoned (segment and shard files removed), ending by %s now"
+
+
+@pytest.mark.parametrize("env,how,sig,line", [
+    (SLURM_STEP, "interrupt", signal.SIGINT,
+     "ddstore: rank 0 of 1: Ctrl-C in a Slurm step (srun SIGKILLs it right after): " + ABANDONED % "SIGINT"),
+    ({}, "term", signal.SIGTERM, "ddstore: rank 0 of 1: SIGTERM: " + ABANDONED % "SIGTERM"),
+    (SLURM_STEP, "term", signal.SIGTERM, "ddstore: rank 0 of 1: SIGTERM: " + ABANDONED % "SIGTERM"),
+])
+def test_signal_ends_the_process_at_once(single, tmp_path, env, how, sig, line):
+    """SIGINT in a Slurm step (no time for a KeyboardInterrupt before srun's
+    SIGKILL) and SIGTERM anywhere (Python's default would leave the
+    segment): the library abandons the store, says so in one line and ends
+    the process by the signal, with no traceback."""
+    p = start(tmp_path, "--" + how, env=env)
+    out, err = p.communicate(timeout=TIMEOUT)
+    assert p.returncode == -sig, (p.returncode, out, err)
+    assert err.splitlines() == [line], err
+    assert len(segments(out.splitlines())) == 1
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("env", [dict(SLURM_STEP, SLURM_DISABLE_STATUS="1"), dict(SLURM_STEP, SLURM_PTY_PORT="4547")])
+def test_ctrl_c_raises_where_srun_gives_time(single, tmp_path, env):
+    """srun with SLURM_DISABLE_STATUS forwards one Ctrl-C alone, and under
+    srun --pty Ctrl-C comes through the task's terminal: no SIGKILL
+    follows, so Ctrl-C raises KeyboardInterrupt as anywhere else."""
+    p = start(tmp_path, "--interrupt", env=env)
+    out, err = p.communicate(timeout=TIMEOUT)
+    assert p.returncode == -signal.SIGINT, (p.returncode, out, err)
+    assert "KeyboardInterrupt" in err and "ddstore:" not in err, err
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_sigterm_handler_of_the_program_wins(single, tmp_path):
+    p = start(tmp_path, "--own-term", env=SLURM_STEP)
+    out, err = p.communicate(timeout=TIMEOUT)
+    assert p.returncode == 7 and err == "", (p.returncode, out, err)
+    assert os.listdir(tmp_path) == []  # closed by the exit hook
+
+
+def test_forked_child_ends_by_sigterm(single, tmp_path):
+    """A forked child (a DataLoader worker) has the library's handler but
+    not its threads: it gets Python's own SIGTERM back, ends by it and
+    leaves the parent's store alone."""
+    lines, err = finish(start(tmp_path, "--fork-term", env=SLURM_STEP))
+    check_every_rank_read(lines, 1)
+    assert err == ""
     assert os.listdir(tmp_path) == []

@@ -126,8 +126,19 @@ func (e *RankError) Unwrap() []error {
 	return []error{ErrRankFailed}
 }
 
+// InterruptError is ErrInterrupted by a signal forwarded to the ranks.
+type InterruptError struct{ Signal syscall.Signal }
+
+func (e *InterruptError) Error() string {
+	return fmt.Sprintf("%v: forwarded %v to the ranks", ErrInterrupted, e.Signal)
+}
+
+func (e *InterruptError) Unwrap() error { return ErrInterrupted }
+
 // ExitCode is the status a launcher should exit with for err: 0 for nil,
-// the failing rank's status, 128+signal for a killed rank, else 1.
+// the failing rank's status, 128+signal for a killed rank or a forwarded
+// signal (130 for Ctrl-C, 143 for SIGTERM, as a shell reports a program
+// the signal ended), 130 for another interrupt, else 1.
 func ExitCode(err error) int {
 	if err == nil {
 		return 0
@@ -137,6 +148,10 @@ func ExitCode(err error) int {
 		if re.Code > 0 {
 			return re.Code
 		}
+	}
+	var ie *InterruptError
+	if errors.As(err, &ie) {
+		return 128 + int(ie.Signal)
 	}
 	if errors.Is(err, ErrInterrupted) {
 		return 130
@@ -357,6 +372,9 @@ func Run(ctx context.Context, s Spec) error {
 		case sig := <-s.Signals:
 			if cause == nil && first == nil {
 				cause = fmt.Errorf("%w: forwarded %v to the ranks", ErrInterrupted, sig)
+				if ss, ok := sig.(syscall.Signal); ok {
+					cause = &InterruptError{Signal: ss}
+				}
 			}
 			if ss, ok := sig.(syscall.Signal); ok {
 				signalAll(ss)

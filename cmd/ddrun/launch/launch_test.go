@@ -190,8 +190,11 @@ func TestRunForwardsSignals(t *testing.T) {
 		sigs <- syscall.SIGTERM
 	}()
 	err := Run(context.Background(), s)
-	if !errors.Is(err, ErrInterrupted) {
-		t.Fatalf("err = %v, want ErrInterrupted", err)
+	if !errors.Is(err, ErrInterrupted) || ExitCode(err) != 143 {
+		t.Fatalf("err = %v (exit code %d), want ErrInterrupted by SIGTERM (143)", err, ExitCode(err))
+	}
+	if want := "launch: interrupted: forwarded terminated to the ranks"; err.Error() != want {
+		t.Errorf("err = %q, want %q", err, want)
 	}
 	for r := range 3 {
 		if _, err := os.Stat(filepath.Join(dir, "got-"+strconv.Itoa(r))); err != nil {
