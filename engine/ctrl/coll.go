@@ -12,6 +12,7 @@ import (
 	"math/bits"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ddstore/ddstore/fault"
@@ -36,6 +37,7 @@ type coll struct {
 	deadline time.Time
 	timeout  time.Duration
 	hops     uint8
+	graced   atomic.Bool // a failed send already waited ExitGrace
 }
 
 func tagOf(op, tag string, n int) uint32 {
@@ -130,7 +132,7 @@ func (k *coll) sendAgentHops(node, step int, body []byte, hops uint8) error {
 	}
 	c.nAgentMsg.Add(1)
 	if err := l.send(header{typ: tColl, hops: hops, step: uint16(step), seq: k.seq, from: uint32(c.o.Node), tag: k.tag}, body, k.deadline); err != nil {
-		c.sendGrace(err)
+		k.grace(err)
 		return &fault.Error{Op: k.op, Ranks: []int{c.agentRank(node)}, Side: fault.Remote, Kind: fault.ErrPeerDead,
 			Detail: fmt.Sprintf("sending to node %d's agent failed", node), Err: err}
 	}
@@ -171,7 +173,7 @@ func (k *coll) recvAgent(node, step int) ([]byte, error) {
 func (k *coll) sendLocal(l *link, step int, body []byte) error {
 	k.c.nLocalMsg.Add(1)
 	if err := l.send(header{typ: tColl, hops: k.hops, step: uint16(step), seq: k.seq, from: uint32(k.c.o.Rank), tag: k.tag}, body, k.deadline); err != nil {
-		k.c.sendGrace(err)
+		k.grace(err)
 		return &fault.Error{Op: k.op, Ranks: []int{l.peer}, Side: fault.Remote, Kind: fault.ErrPeerDead,
 			Detail: fmt.Sprintf("sending to rank %d failed", l.peer), Err: err}
 	}

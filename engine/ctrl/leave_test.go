@@ -176,3 +176,93 @@ func TestMarkedDeathToldNotMismatch(t *testing.T) {
 	}
 	t.Logf("rank 0 failed %v after rank 1's barrier: %v", time.Since(t0).Round(time.Millisecond), err0)
 }
+
+// TestGaveUpOnDeadAfterItsPart: the ordering of make test-slurm's kill
+// under tree. Rank 3 sent its part of an all-gather and was killed; the
+// others learn its death, which lets that all-gather go on (its part is
+// in). Rank 2 meanwhile gave up on rank 3 (a read from it failed) and,
+// closing, calls the store's close barrier instead of the all-gather:
+// that barrier must fail at once naming rank 3, and ranks 0 and 1, in the
+// all-gather, must fail naming rank 3 as well, not blame rank 2 for
+// calling another collective.
+func TestGaveUpOnDeadAfterItsPart(t *testing.T) {
+	const victim = 3
+	cl, errs := startCluster(t, 4, 4, fast, nil)
+	if err := firstErr(errs); err != nil {
+		t.Fatal(err)
+	}
+	defer cl.close()
+	agent := cl.rank(0)
+	agent.mu.Lock()
+	up := agent.locals[victim]
+	agent.mu.Unlock()
+	go cl.rank(victim).AllGather("x", blobOf(victim), 0)
+	for up.upSeq.Load() < 1 {
+		time.Sleep(time.Millisecond)
+	}
+	cl.rank(victim).kill()
+	r2 := cl.rank(2)
+	for deadline := time.Now().Add(10 * time.Second); !r2.Dead(victim); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("rank 2 never learnt that rank 3 died")
+		}
+	}
+	res := make(chan error, 2)
+	for _, r := range []int{0, 1} {
+		go func() {
+			_, err := cl.rank(r).AllGather("x", blobOf(r), 0)
+			res <- err
+		}()
+	}
+	r2.MarkDead(victim, errors.New("read from rank 3: connection refused"))
+	if err := r2.Barrier("close", 0); !errors.Is(err, fault.ErrPeerDead) || fault.RankOf(err) != victim {
+		t.Fatalf("rank 2's close barrier: %v, want ErrPeerDead naming rank %d", err, victim)
+	}
+	for range 2 {
+		select {
+		case err := <-res:
+			if !errors.Is(err, fault.ErrPeerDead) || fault.RankOf(err) != victim {
+				t.Fatalf("the all-gather: %v, want ErrPeerDead naming rank %d", err, victim)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a rank still waits in the all-gather 10 s after rank 2 gave up (deadline 20 s)")
+		}
+	}
+}
+
+// TestOneGracePerCollective: an agent handing an all-gather's result to
+// its local ranks after six of them sent their parts and were killed
+// waits ExitGrace once, not once per dead rank (make test-slurm under
+// tree: the ranks that failed on a killed rank had exited too, and the
+// agent failed 11 × 500 ms after the kill).
+func TestOneGracePerCollective(t *testing.T) {
+	defer func(g time.Duration) { ExitGrace = g }(ExitGrace)
+	ExitGrace = time.Second
+	cl, errs := startCluster(t, 8, 8, fast, nil)
+	if err := firstErr(errs); err != nil {
+		t.Fatal(err)
+	}
+	defer cl.close()
+	agent := cl.rank(0)
+	for r := 1; r <= 6; r++ {
+		agent.mu.Lock()
+		up := agent.locals[r]
+		agent.mu.Unlock()
+		go cl.rank(r).AllGather("x", blobOf(r), 0)
+		for up.upSeq.Load() < 1 {
+			time.Sleep(time.Millisecond)
+		}
+		cl.rank(r).kill()
+	}
+	go cl.rank(7).AllGather("x", blobOf(7), 0)
+	t0 := time.Now()
+	_, err := agent.AllGather("x", blobOf(0), 0)
+	took := time.Since(t0)
+	if !errors.Is(err, fault.ErrPeerDead) || fault.RankOf(err) < 1 || fault.RankOf(err) > 6 {
+		t.Fatalf("the agent's all-gather: %v, want ErrPeerDead naming one of ranks 1-6", err)
+	}
+	if took > 4*ExitGrace {
+		t.Fatalf("the agent failed %v after its all-gather began: more than one ExitGrace (%v) per collective", took, ExitGrace)
+	}
+	t.Logf("the agent failed after %v: %v", took, err)
+}
