@@ -168,7 +168,10 @@ const (
 	ControlTree = "tree"
 )
 
-// CheckControl: "" (the default, mesh), "mesh" or "tree".
+// DefaultControl is the control plane of "" (store.control).
+const DefaultControl = ControlTree
+
+// CheckControl: "" (the default, tree), "mesh" or "tree".
 func CheckControl(v string) error {
 	switch v {
 	case "", ControlMesh, ControlTree:

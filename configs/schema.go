@@ -37,9 +37,9 @@ type StoreConfig struct {
 	Width    int           // 0 = world size
 	Timeout  time.Duration // collectives, default 60s
 	Liveness time.Duration // DDSTORE_LIVENESS: dead-peer deadline, default 10s
-	// Control (DDSTORE_CONTROL) is the control plane: "mesh" (default: a
-	// connection from every rank to every other, engine/mesh) or "tree"
-	// (node agents in a k-ary tree, engine/ctrl).
+	// Control (DDSTORE_CONTROL) is the control plane: "tree" (default,
+	// DefaultControl: node agents in a k-ary tree, engine/ctrl) or "mesh"
+	// (a connection from every rank to every other, engine/mesh).
 	Control string
 	// The tree's liveness (engine/ctrl): an agent pings its ring successor
 	// every CtrlPeriod (DDSTORE_CTRL_PERIOD), probes it through others

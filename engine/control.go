@@ -3,9 +3,9 @@ package engine
 // The store's control plane: the connections that carry its collectives
 // and find dead ranks once the launcher's exchange has bootstrapped. Two
 // exist, chosen by Options.Control (config store.control, env
-// DDSTORE_CONTROL): "mesh" (engine/mesh, the default: every rank holds a
-// connection to every other) and "tree" (engine/ctrl: node agents in a
-// k-ary tree; a plain rank holds one connection, to its agent).
+// DDSTORE_CONTROL): "tree" (engine/ctrl, the default: node agents in a
+// k-ary tree; a plain rank holds one connection, to its agent) and "mesh"
+// (engine/mesh: every rank holds a connection to every other).
 
 import (
 	"fmt"
@@ -21,10 +21,11 @@ import (
 	"github.com/ddstore/ddstore/engine/mesh"
 )
 
-// Control planes (Options.Control).
+// Control planes (Options.Control); DefaultControl is that of "".
 const (
-	ControlMesh = configs.ControlMesh
-	ControlTree = configs.ControlTree
+	ControlMesh    = configs.ControlMesh
+	ControlTree    = configs.ControlTree
+	DefaultControl = configs.DefaultControl
 )
 
 // controlPlane is what the store asks of its control plane after Open.

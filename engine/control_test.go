@@ -16,18 +16,22 @@ func init() { scenarios["tree"] = scenarioTree }
 // nodes (NodeMode fabric: agents over TCP) get the mesh's all-reduce bits,
 // and a rank that exits without Close is found dead by every other: its
 // rows fail at once with ErrPeerDead naming it, and so do collectives.
+// The same with Control "mesh" (3 connections on every rank), which is no
+// longer the default.
 func TestTreeControlPlane(t *testing.T) {
-	for _, mode := range []string{"local", "tcp"} {
-		t.Run(mode, func(t *testing.T) {
-			spawnRanks(t, 4, "tree", map[string]string{"MODE": mode}, 90*time.Second,
-				func(r rankResult) bool { return r.rank == 3 }) // the victim exits with an error
-		})
+	for _, kind := range []string{ControlTree, ControlMesh} {
+		for _, mode := range []string{"local", "tcp"} {
+			t.Run(kind+"/"+mode, func(t *testing.T) {
+				spawnRanks(t, 4, "tree", map[string]string{"MODE": mode, "KIND": kind}, 90*time.Second,
+					func(r rankResult) bool { return r.rank == 3 }) // the victim exits with an error
+			})
+		}
 	}
 }
 
 func scenarioTree(w *worker) error {
 	o := storeOptions(w.mode, w.params)
-	o.Control = ControlTree
+	o.Control = w.param("KIND", ControlTree)
 	s, err := Open(o)
 	if err != nil {
 		return err
@@ -35,11 +39,11 @@ func scenarioTree(w *worker) error {
 	w.rank, w.world = s.Rank(), s.World()
 	ci := s.Control()
 	want := 1
-	if w.mode == "local" && ci.Agent {
+	if (w.mode == "local" && ci.Agent) || o.Control == ControlMesh {
 		want = s.World() - 1
 	}
-	if ci.Kind != ControlTree || (w.mode == "local" && ci.Conns != want) {
-		return fmt.Errorf("control plane %+v, want tree with %d connections", ci, want)
+	if ci.Kind != o.Control || ((w.mode == "local" || o.Control == ControlMesh) && ci.Conns != want) {
+		return fmt.Errorf("control plane %+v, want %s with %d connections", ci, o.Control, want)
 	}
 	w.logf("control plane %+v", ci)
 	if err := checkReduce(s, 4096); err != nil {

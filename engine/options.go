@@ -111,9 +111,9 @@ type Options struct {
 	// variable DDSTORE_LIVENESS.
 	Liveness time.Duration
 	// Control is the control plane that carries the collectives and finds
-	// dead ranks after the launcher's exchange: "mesh" (default; "" means
-	// it): a connection from every rank to every other, heartbeats every
-	// Liveness/5; "tree": the ranks of a node talk to their node agent
+	// dead ranks after the launcher's exchange: "mesh": a connection from
+	// every rank to every other, heartbeats every Liveness/5; "tree"
+	// (default, DefaultControl; "" means it): the ranks of a node talk to their node agent
 	// (lowest rank of the node) over a unix socket, agents form a 16-ary
 	// tree with ring liveness (SWIM) and log-depth collectives
 	// (engine/ctrl). Config key store.control, environment variable
@@ -165,7 +165,7 @@ func (o *Options) EnsureDefaults() *Options {
 	o.Timeout = cmp.Or(o.Timeout, DefaultTimeout)
 	o.FailoverAfter = cmp.Or(o.FailoverAfter, DefaultFailoverAfter)
 	o.Liveness = cmp.Or(o.Liveness, DefaultLiveness)
-	o.Control = cmp.Or(o.Control, ControlMesh)
+	o.Control = cmp.Or(o.Control, DefaultControl)
 	o.TelemetryDir = cmp.Or(o.TelemetryDir, DefaultDir)
 	o.ShardDir = cmp.Or(o.ShardDir, DefaultDir)
 	if o.ProfileOutput == nil {

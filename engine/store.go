@@ -180,7 +180,7 @@ func (o *Options) applyEnv() error {
 	if env.Iface != "" && o.Fabric.Domain == "" {
 		o.Fabric.Domain = env.Iface
 	}
-	if env.Control != "" && (o.Control == "" || o.Control == ControlMesh) {
+	if env.Control != "" && (o.Control == "" || o.Control == DefaultControl) {
 		o.Control = env.Control
 	}
 	if o.CtrlPeriod == 0 && o.CtrlSuspectAfter == 0 && o.CtrlDeadAfter == 0 {
