@@ -91,15 +91,7 @@ func TestExitAfterPartBeforeResult(t *testing.T) {
 		t.Fatal(err)
 	}
 	agent := cl.rank(4)
-	agent.mu.Lock()
-	up := agent.locals[victim]
-	agent.mu.Unlock()
-	v := cl.rank(victim)
-	go v.AllGather("x", blobOf(victim), 0)
-	for up.upSeq.Load() < 1 {
-		time.Sleep(time.Millisecond)
-	}
-	v.kill()
+	killAfterItsPart(cl, agent, victim)
 	t0 := time.Now()
 	res := cl.each(func(k *Ctrl) error {
 		_, err := k.AllGather("x", blobOf(k.Rank()), 0)
@@ -192,15 +184,7 @@ func TestGaveUpOnDeadAfterItsPart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.close()
-	agent := cl.rank(0)
-	agent.mu.Lock()
-	up := agent.locals[victim]
-	agent.mu.Unlock()
-	go cl.rank(victim).AllGather("x", blobOf(victim), 0)
-	for up.upSeq.Load() < 1 {
-		time.Sleep(time.Millisecond)
-	}
-	cl.rank(victim).kill()
+	killAfterItsPart(cl, cl.rank(0), victim)
 	r2 := cl.rank(2)
 	for deadline := time.Now().Add(10 * time.Second); !r2.Dead(victim); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -245,14 +229,7 @@ func TestOneGracePerCollective(t *testing.T) {
 	defer cl.close()
 	agent := cl.rank(0)
 	for r := 1; r <= 6; r++ {
-		agent.mu.Lock()
-		up := agent.locals[r]
-		agent.mu.Unlock()
-		go cl.rank(r).AllGather("x", blobOf(r), 0)
-		for up.upSeq.Load() < 1 {
-			time.Sleep(time.Millisecond)
-		}
-		cl.rank(r).kill()
+		killAfterItsPart(cl, agent, r)
 	}
 	go cl.rank(7).AllGather("x", blobOf(7), 0)
 	t0 := time.Now()
@@ -265,4 +242,17 @@ func TestOneGracePerCollective(t *testing.T) {
 		t.Fatalf("the agent failed %v after its all-gather began: more than one ExitGrace (%v) per collective", took, ExitGrace)
 	}
 	t.Logf("the agent failed after %v: %v", took, err)
+}
+
+// killAfterItsPart starts rank r's all-gather "x" (the first collective)
+// and kills r once its agent has its part.
+func killAfterItsPart(cl *cluster, agent *Ctrl, r int) {
+	agent.mu.Lock()
+	up := agent.locals[r]
+	agent.mu.Unlock()
+	go cl.rank(r).AllGather("x", blobOf(r), 0)
+	for up.upSeq.Load() < 1 {
+		time.Sleep(time.Millisecond)
+	}
+	cl.rank(r).kill()
 }
