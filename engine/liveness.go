@@ -3,7 +3,8 @@ package engine
 // Which ranks are alive, as the store learns it: the pid watcher (same
 // node), the mesh's liveness (every other rank), failed reads, and
 // MarkDead. Dead ranks are recorded in placement.Health, which every read
-// consults.
+// consults, and told to the fabric, which cuts short the reads in flight
+// to them (Health.OnDead, set in open).
 
 // PeerDead reports whether rank is known to have exited or failed.
 func (s *Store) PeerDead(rank int) bool { return rank >= 0 && rank < s.nranks && s.health.Dead(rank) }

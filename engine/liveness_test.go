@@ -13,6 +13,7 @@ import (
 func init() {
 	scenarios["silent"] = scenarioSilent
 	scenarios["markdead"] = scenarioMarkDead
+	scenarios["frozenread"] = scenarioFrozenRead
 }
 
 // scenarioSilent: the last rank freezes (SIGSTOP: its process and its
@@ -128,6 +129,77 @@ func scenarioMarkDead(w *worker) error {
 	}
 	s.Close() // rank 0's collectives are broken; the others' close barrier times out
 	return nil
+}
+
+// scenarioFrozenRead: the last rank freezes (SIGSTOP) while rank 0 reads
+// its rows over the fabric (tcp). The read is in flight, waiting on a
+// target that never answers; the control plane finds the rank dead within
+// the liveness deadline, and the read must then fail at once (the fabric
+// cuts it short: Health.OnDead, Fabric.PeerDead) with ErrPeerDead naming
+// the rank, not at the fabric deadline (FTIMEOUT, 30 s here).
+func scenarioFrozenRead(w *worker) error {
+	s, err := w.open()
+	if err != nil {
+		return err
+	}
+	spec := varSpec{name: "frozen", dt: Bytes, rowBytes: 4096, base: 70, emptyMember: -1}
+	if err := addPattern(s, spec); err != nil {
+		return err
+	}
+	victim := s.World() - 1
+	info, _ := s.Query(spec.name)
+	rows := seqIdx(info.Shards[victim], 64)
+	dst := make([]byte, int64(len(rows))*spec.rowBytes)
+	if s.Rank() == 0 { // connect to the victim while it answers
+		if err := s.GetBatch(spec.name, rows, dst); err != nil {
+			return err
+		}
+		if err := checkRows(dst, spec.rowBytes, spec.salt(0), rows); err != nil {
+			return err
+		}
+	}
+	if err := fileBarrier(w.param("TELDIR", os.TempDir()), "ready", w.rank, s.World(), 30*time.Second); err != nil {
+		return err
+	}
+	switch s.Rank() {
+	case victim:
+		syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		time.Sleep(time.Minute)
+		return errors.New("the frozen rank woke up")
+	case 0:
+		for !stopped(s.peers[victim].Pid) {
+			time.Sleep(time.Millisecond)
+		}
+		t0 := time.Now()
+		err := s.GetBatch(spec.name, rows, dst)
+		took := time.Since(t0)
+		if !errors.Is(err, ErrPeerDead) || !strings.Contains(err.Error(), fmt.Sprintf("rank %d", victim)) {
+			return fmt.Errorf("read of a rank that froze: got %v after %v, want ErrPeerDead naming rank %d", err, took, victim)
+		}
+		w.logf("read failed after %v (liveness %v, fabric deadline %v): %v", took.Round(time.Millisecond), s.opts.Liveness, s.opts.Fabric.Timeout, err)
+		if took > s.opts.Liveness+5*time.Second {
+			return fmt.Errorf("the read failed after %v: not cut short at the death (liveness %v)", took, s.opts.Liveness)
+		}
+		syscall.Kill(s.peers[victim].Pid, syscall.SIGKILL)
+	}
+	s.Close() // its barrier fails (dead member): it must return
+	return nil
+}
+
+// stopped reports whether process pid is stopped (state T in /proc).
+func stopped(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	return i > 0 && i+2 < len(b) && b[i+2] == 'T'
+}
+
+// TestLivenessFrozenRead: see scenarioFrozenRead.
+func TestLivenessFrozenRead(t *testing.T) {
+	spawnRanks(t, 3, "frozenread", map[string]string{"MODE": "tcp", "LIVENESS": "1s", "TIMEOUT": "20s", "FTIMEOUT": "30s"},
+		90*time.Second, func(r rankResult) bool { return r.rank == 2 })
 }
 
 func TestLivenessFrozenRank(t *testing.T) {

@@ -297,6 +297,9 @@ func (s *Store) open() error {
 		}
 		s.fab, localErr = fabric.Open(o.Fabric)
 		if localErr == nil {
+			// A rank found dead (control plane, pid watcher, a failed
+			// read, MarkDead) cuts short the fabric reads waiting on it.
+			s.health.OnDead(s.fab.PeerDead)
 			addr = s.fab.Address()
 			iface = ifaceOf(s.fab.Info().Domain)
 			if n, av := len(mine), s.fab.Info().AVCount; av > 0 && n > av {

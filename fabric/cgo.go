@@ -20,6 +20,7 @@ import "unsafe"
 // C types.
 type (
 	cChar            = C.char
+	cDdDeadset       = C.dd_deadset
 	cDdGent          = C.dd_gent
 	cDdGexport       = C.dd_gexport
 	cDdGreqView      = C.dd_greq_view
@@ -51,6 +52,7 @@ const (
 	ddGtext            = C.DD_GTEXT
 	ddLibfabric        = C.DD_LIBFABRIC
 	ddNoep             = C.DD_NOEP
+	ddPeerdead         = C.DD_PEERDEAD
 	ddNomem            = C.DD_NOMEM
 	ddPost             = C.DD_POST
 	ddProgressAdaptive = C.DD_PROGRESS_ADAPTIVE
@@ -92,9 +94,11 @@ func cGoBytes(p unsafe.Pointer, n C.int) []byte        { return C.GoBytes(p, n) 
 func cGoString(p *C.char) string                       { return C.GoString(p) }
 func cCalloc(n C.size_t, size C.size_t) unsafe.Pointer { return C.calloc(n, size) }
 func ddActiveReaders() C.int                           { return C.dd_active_readers() }
-func ddAvInsert(r *C.dd_reader, idx C.int, addr unsafe.Pointer) C.int {
-	return C.dd_av_insert(r, idx, addr)
+func ddAvInsert(r *C.dd_reader, idx C.int, rank C.int, addr unsafe.Pointer) C.int {
+	return C.dd_av_insert(r, idx, rank, addr)
 }
+func ddDeadsetNew() *C.dd_deadset               { return C.dd_deadset_new() }
+func ddDeadsetMark(d *C.dd_deadset, rank C.int) { C.dd_deadset_mark(d, rank) }
 func ddBaseline(r *C.dd_reader, peer C.uint32_t, dst *C.char, len_ C.uint64_t, slots C.int, offs *C.uint64_t, n C.int, window C.int, base C.uint64_t, key C.uint64_t, timeout_ns C.int64_t) C.int64_t {
 	return C.dd_baseline(r, peer, dst, len_, slots, offs, n, window, base, key, timeout_ns)
 }

@@ -154,7 +154,19 @@ typedef struct dd_op {
 	uint32_t done_t; // when it completed: 16 ns units since the batch (or gather) started
 } dd_op;
 
-enum { DD_OK = 0, DD_POST = 1, DD_CQERR = 2, DD_TIMEOUT = 3, DD_CQREAD = 4, DD_NOEP = 5, DD_REJECT = 6, DD_BADREPLY = 7, DD_NOMEM = 8, DD_STUCK = 9 };
+enum { DD_OK = 0, DD_POST = 1, DD_CQERR = 2, DD_TIMEOUT = 3, DD_CQREAD = 4, DD_NOEP = 5, DD_REJECT = 6, DD_BADREPLY = 7, DD_NOMEM = 8, DD_STUCK = 9, DD_PEERDEAD = 10 };
+
+// dd_deadset: the ranks that a fabric's user declared dead
+// (Fabric.PeerDead), one bit per rank below DD_DEAD_RANKS, and a count of
+// the marks. A batch checks it whenever it waits (dd_dead_op): an op not
+// done whose peer is dead fails the batch at once (DD_PEERDEAD) instead of
+// waiting for the deadline. Allocated with calloc: pages never marked are
+// never touched.
+#define DD_DEAD_RANKS (1 << 20)
+typedef struct dd_deadset {
+	atomic_ullong gen;
+	atomic_uchar bits[DD_DEAD_RANKS / 8];
+} dd_deadset;
 
 // DD_GIOV: iovecs of a direct gather receive: the reply's header, then up to
 // DD_GIOV-1 contiguous runs of destinations (within every software-RMA
@@ -229,6 +241,9 @@ typedef struct dd_reader {
 	atomic_int wd_fired;
 	volatile int wd_op;       // op being posted (the one blamed if a call never returns)
 	int fail_close;           // tests: dd_reader_teardown fails without closing
+	dd_deadset *dead;         // the fabric's dead ranks (NULL: none checked)
+	int32_t *peer_rank;       // rank of each peer (dd_av_insert)
+	int batch_n;              // ops in the batch running (dd_dead_op)
 } dd_reader;
 
 extern atomic_int dd_active;
@@ -312,6 +327,9 @@ void dd_active_leave(dd_reader *r);
 int dd_active_readers(void);
 void dd_result_reset(dd_result *res);
 void dd_set_fail(dd_result *res, int stage, int err, int op);
+dd_deadset *dd_deadset_new(void);
+void dd_deadset_mark(dd_deadset *d, int rank);
+int dd_dead_op(dd_reader *r, uint64_t *seen);
 ssize_t dd_cq_readerr(dd_reader *r, struct fi_cq_err_entry *e);
 ssize_t dd_cq_poll(dd_reader *r, struct fi_cq_entry *comp, dd_result *res, int64_t *t);
 int dd_batch_fail(dd_reader *r, dd_result *res, int inflight);
@@ -323,7 +341,7 @@ dd_reader *dd_reader_new(struct fid_fabric *fab, struct fid_domain *dom, struct 
 int dd_reader_setup(dd_reader *r, const char **stage);
 int dd_reader_teardown(dd_reader *r);
 void dd_reader_free(dd_reader *r);
-int dd_av_insert(dd_reader *r, int idx, void *addr);
+int dd_av_insert(dd_reader *r, int idx, int rank, void *addr);
 int dd_oldest(dd_reader *r, int next, int n);
 int dd_read_batch(dd_reader *r, int n, int64_t timeout_ns);
 int dd_guarded_read_batch(dd_reader *r, int n, int64_t timeout_ns);

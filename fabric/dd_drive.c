@@ -71,6 +71,34 @@ int dd_batch_fail(dd_reader *r, dd_result *res, int inflight) {
 	return -1;
 }
 
+dd_deadset *dd_deadset_new(void) { return calloc(1, sizeof(dd_deadset)); }
+
+// dd_deadset_mark declares rank dead (ranks beyond DD_DEAD_RANKS are not
+// tracked: their reads end at the deadline, as before).
+void dd_deadset_mark(dd_deadset *d, int rank) {
+	if (rank < 0 || rank >= DD_DEAD_RANKS) return;
+	atomic_fetch_or(&d->bits[rank / 8], (unsigned char)(1u << (rank % 8)));
+	atomic_fetch_add(&d->gen, 1);
+}
+
+// dd_dead_op is the first op of the batch not done whose peer's rank is
+// dead, or -1. It looks only when the set changed since *seen (0 at the
+// start of a batch): one atomic load per wait while nobody died.
+int dd_dead_op(dd_reader *r, uint64_t *seen) {
+	if (!r->dead) return -1;
+	uint64_t g = atomic_load_explicit(&r->dead->gen, memory_order_acquire);
+	if (g == *seen) return -1;
+	*seen = g;
+	for (int i = 0; i < r->batch_n; i++) {
+		dd_op *o = &r->ops[i];
+		if (o->done || o->skip || (int)o->peer >= r->maxpeers) continue;
+		int32_t rk = r->peer_rank[o->peer];
+		if (rk >= 0 && rk < DD_DEAD_RANKS &&
+			(atomic_load_explicit(&r->dead->bits[rk / 8], memory_order_relaxed) >> (rk % 8)) & 1) return i;
+	}
+	return -1;
+}
+
 // dd_reader_wait is called after a progress step found nothing. Within
 // spin_ns of the last completion, while few readers are active (see
 // dd_active), it returns at once: the reader spins. Otherwise it sleeps

@@ -34,8 +34,9 @@ typedef struct dd_proto {
 	int (*inflight)(void *st);
 } dd_proto;
 
-// dd_drive runs a batch of protocol p until it is done (0), failed or past
-// timeout_ns (-1; the endpoint is torn down, see dd_batch_fail).
+// dd_drive runs a batch of protocol p until it is done (0), failed, past
+// timeout_ns, or waiting on a rank declared dead (dd_dead_op) (-1; the
+// endpoint is torn down, see dd_batch_fail).
 static inline __attribute__((always_inline)) int dd_drive(dd_reader *r, const dd_proto *p, void *st, int64_t timeout_ns) {
 	dd_result *res = &r->res;
 	struct fi_cq_entry comp[64];
@@ -44,8 +45,14 @@ static inline __attribute__((always_inline)) int dd_drive(dd_reader *r, const dd
 	int64_t deadline = t + timeout_ns;
 	int64_t last_done = t;
 	int64_t sleep_ns = 20000;
+	uint64_t dead_seen = 0;
 	int busy = 0;
 	dd_active_enter(r);
+	int dead = dd_dead_op(r, &dead_seen); // an op for a rank already dead: fail before posting
+	if (dead >= 0) {
+		dd_set_fail(res, DD_PEERDEAD, FI_ECONNABORTED, dead);
+		goto fail;
+	}
 	while (p->busy(st)) {
 		if (p->post(r, st, &t, deadline)) goto fail;
 		if (!p->busy(st)) break;
@@ -74,7 +81,14 @@ static inline __attribute__((always_inline)) int dd_drive(dd_reader *r, const dd
 			dd_set_fail(res, DD_TIMEOUT, FI_ETIMEDOUT, p->oldest(r, st));
 			goto fail;
 		}
-		if (got <= 0) t = dd_reader_wait(r, t, last_done, deadline, &sleep_ns, &busy, &res->wait_ns);
+		if (got <= 0) {
+			dead = dd_dead_op(r, &dead_seen);
+			if (dead >= 0) {
+				dd_set_fail(res, DD_PEERDEAD, FI_ECONNABORTED, dead);
+				goto fail;
+			}
+			t = dd_reader_wait(r, t, last_done, deadline, &sleep_ns, &busy, &res->wait_ns);
+		}
 	}
 	dd_active_leave(r);
 	return 0;

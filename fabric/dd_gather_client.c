@@ -272,6 +272,7 @@ int dd_gather(dd_reader *r, int n, uint64_t cap, int rounds, int64_t timeout_ns)
 	for (int p = 0; p < r->maxpeers; p++) r->gcount[p + 1] += r->gcount[p];
 	for (int i = 0; i < n; i++) if (!r->ops[i].skip) r->gorder[r->gcount[r->ops[i].peer]++] = i;
 	dd_gc gc = { .rounds = rounds };
+	r->batch_n = n;
 	uint64_t total = 0;
 	for (int i = 0; i < n; i++) if (!r->ops[i].skip) { gc.m++; total += r->ops[i].len; }
 	for (int i = 0; i < rounds; i++) r->gslots[i].active = 0;

@@ -21,8 +21,9 @@ dd_reader *dd_reader_new(struct fid_fabric *fab, struct fid_domain *dom, struct 
 	r->ctx = calloc(window, sizeof *r->ctx);
 	r->slot_op = calloc(window, sizeof *r->slot_op);
 	r->free_slots = calloc(window, sizeof *r->free_slots);
-	if (!r->peers || !r->ops || !r->ctx || !r->slot_op || !r->free_slots) {
-		free(r->peers); free(r->ops); free(r->ctx); free(r->slot_op); free(r->free_slots); free(r);
+	r->peer_rank = calloc(maxpeers, sizeof *r->peer_rank);
+	if (!r->peers || !r->ops || !r->ctx || !r->slot_op || !r->free_slots || !r->peer_rank) {
+		free(r->peers); free(r->ops); free(r->ctx); free(r->slot_op); free(r->free_slots); free(r->peer_rank); free(r);
 		return NULL;
 	}
 	return r;
@@ -75,15 +76,16 @@ void dd_reader_free(dd_reader *r) {
 	dd_reader_teardown(r);
 	for (int i = 0; i < r->ngslots; i++) { free(r->gslots[i].req); free(r->gslots[i].bounce); }
 	free(r->gslots); free(r->gorder); free(r->gcount);
-	free(r->peers); free(r->ops); free(r->ctx); free(r->slot_op); free(r->free_slots);
+	free(r->peers); free(r->ops); free(r->ctx); free(r->slot_op); free(r->free_slots); free(r->peer_rank);
 	free(r);
 }
 
-int dd_av_insert(dd_reader *r, int idx, void *addr) {
+int dd_av_insert(dd_reader *r, int idx, int rank, void *addr) {
 	fi_addr_t fa = FI_ADDR_UNSPEC;
 	int rc = fi_av_insert(r->av, addr, 1, &fa, 0, NULL);
 	if (rc != 1) return rc < 0 ? rc : -FI_EINVAL;
 	r->peers[idx] = fa;
+	r->peer_rank[idx] = rank;
 	return 0;
 }
 
@@ -184,6 +186,7 @@ int dd_read_batch(dd_reader *r, int n, int64_t timeout_ns) {
 	dd_result_reset(&r->res);
 	if (!r->ep) { r->res.stage = DD_NOEP; return -1; }
 	dd_rb b = { .n = n };
+	r->batch_n = n;
 	for (int i = 0; i < r->window; i++) { r->free_slots[b.nfree++] = r->window - 1 - i; r->slot_op[i] = -1; }
 	return dd_drive(r, &dd_read_proto, &b, timeout_ns);
 }

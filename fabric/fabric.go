@@ -298,7 +298,9 @@ type Fabric struct {
 	closed   bool
 	exports  map[*Export]struct{}
 	readers  map[*Reader]struct{}
-	lastWake uint64 // ProgressWakeups once closed
+	dead     *cDdDeadset // ranks declared dead (PeerDead); read by the batches
+	keepDead atomic.Bool // a reader was quarantined: dead is never freed
+	lastWake uint64      // ProgressWakeups once closed
 
 	// forceLocalMR makes readers register destinations as if the provider
 	// required FI_MR_LOCAL (tests exercise the registration cache with it).
@@ -338,7 +340,11 @@ func Open(o Options) (*Fabric, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &Fabric{opts: o, info: info, exports: map[*Export]struct{}{}, readers: map[*Reader]struct{}{}}
+	f := &Fabric{opts: o, info: info, exports: map[*Export]struct{}{}, readers: map[*Reader]struct{}{}, dead: ddDeadsetNew()}
+	if f.dead == nil {
+		ddFreeinfo(info)
+		return nil, localErr("open", int(fiEnomem), "out of memory for the dead-rank set")
+	}
 	f.forceLocalMR = o.RegisterDst
 	f.inf = describe(info)
 	if f.inf.TxSize > 0 && f.opts.Window > f.inf.TxSize {
@@ -489,7 +495,25 @@ func (f *Fabric) Close() error {
 		err = fiErr("fi_close(server endpoint)", rc)
 	}
 	f.closeBase()
+	if !f.keepDead.Load() {
+		cFree(unsafe.Pointer(f.dead))
+	}
+	f.dead = nil
 	return err
+}
+
+// PeerDead declares rank dead for this fabric's readers: a read from it
+// that is in flight, or posted later, fails as soon as its batch waits,
+// with ErrPeerDead naming the rank, instead of at the deadline; the
+// endpoint is torn down (nothing lands afterwards) and the next call opens
+// a fresh one. The engine calls it when the control plane or a read finds
+// the rank dead. Permanent; ranks from 1 << 20 on are not tracked.
+func (f *Fabric) PeerDead(rank int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.closed && f.dead != nil {
+		ddDeadsetMark(f.dead, cInt(rank))
+	}
 }
 
 // Info describes the selected provider and how the package adapts to it.

@@ -622,19 +622,8 @@ func TestStoppedTarget(t *testing.T) {
 		t.Run(pc.name, func(t *testing.T) {
 			o, f, r, tg, p := setupRank(t, pc.opts, 2*time.Second, 64<<20, false, 9)
 			q0 := QuarantinedReaders()
-			const row, n = 12800, 4000
-			nrows := tg.size / row
-			dst := make([]byte, n*row)
-			ops := make([]ReadOp, n)
-			for i := range ops {
-				ops[i] = ReadOp{Dst: dst[i*row : (i+1)*row], Peer: p, Addr: tg.base + uint64((i*31)%nrows)*row, Key: tg.key}
-			}
-			if _, err := r.ReadBatch(ops[:16]); err != nil {
-				t.Fatal(err)
-			}
-			if err := tg.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-				t.Fatal(err)
-			}
+			const row = 12800
+			dst, ops := readThenStop(t, r, tg, p, row, 4000)
 			resumed := false
 			defer func() {
 				if !resumed {
@@ -723,4 +712,81 @@ func TestLocalFailureIsLocal(t *testing.T) {
 	}
 	t.Logf("%v", err)
 	readChecked(t, "after the local failure", r.ReadBatch, []ReadOp{op}, tgs, peers)
+}
+
+// TestPeerDeadCutsReadShort: a batch waiting on a stopped target (tcp)
+// fails as soon as the target's rank is declared dead (Fabric.PeerDead, as
+// the engine does when the control plane finds it dead), with ErrPeerDead
+// naming it, long before the deadline; nothing lands in Dst afterwards,
+// even once the target resumes; a later batch for that rank fails at once,
+// while one for another rank of the same reader reads.
+func TestPeerDeadCutsReadShort(t *testing.T) {
+	o := Options{Provider: "tcp;ofi_rxm", Domain: "lo", Timeout: 30 * time.Second * raceScale}
+	f := openOrSkip(t, o)
+	r, tgs, peers := readerWith(t, f, o, 8<<20, false, 9, 4)
+	tg, p := tgs[0], peers[0]
+	const row = 12800
+	dst, ops := readThenStop(t, r, tg, p, row, 600)
+	defer tg.cmd.Process.Signal(syscall.SIGCONT)
+	for i := range dst {
+		dst[i] = 0xAB
+	}
+	const after = 300 * time.Millisecond
+	go func() { time.Sleep(after); f.PeerDead(9) }()
+	start := time.Now()
+	_, err := r.ReadBatch(ops)
+	el := time.Since(start)
+	if !errors.Is(err, fault.ErrPeerDead) || fault.RankOf(err) != 9 || !strings.Contains(err.Error(), "declared dead") {
+		t.Fatalf("after %v: %v, want ErrPeerDead naming rank 9, declared dead", el, err)
+	}
+	if el < after || el > o.Timeout/3 {
+		t.Fatalf("the batch failed %v after it began; rank 9 was declared dead after %v (deadline %v)", el, after, o.Timeout)
+	}
+	t.Logf("%v after %v", err, el)
+	snap := append([]byte(nil), dst...)
+	tg.cmd.Process.Signal(syscall.SIGCONT)
+	time.Sleep(100 * time.Millisecond)
+	if !bytes.Equal(snap, dst) {
+		t.Fatal("Dst of the cut batch changed after ReadBatch returned")
+	}
+	start = time.Now()
+	if _, err := r.ReadBatch(ops[:4]); !errors.Is(err, fault.ErrPeerDead) || fault.RankOf(err) != 9 {
+		t.Fatalf("a later batch for rank 9: %v, want ErrPeerDead naming it", err)
+	}
+	if el := time.Since(start); el > o.Timeout/3 {
+		t.Fatalf("a later batch for rank 9 failed after %v", el)
+	}
+	other := make([]byte, 16*row)
+	ops2 := make([]ReadOp, 16)
+	for i := range ops2 {
+		ops2[i] = ReadOp{Dst: other[i*row : (i+1)*row], Peer: peers[1], Addr: tgs[1].base + uint64(i*row), Key: tgs[1].key}
+	}
+	if _, err := r.ReadBatch(ops2); err != nil {
+		t.Fatalf("rank 4, alive, after rank 9 was declared dead: %v", err)
+	}
+	for i := range ops2 {
+		if err := checkPattern(ops2[i].Dst, uint64(i*row)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// readThenStop builds n reads of row bytes scattered over tg (one Dst),
+// reads the first 16 (the connection is up), then stops tg (SIGSTOP; the
+// caller resumes it).
+func readThenStop(t *testing.T, r *Reader, tg *target, p Peer, row, n int) ([]byte, []ReadOp) {
+	t.Helper()
+	nrows := tg.size / row
+	dst := make([]byte, n*row)
+	ops := make([]ReadOp, n)
+	for i := range ops {
+		ops[i] = ReadOp{Dst: dst[i*row : (i+1)*row], Peer: p, Addr: tg.base + uint64((i*31)%nrows*row), Key: tg.key}
+	}
+	if _, err := r.ReadBatch(ops[:16]); err != nil {
+		t.Fatal(err)
+	}
+	if err := tg.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	return dst, ops
 }

@@ -85,6 +85,7 @@ func (f *Fabric) NewReader() (*Reader, error) {
 		return nil, localErr("new reader", int(fiEnospc), "cannot start the provider-call watchdog (or 4096 readers watched)")
 	}
 	r.c.gkey = cUint64T(f.opts.GatherKey)
+	r.c.dead = f.dead
 	r.ops = unsafe.Slice(r.c.ops, chunkOps)
 	r.mrc.init(f.forceLocalMR || f.inf.MRLocal, f.inf.MREndpoint)
 	f.readers[r] = struct{}{}
@@ -145,7 +146,7 @@ func (r *Reader) AddPeer(rank int, addr []byte) (Peer, error) {
 	}
 	a := append([]byte(nil), addr...)
 	idx := len(r.peers)
-	if rc := ddAvInsert(r.c, cInt(idx), unsafe.Pointer(&a[0])); rc != 0 {
+	if rc := ddAvInsert(r.c, cInt(idx), cInt(rank), unsafe.Pointer(&a[0])); rc != 0 {
 		e := fiErr("fi_av_insert", rc)
 		e.Ranks = rankList(rank)
 		return Peer{}, e
@@ -165,7 +166,7 @@ func (r *Reader) ensureEndpoint() error {
 		return fiErr("reader "+cGoString(stage), rc)
 	}
 	for i, p := range r.peers {
-		if rc := ddAvInsert(r.c, cInt(i), unsafe.Pointer(&p.addr[0])); rc != 0 {
+		if rc := ddAvInsert(r.c, cInt(i), cInt(p.rank), unsafe.Pointer(&p.addr[0])); rc != 0 {
 			e := fiErr("fi_av_insert", rc)
 			e.Ranks = rankList(p.rank)
 			ddReaderTeardown(r.c)
@@ -430,7 +431,8 @@ func (r *Reader) leakBuffers() {
 // its locks or write its buffers. Every later call fails.
 func (r *Reader) quarantine() {
 	r.quarantined = true
-	r.closed = true // every later call fails (closedErr); Close frees nothing
+	r.f.keepDead.Store(true) // the abandoned call may still read it
+	r.closed = true          // every later call fails (closedErr); Close frees nothing
 	r.broken = true
 	r.leakBuffers()
 	r.f.mu.Lock()
@@ -561,6 +563,11 @@ func (r *Reader) batchError(res *cDdResult, base int, inflight string) error {
 		e.Err = nil
 		detail += fmt.Sprintf("; a provider call was still running %v past the deadline %v: abandoned, reader quarantined "+
 			"(its endpoint and buffers are kept, never reused)", time.Duration(ddWdGraceNs), r.timeout)
+	case ddPeerdead:
+		e.Op = "read"
+		e.Kind = fault.ErrPeerDead
+		e.Err = nil
+		detail += fmt.Sprintf("; rank %d declared dead (Fabric.PeerDead) while %d %s were in flight: cut short, endpoint torn down", rank, int(res.inflight_at_fail), inflight)
 	case ddNoep:
 		e.Op = "read"
 		e.Side = fault.Local

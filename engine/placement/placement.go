@@ -293,6 +293,7 @@ type Health struct {
 	dead    []atomic.Uint64 // bitmap
 	suspect []atomic.Int64  // clock time until which rank r is suspect; 0: never
 	clock   func() int64    // nanoseconds, monotonic
+	onDead  atomic.Pointer[func(r int)]
 }
 
 // NewHealth returns the health of n ranks, all alive, reading time from
@@ -301,8 +302,28 @@ func NewHealth(n int, clock func() int64) *Health {
 	return &Health{dead: make([]atomic.Uint64, (n+63)/64), suspect: make([]atomic.Int64, n), clock: clock}
 }
 
-// MarkDead records that rank r is dead (for good).
-func (h *Health) MarkDead(r int) { h.dead[r>>6].Or(1 << (uint(r) & 63)) }
+// MarkDead records that rank r is dead (for good), and tells the OnDead
+// hook the first time.
+func (h *Health) MarkDead(r int) {
+	bit := uint64(1) << (uint(r) & 63)
+	if h.dead[r>>6].Or(bit)&bit == 0 {
+		if f := h.onDead.Load(); f != nil {
+			(*f)(r)
+		}
+	}
+}
+
+// OnDead sets f to run once for every rank marked dead from now on, and
+// at once for each rank already dead (the engine: the fabric cuts short
+// the reads from it). f may run for a rank twice.
+func (h *Health) OnDead(f func(r int)) {
+	h.onDead.Store(&f)
+	for r := range len(h.suspect) {
+		if h.Dead(r) {
+			f(r)
+		}
+	}
+}
 
 // Dead reports whether rank r is known to be dead.
 func (h *Health) Dead(r int) bool { return isDead(h.dead, r) }

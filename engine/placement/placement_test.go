@@ -3,6 +3,7 @@ package placement
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -262,6 +263,29 @@ func TestGatherBatch(t *testing.T) {
 	} {
 		if got := GatherBatch(c.min, c.auto, c.nops, c.maxOp, 64<<10); got != c.want {
 			t.Errorf("GatherBatch(%d, %v, %d, %d) = %v, want %v", c.min, c.auto, c.nops, c.maxOp, got, c.want)
+		}
+	}
+}
+
+// TestOnDead: the hook hears each rank dead before it was set, then each
+// newly dead rank once (a second MarkDead of the same rank is silent), and
+// the ranks beyond the first word of the bitmap too.
+func TestOnDead(t *testing.T) {
+	h := NewHealth(130, func() int64 { return 0 })
+	h.MarkDead(3)
+	h.MarkDead(64)
+	var heard []int
+	h.OnDead(func(r int) { heard = append(heard, r) })
+	h.MarkDead(129)
+	h.MarkDead(3)
+	h.MarkDead(7)
+	h.MarkDead(129)
+	if want := []int{3, 64, 129, 7}; !slices.Equal(heard, want) {
+		t.Fatalf("OnDead heard %v, want %v", heard, want)
+	}
+	for r := range 130 {
+		if dead := slices.Contains(heard, r); h.Dead(r) != dead {
+			t.Fatalf("rank %d: Dead %v, heard %v", r, h.Dead(r), dead)
 		}
 	}
 }
