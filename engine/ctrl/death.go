@@ -192,6 +192,7 @@ func (c *Ctrl) learnDeadLocal(ranks []int, done uint64, detail string) []int {
 		for _, r := range fresh {
 			c.o.OnDead(r, &fault.Error{Op: "ctrl", Ranks: []int{r}, Side: fault.Remote, Kind: fault.ErrPeerDead, Detail: detail})
 		}
+		c.nodeOut(fresh, detail)
 	}
 	c.deadMu.Lock()
 	if c.deadN == 0 || done < c.minDone {
@@ -210,6 +211,29 @@ func (c *Ctrl) learnDeadLocal(ranks []int, done uint64, detail string) []int {
 	c.deadMu.Unlock()
 	c.signal()
 	return fresh
+}
+
+// nodeOut tells OnDead of the other ranks of each dead agent's node: with
+// their agent gone they can take part in no collective, and when the node
+// itself died (a cut host) nothing else would name them, so that reads in
+// flight to them would wait for the fabric's deadline. Their deaths are
+// not the collectives' (those name the agent, and stop when it does).
+func (c *Ctrl) nodeOut(dead []int, detail string) {
+	if c.table == nil {
+		return
+	}
+	for _, a := range dead {
+		if c.table.Local(a) != 0 {
+			continue
+		}
+		node := c.table.Node(a)
+		for r := range c.o.World {
+			if r != a && r != c.o.Rank && c.table.Node(r) == node && !c.Dead(r) {
+				c.o.OnDead(r, &fault.Error{Op: "ctrl", Ranks: []int{r}, Side: fault.Remote, Kind: fault.ErrPeerDead,
+					Detail: fmt.Sprintf("rank %d: its node's agent, rank %d, died (node %d is out of the job): %s", r, a, node, detail)})
+			}
+		}
+	}
 }
 
 // FirstDeath is when this rank first learned of a death (zero if never).

@@ -3,7 +3,10 @@ package ctrl
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -316,6 +319,63 @@ func TestOptionsValidate(t *testing.T) {
 		f(&o)
 		if err := o.Validate(); !errors.Is(err, fault.ErrInvalid) {
 			t.Errorf("%s: %v, want ErrInvalid", name, err)
+		}
+	}
+}
+
+// TestNodeOutOnAgentDeath: when a node's agent dies, every other rank's
+// OnDead hears of it and of each other rank of its node (none of them can
+// take part in the job any more; after a cut host nothing else names
+// them, and the store cuts short the reads waiting on them), while ranks
+// of live nodes are never named.
+func TestNodeOutOnAgentDeath(t *testing.T) {
+	const world, ppn, victim = 12, 4, 4 // node 1: ranks 4-7, agent 4
+	var mu sync.Mutex
+	heard := make([]map[int]bool, world)
+	for r := range heard {
+		heard[r] = map[int]bool{}
+	}
+	cl, errs := startCluster(t, world, ppn, func(o *Options) {
+		fast(o)
+		me := o.Rank
+		o.OnDead = func(r int, cause error) {
+			if !errors.Is(cause, fault.ErrPeerDead) || fault.RankOf(cause) != r {
+				t.Errorf("rank %d's OnDead(%d, %v): want ErrPeerDead naming %d", me, r, cause, r)
+			}
+			mu.Lock()
+			heard[me][r] = true
+			mu.Unlock()
+		}
+	}, nil)
+	if err := firstErr(errs); err != nil {
+		t.Fatal(err)
+	}
+	cl.rank(victim).kill()
+	want := func(me int) []int {
+		var w []int
+		for r := 4; r < 8; r++ {
+			if r != me {
+				w = append(w, r)
+			}
+		}
+		return w
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for me := range world {
+		if me == victim {
+			continue
+		}
+		for {
+			mu.Lock()
+			got := slices.Sorted(maps.Keys(heard[me]))
+			mu.Unlock()
+			if slices.Equal(got, want(me)) {
+				break
+			}
+			if time.Now().After(deadline) || len(got) > len(want(me)) {
+				t.Fatalf("rank %d's OnDead heard of %v, want %v", me, got, want(me))
+			}
+			time.Sleep(5 * time.Millisecond)
 		}
 	}
 }
