@@ -38,6 +38,12 @@ var ExactBytes = 64 << 20
 // all-reduces run the agents' pipelined ring (ringAllReduce).
 var GatherBytes = 64 << 10
 
+// GatherAlwaysBytes: vectors up to this size (bytes per rank) are always
+// gathered across nodes, whatever the world: at 10 000 ranks an 8-byte
+// all-reduce gathers 80 KB, where the agents' ring would take 2·nodes − 1
+// sequential hops.
+var GatherAlwaysBytes = 64
+
 // RingPieceBytes is the unit of the agents' ring pipeline (as engine/mesh's
 // PieceBytes).
 var RingPieceBytes = 256 << 10
@@ -117,18 +123,26 @@ func (c *Ctrl) AllReduceRingOrder(tag string, x []float32, timeout time.Duration
 		copy(sc.f32(c.o.LocalRank, l), x)
 	}
 	// Length, and whether the vector is in this rank's scratch slot: the
-	// scratch is used where every rank of the node has it.
-	var lb [9]byte
-	binary.LittleEndian.PutUint64(lb[:], uint64(l))
+	// scratch is used where every rank of the node has it. A vector that
+	// is gathered anyway (across nodes, small) rides along: one
+	// collective, not two. Ranks that passed another length may decide
+	// otherwise; the lengths then differ, and every rank fails on them.
+	blocks := c.blockBounds()
+	gather := gatherRingOrder(l, w, c.o.Nodes, blocks != nil)
+	hdr := make([]byte, 9, 9+4*l*btoi(gather))
+	binary.LittleEndian.PutUint64(hdr, uint64(l))
 	if shm {
-		lb[8] = 1
+		hdr[8] = 1
 	}
-	lens, err := c.AllGather("ring-len "+tag, lb[:], timeout)
+	if gather {
+		hdr = appendF32(hdr, x)
+	}
+	lens, err := c.AllGather("ring-len "+tag, hdr, timeout)
 	if err != nil {
 		return err
 	}
 	for r, b := range lens {
-		if len(b) != len(lb) || binary.LittleEndian.Uint64(b) != uint64(l) {
+		if len(b) != len(hdr) || binary.LittleEndian.Uint64(b) != uint64(l) {
 			got := -1
 			if len(b) >= 8 {
 				got = int(binary.LittleEndian.Uint64(b))
@@ -139,11 +153,15 @@ func (c *Ctrl) AllReduceRingOrder(tag string, x []float32, timeout time.Duration
 		if b[8] == 0 && c.table.Node(r) == c.o.Node {
 			shm = false
 		}
+		lens[r] = b[9:]
 	}
 	if l == 0 || w == 1 {
 		return nil
 	}
-	blocks := c.blockBounds()
+	if gather {
+		ringOrderSum(x, lens)
+		return nil
+	}
 	switch {
 	case shm && c.o.Nodes == 1:
 		// Rank c sums segment c in ring order into the result slot; every
@@ -187,6 +205,24 @@ func (c *Ctrl) AllReduceRingOrder(tag string, x []float32, timeout time.Duration
 	return nil
 }
 
+// gatherRingOrder: an all-reduce of l float32 over w ranks on nodes nodes
+// (numbered node by node: blocks) gathers every rank's vector in its
+// length check, rather than going round the agents' ring or the node's
+// shared memory.
+func gatherRingOrder(l, w, nodes int, blocks bool) bool {
+	if nodes == 1 || l == 0 || w == 1 || 4*l*w > ExactBytes {
+		return false
+	}
+	return !blocks || 4*l*w <= GatherBytes || 4*l <= GatherAlwaysBytes
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // ringOrderSum sets x to the element-wise sum of parts (by rank,
 // little-endian float32) in ring order.
 func ringOrderSum(x []float32, parts [][]byte) {
@@ -208,10 +244,12 @@ func ringOrderSum(x []float32, parts [][]byte) {
 }
 
 // f32raw encodes x little-endian.
-func f32raw(x []float32) []byte {
-	b := make([]byte, 4*len(x))
-	for i, v := range x {
-		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
+func f32raw(x []float32) []byte { return appendF32(make([]byte, 0, 4*len(x)), x) }
+
+// appendF32 appends x, little-endian.
+func appendF32(b []byte, x []float32) []byte {
+	for _, v := range x {
+		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(v))
 	}
 	return b
 }

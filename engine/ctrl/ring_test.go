@@ -39,9 +39,9 @@ func TestAllReduceRingOrder(t *testing.T) {
 				}
 				t.Run(fmt.Sprintf("world=%d,ppn=%d,n=%d,ring=%v", c.world, c.ppn, n, ring), func(t *testing.T) {
 					if ring {
-						oldG, oldP := GatherBytes, RingPieceBytes
-						GatherBytes, RingPieceBytes = 0, 1000
-						t.Cleanup(func() { GatherBytes, RingPieceBytes = oldG, oldP })
+						oldG, oldA, oldP := GatherBytes, GatherAlwaysBytes, RingPieceBytes
+						GatherBytes, GatherAlwaysBytes, RingPieceBytes = 0, 0, 1000
+						t.Cleanup(func() { GatherBytes, GatherAlwaysBytes, RingPieceBytes = oldG, oldA, oldP })
 					}
 					testRingOrder(t, c.world, c.ppn, n)
 				})
@@ -215,5 +215,62 @@ func TestAllReduceRingOrderWithoutScratch(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestGatherRingOrder: which all-reduces gather every rank's vector in
+// their length check (one collective) instead of the node's shared
+// memory or the agents' ring.
+func TestGatherRingOrder(t *testing.T) {
+	for _, c := range []struct {
+		l, w, nodes int
+		blocks      bool
+		want        bool
+	}{
+		{2, 4, 1, true, false},          // one node: shared memory
+		{2, 10000, 1250, true, true},    // 8 bytes at 10 000 ranks: 80 KB gathered, not 2 499 hops
+		{16, 10000, 1250, true, true},   // GatherAlwaysBytes
+		{17, 10000, 1250, true, false},  // past it, and past GatherBytes: the ring
+		{200000, 4, 4, true, false},     // 800 KB: the ring
+		{100, 16, 2, true, true},        // 6.4 KB in all
+		{20000, 16, 4, false, true},     // not node by node: gathered up to ExactBytes
+		{10 << 20, 16, 4, false, false}, // past ExactBytes: AllReduceFloat32
+		{0, 16, 4, true, false},         // nothing to sum
+		{5, 1, 1, true, false},          // alone
+	} {
+		if got := gatherRingOrder(c.l, c.w, c.nodes, c.blocks); got != c.want {
+			t.Errorf("gatherRingOrder(l %d, world %d, nodes %d, blocks %v) = %v, want %v", c.l, c.w, c.nodes, c.blocks, got, c.want)
+		}
+	}
+}
+
+// TestSmallAllReduceOneCollective: an 8-byte all-reduce across nodes is one
+// collective (the length check carries the vectors), with the ring
+// order's bits on every rank.
+func TestSmallAllReduceOneCollective(t *testing.T) {
+	const world, ppn, n = 8, 2, 2
+	cl, errs := startCluster(t, world, ppn, fast, nil)
+	if err := firstErr(errs); err != nil {
+		t.Fatal(err)
+	}
+	before := cl.rank(3).seq
+	res := make([][]float32, world)
+	if err := firstErr(cl.each(func(k *Ctrl) error {
+		x := []float32{fracValueOf(k.Rank(), 0), fracValueOf(k.Rank(), 1)}
+		res[k.Rank()] = x
+		return k.AllReduceRingOrder("small", x, 0)
+	})); err != nil {
+		t.Fatal(err)
+	}
+	if d := cl.rank(3).seq - before; d != 1 {
+		t.Fatalf("an 8-byte all-reduce across %d nodes ran %d collectives, want 1", world/ppn, d)
+	}
+	for i := range n {
+		want := ringWant(world, n, i)
+		for r := range res {
+			if math.Float32bits(res[r][i]) != math.Float32bits(want) {
+				t.Fatalf("rank %d element %d: %x, want the ring order's %x", r, i, math.Float32bits(res[r][i]), math.Float32bits(want))
+			}
+		}
 	}
 }
