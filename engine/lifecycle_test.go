@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ddstore/ddstore/engine/bootstrap"
 	"github.com/ddstore/ddstore/engine/placement"
 	"github.com/ddstore/ddstore/fault"
 	"github.com/ddstore/ddstore/telemetry"
@@ -430,5 +431,33 @@ func TestUnknownVariableNamesTheKnownOnes(t *testing.T) {
 		if err := call(); !errors.Is(err, ErrUnknownVar) || err.Error() != want {
 			t.Errorf("%s:\n got %v\nwant %s", op, err, want)
 		}
+	}
+}
+
+// TestOpenTelemetryDir: Open creates a telemetry directory that does not
+// exist yet (mode 0700), and when it cannot, its error says so once, with
+// the cause (issue 31: "telemetry: telemetry: create segment in …").
+func TestOpenTelemetryDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "new", "tel")
+	openSingle(t, "teldir", func(o *Options) { o.TelemetryDir = dir })
+	if st, err := os.Stat(dir); err != nil || st.Mode().Perm() != 0o700 {
+		t.Fatalf("telemetry directory %s: %v, want created 0700", dir, err)
+	}
+	file := filepath.Join(t.TempDir(), "afile")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o := DefaultOptions()
+	o.TelemetryDir = filepath.Join(file, "sub")
+	o.Bootstrap.Method = "single"
+	o.Bootstrap.Env = bootstrap.Env{Rank: 0, World: 1, LocalWorld: 1, Launcher: "none", Job: testJob("teldir-bad")}
+	s2, err := Open(o)
+	if err == nil {
+		s2.Close()
+		t.Fatal("Open with a telemetry directory under a file succeeded")
+	}
+	msg := err.Error()
+	if strings.Count(msg, "telemetry:") != 1 || !strings.Contains(msg, "create segment directory "+o.TelemetryDir) || !strings.Contains(msg, "not a directory") {
+		t.Fatalf("Open's error: %q, want one \"telemetry:\", the directory and the cause", msg)
 	}
 }

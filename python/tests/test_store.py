@@ -163,6 +163,10 @@ def test_errors_every_class(store):
             fn()
         assert isinstance(e.value, builtin) and isinstance(e.value, ddstore.Error), (cls, e.value)
         assert str(e.value).startswith("ddstore"), str(e.value)
+    # an unknown variable: named, with the variables the store has
+    with pytest.raises(ddstore.UnknownVariableError) as e:
+        store.query("nope")
+    assert 'variable "nope": no such variable; the store has [' in str(e.value) and '"e"' in str(e.value), str(e.value)
     # collectives: every rank gets the same error
     with pytest.raises(ddstore.ExistsError):
         store.add("e", np.zeros((1, 2), np.int32))
