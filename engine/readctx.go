@@ -89,17 +89,24 @@ func (c *readCtx) connect() error {
 		return wrapf(nil, "NewReader", "", err, "open a fabric reader")
 	}
 	clear(c.rpeers)
+	var ranks []int
+	var addrs [][]byte
 	for r := range s.peers {
 		inGroup, storage := r >= s.groupLo && r < s.groupLo+s.width, r >= s.world
 		if !inGroup && !storage || s.peers[r].sameNode {
 			continue
 		}
-		p, err := fr.AddPeer(r, s.peers[r].Addr)
+		ranks, addrs = append(ranks, r), append(addrs, s.peers[r].Addr)
+	}
+	if len(ranks) > 0 {
+		ps, err := fr.AddPeers(ranks, addrs) // one address-vector insert
 		if err != nil {
 			fr.Close()
-			return &Error{Op: "NewReader", Ranks: []int{r}, Detail: "connect to the peer", Err: err}
+			return &Error{Op: "NewReader", Ranks: fault.RanksOf(err), Detail: "connect to the peers", Err: err}
 		}
-		c.rpeers[r] = p
+		for i, r := range ranks {
+			c.rpeers[r] = ps[i]
+		}
 	}
 	if c.timeout != 0 {
 		fr.SetTimeout(c.timeout) // the deadline the context last set (flush)

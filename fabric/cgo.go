@@ -97,6 +97,9 @@ func ddActiveReaders() C.int                           { return C.dd_active_read
 func ddAvInsert(r *C.dd_reader, idx C.int, rank C.int, addr unsafe.Pointer) C.int {
 	return C.dd_av_insert(r, idx, rank, addr)
 }
+func ddAvInsertN(r *C.dd_reader, idx0 C.int, n C.int, ranks *int32, addrs unsafe.Pointer) C.int {
+	return C.dd_av_insert_n(r, idx0, n, (*C.int32_t)(unsafe.Pointer(ranks)), addrs)
+}
 func ddDeadsetNew() *C.dd_deadset               { return C.dd_deadset_new() }
 func ddDeadsetMark(d *C.dd_deadset, rank C.int) { C.dd_deadset_mark(d, rank) }
 func ddBaseline(r *C.dd_reader, peer C.uint32_t, dst *C.char, len_ C.uint64_t, slots C.int, offs *C.uint64_t, n C.int, window C.int, base C.uint64_t, key C.uint64_t, timeout_ns C.int64_t) C.int64_t {

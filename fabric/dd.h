@@ -342,6 +342,7 @@ int dd_reader_setup(dd_reader *r, const char **stage);
 int dd_reader_teardown(dd_reader *r);
 void dd_reader_free(dd_reader *r);
 int dd_av_insert(dd_reader *r, int idx, int rank, void *addr);
+int dd_av_insert_n(dd_reader *r, int idx0, int n, const int32_t *ranks, const void *addrs);
 int dd_oldest(dd_reader *r, int next, int n);
 int dd_read_batch(dd_reader *r, int n, int64_t timeout_ns);
 int dd_guarded_read_batch(dd_reader *r, int n, int64_t timeout_ns);

@@ -790,3 +790,78 @@ func readThenStop(t *testing.T, r *Reader, tg *target, p Peer, row, n int) ([]by
 	}
 	return dst, ops
 }
+
+// TestAddPeers: three targets inserted with one AddPeers (one
+// fi_av_insert) read their own rows, also after a teardown (inserted
+// again); an empty address is refused naming its rank, and nothing of that
+// call is added (the next peer gets the next id); the address vector's
+// bound holds for a batch.
+func TestAddPeers(t *testing.T) {
+	for _, pc := range provCases {
+		t.Run(pc.name, func(t *testing.T) {
+			o := pc.opts
+			o.Timeout = 10 * time.Second * raceScale
+			f := openOrSkip(t, o)
+			tgs := []*target{startTarget(t, o, 1<<20, false), startTarget(t, o, 1<<20, false), startTarget(t, o, 1<<20, false)}
+			r, err := f.NewReader()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			ranks := []int{7, 8, 9}
+			addrs := [][]byte{tgs[0].addr, tgs[1].addr, tgs[2].addr}
+			if _, err := r.AddPeers(ranks, addrs[:2]); !errors.Is(err, fault.ErrInvalid) {
+				t.Fatalf("3 ranks, 2 addresses: %v, want ErrInvalid", err)
+			}
+			if _, err := r.AddPeers(ranks, [][]byte{tgs[0].addr, nil, tgs[2].addr}); !errors.Is(err, fault.ErrInvalid) || fault.RankOf(err) != 8 {
+				t.Fatalf("no address for rank 8: %v, want ErrInvalid naming rank 8", err)
+			}
+			calls := avInserts.Load()
+			peers, err := r.AddPeers(ranks, addrs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := uint64(1) // shm's addresses (names with the pid) may differ in length: one call each
+			if len(addrs[0]) != len(addrs[1]) || len(addrs[1]) != len(addrs[2]) {
+				want = 3
+			}
+			if n := avInserts.Load() - calls; n != want {
+				t.Fatalf("3 peers with addresses of %d, %d, %d bytes took %d fi_av_insert calls, want %d",
+					len(addrs[0]), len(addrs[1]), len(addrs[2]), n, want)
+			}
+			for k, p := range peers {
+				if p.id != uint32(k+1) {
+					t.Fatalf("peer %d has id %d, want %d (refused calls add nothing)", k, p.id, k+1)
+				}
+			}
+			const row = 4096
+			for round := range 2 { // the second after a teardown: the peers go in again
+				for k, p := range peers {
+					dst := make([]byte, 8*row)
+					ops := make([]ReadOp, 8)
+					for i := range ops {
+						ops[i] = ReadOp{Dst: dst[i*row : (i+1)*row], Peer: p, Addr: tgs[k].base + uint64((i*5+k)*row), Key: tgs[k].key}
+					}
+					if _, err := r.ReadBatch(ops); err != nil {
+						t.Fatalf("round %d, rank %d: %v", round, ranks[k], err)
+					}
+					for i := range ops {
+						if err := checkPattern(ops[i].Dst, uint64((i*5+k)*row)); err != nil {
+							t.Fatalf("round %d, rank %d, op %d: %v", round, ranks[k], i, err)
+						}
+					}
+				}
+				ddReaderTeardown(r.c)
+				r.broken = true
+			}
+			many := make([][]byte, f.avCount)
+			mranks := make([]int, f.avCount)
+			for i := range many {
+				many[i], mranks[i] = tgs[0].addr, 100+i
+			}
+			if _, err := r.AddPeers(mranks, many); !errors.Is(err, fault.ErrInvalid) || !strings.Contains(err.Error(), "address vector full") {
+				t.Fatalf("%d more peers than the vector holds: %v", len(many)+3-f.avCount, err)
+			}
+		})
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -128,31 +129,120 @@ func (r *Reader) Close() error {
 }
 
 // AddPeer inserts a peer's address (its Fabric.Address) into the reader's
-// address vector. rank only labels errors.
+// address vector. rank only labels errors (and Fabric.PeerDead).
 func (r *Reader) AddPeer(rank int, addr []byte) (Peer, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed {
-		return Peer{}, &fault.Error{Op: "av insert", Ranks: rankList(rank), Kind: fault.ErrClosed, Detail: "reader is closed"}
-	}
-	if len(addr) == 0 {
-		return Peer{}, invalid("av insert", rankList(rank), "empty address")
-	}
-	if len(r.peers) >= r.f.avCount {
-		return Peer{}, invalid("av insert", rankList(rank), "address vector full: %d peers (provider %s allows %d)", len(r.peers), r.f.inf.Provider, r.f.avCount)
-	}
-	if err := r.ensureEndpoint(); err != nil {
+	ps, err := r.AddPeers([]int{rank}, [][]byte{addr})
+	if err != nil {
 		return Peer{}, err
 	}
-	a := append([]byte(nil), addr...)
-	idx := len(r.peers)
-	if rc := ddAvInsert(r.c, cInt(idx), cInt(rank), unsafe.Pointer(&a[0])); rc != 0 {
-		e := fiErr("fi_av_insert", rc)
-		e.Ranks = rankList(rank)
-		return Peer{}, e
+	return ps[0], nil
+}
+
+// AddPeers inserts the addresses of ranks (addrs[i] is rank ranks[i]'s
+// Fabric.Address) into the reader's address vector with one fi_av_insert
+// (one per address where their lengths differ), and returns their Peers
+// in order. On failure none is added, and the error names the rank whose
+// address was refused.
+func (r *Reader) AddPeers(ranks []int, addrs [][]byte) ([]Peer, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(ranks) != len(addrs) {
+		return nil, invalid("av insert", nil, "%d ranks, %d addresses", len(ranks), len(addrs))
 	}
-	r.peers = append(r.peers, peerEntry{rank: rank, addr: a})
-	return Peer{id: uint32(idx + 1)}, nil
+	if r.closed {
+		return nil, &fault.Error{Op: "av insert", Ranks: ranks[:min(len(ranks), 64)], Kind: fault.ErrClosed, Detail: "reader is closed"}
+	}
+	for i, a := range addrs {
+		if len(a) == 0 {
+			return nil, invalid("av insert", rankList(ranks[i]), "empty address")
+		}
+	}
+	if len(r.peers)+len(ranks) > r.f.avCount {
+		return nil, invalid("av insert", rankList(ranks[len(ranks)-1]), "address vector full: %d peers and %d more (provider %s allows %d)",
+			len(r.peers), len(ranks), r.f.inf.Provider, r.f.avCount)
+	}
+	if err := r.ensureEndpoint(); err != nil {
+		return nil, err
+	}
+	from := len(r.peers)
+	for i, rank := range ranks {
+		r.peers = append(r.peers, peerEntry{rank: rank, addr: append([]byte(nil), addrs[i]...)})
+	}
+	if err := r.insertPeers(from); err != nil {
+		// The address vector may hold some of them: the next call builds
+		// it again from the peers before.
+		r.peers = r.peers[:from]
+		ddReaderTeardown(r.c)
+		r.broken = true
+		return nil, err
+	}
+	out := make([]Peer, len(ranks))
+	for i := range out {
+		out[i] = Peer{id: uint32(from + i + 1)}
+	}
+	return out, nil
+}
+
+// insertPeers inserts r.peers[from:] into the address vector: in one call
+// when their addresses have one length; after a refusal (or with lengths
+// that differ) one at a time, on an address vector built again, so that
+// the error names the rank refused.
+func (r *Reader) insertPeers(from int) error {
+	ps := r.peers[from:]
+	if len(ps) > 1 && sameLength(ps) {
+		buf := make([]byte, 0, len(ps)*len(ps[0].addr))
+		ranks := make([]int32, len(ps))
+		for i, p := range ps {
+			buf = append(buf, p.addr...)
+			ranks[i] = int32(p.rank)
+		}
+		avInserts.Add(1)
+		if ddAvInsertN(r.c, cInt(from), cInt(len(ps)), &ranks[0], unsafe.Pointer(&buf[0])) == 0 {
+			return nil
+		}
+		ddReaderTeardown(r.c)
+		if err := r.setupEndpoint(from); err != nil {
+			return err
+		}
+	}
+	for i := from; i < len(r.peers); i++ {
+		p := r.peers[i]
+		avInserts.Add(1)
+		if rc := ddAvInsert(r.c, cInt(i), cInt(p.rank), unsafe.Pointer(&p.addr[0])); rc != 0 {
+			e := fiErr("fi_av_insert", rc)
+			e.Ranks = rankList(p.rank)
+			return e
+		}
+	}
+	return nil
+}
+
+// avInserts counts fi_av_insert calls (tests).
+var avInserts atomic.Uint64
+
+func sameLength(ps []peerEntry) bool {
+	for _, p := range ps {
+		if len(p.addr) != len(ps[0].addr) {
+			return false
+		}
+	}
+	return true
+}
+
+// setupEndpoint opens the endpoint (torn down) and inserts r.peers[:n].
+func (r *Reader) setupEndpoint(n int) error {
+	var stage *cChar
+	if rc := ddReaderSetup(r.c, &stage); rc != 0 {
+		return fiErr("reader "+cGoString(stage), rc)
+	}
+	all := r.peers
+	r.peers = r.peers[:n]
+	err := r.insertPeers(0)
+	r.peers = all
+	if err != nil {
+		ddReaderTeardown(r.c)
+	}
+	return err
 }
 
 // ensureEndpoint recreates the endpoint after a teardown, re-inserting the
@@ -161,17 +251,8 @@ func (r *Reader) ensureEndpoint() error {
 	if !r.broken {
 		return nil
 	}
-	var stage *cChar
-	if rc := ddReaderSetup(r.c, &stage); rc != 0 {
-		return fiErr("reader "+cGoString(stage), rc)
-	}
-	for i, p := range r.peers {
-		if rc := ddAvInsert(r.c, cInt(i), cInt(p.rank), unsafe.Pointer(&p.addr[0])); rc != 0 {
-			e := fiErr("fi_av_insert", rc)
-			e.Ranks = rankList(p.rank)
-			ddReaderTeardown(r.c)
-			return e
-		}
+	if err := r.setupEndpoint(len(r.peers)); err != nil {
+		return err
 	}
 	r.broken = false
 	return nil
