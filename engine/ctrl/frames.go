@@ -224,7 +224,11 @@ func (c *Ctrl) await(op string, k mkey, deadline time.Time, who []int) (msg, err
 func (c *Ctrl) awaitTagged(op string, k mkey, tag uint32, deadline time.Time, who []int) (msg, error) {
 	var timer *time.Timer
 	for {
-		src := c.goneSource(k) // before the mailbox: a frame put before the end is seen
+		// Both before the mailbox: a frame put before the end (a death, a
+		// goodbye) is seen. (leftPeer after it once failed a rank whose
+		// part and goodbye both arrived in between: TestOpenErrors under
+		// -race.)
+		src, left := c.goneSource(k), c.leftPeer(k)
 		c.mbMu.Lock()
 		m, ok := c.mb[k]
 		if ok {
@@ -256,9 +260,9 @@ func (c *Ctrl) awaitTagged(op string, k mkey, tag uint32, deadline time.Time, wh
 			return msg{}, &fault.Error{Op: op, Ranks: []int{src}, Side: fault.Remote, Kind: fault.ErrPeerDead,
 				Detail: fmt.Sprintf("rank %d (agent of node %d) died before its part of this collective arrived", src, k.from)}
 		}
-		if r := c.leftPeer(k); r >= 0 {
-			return msg{}, &fault.Error{Op: op, Ranks: []int{r}, Side: fault.Remote, Kind: fault.ErrClosed,
-				Detail: fmt.Sprintf("rank %d closed the store before this collective", r)}
+		if left >= 0 {
+			return msg{}, &fault.Error{Op: op, Ranks: []int{left}, Side: fault.Remote, Kind: fault.ErrClosed,
+				Detail: fmt.Sprintf("rank %d closed the store before this collective", left)}
 		}
 		if timer == nil {
 			timer = time.NewTimer(time.Until(deadline))
@@ -286,13 +290,27 @@ func (c *Ctrl) leftPeer(k mkey) int {
 		return -1
 	}
 	if !k.local {
+		node := int(k.from)
 		c.deadMu.Lock()
-		left := c.nodeLeft.has(int(k.from))
+		left := c.nodeLeft.has(node)
 		c.deadMu.Unlock()
-		if left {
-			return c.agentRank(int(k.from))
+		if !left {
+			return -1
 		}
-		return -1
+		// Every link to that node has said goodbye (or ended): a frame
+		// sent before the goodbye on another link than the one that
+		// carried it first has arrived.
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if l := c.agents[node]; l != nil && !l.left.Load() && !l.ended.Load() {
+			return -1
+		}
+		for _, l := range c.extra {
+			if l.peer == node && !l.left.Load() && !l.ended.Load() {
+				return -1
+			}
+		}
+		return c.agentRank(node)
 	}
 	c.mu.Lock()
 	l := c.locals[int(k.from)]
