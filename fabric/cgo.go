@@ -94,9 +94,6 @@ func cGoBytes(p unsafe.Pointer, n C.int) []byte        { return C.GoBytes(p, n) 
 func cGoString(p *C.char) string                       { return C.GoString(p) }
 func cCalloc(n C.size_t, size C.size_t) unsafe.Pointer { return C.calloc(n, size) }
 func ddActiveReaders() C.int                           { return C.dd_active_readers() }
-func ddAvInsert(r *C.dd_reader, idx C.int, rank C.int, addr unsafe.Pointer) C.int {
-	return C.dd_av_insert(r, idx, rank, addr)
-}
 func ddAvInsertN(r *C.dd_reader, idx0 C.int, n C.int, ranks *int32, addrs unsafe.Pointer) C.int {
 	return C.dd_av_insert_n(r, idx0, n, (*C.int32_t)(unsafe.Pointer(ranks)), addrs)
 }

@@ -158,9 +158,9 @@ enum { DD_OK = 0, DD_POST = 1, DD_CQERR = 2, DD_TIMEOUT = 3, DD_CQREAD = 4, DD_N
 
 // dd_deadset: the ranks that a fabric's user declared dead
 // (Fabric.PeerDead), one bit per rank below DD_DEAD_RANKS, and a count of
-// the marks. A batch checks it whenever it waits (dd_dead_op): an op not
-// done whose peer is dead fails the batch at once (DD_PEERDEAD) instead of
-// waiting for the deadline. Allocated with calloc: pages never marked are
+// the marks. A batch checks it when it starts and whenever it waits
+// (dd_dead_op): an op not done whose peer is dead fails the batch at once
+// (DD_PEERDEAD) instead of waiting for the deadline. Allocated with calloc: pages never marked are
 // never touched.
 #define DD_DEAD_RANKS (1 << 20)
 typedef struct dd_deadset {
@@ -242,7 +242,7 @@ typedef struct dd_reader {
 	volatile int wd_op;       // op being posted (the one blamed if a call never returns)
 	int fail_close;           // tests: dd_reader_teardown fails without closing
 	dd_deadset *dead;         // the fabric's dead ranks (NULL: none checked)
-	int32_t *peer_rank;       // rank of each peer (dd_av_insert)
+	int32_t *peer_rank;       // rank of each peer (dd_av_insert_n)
 	int batch_n;              // ops in the batch running (dd_dead_op)
 } dd_reader;
 
@@ -341,7 +341,6 @@ dd_reader *dd_reader_new(struct fid_fabric *fab, struct fid_domain *dom, struct 
 int dd_reader_setup(dd_reader *r, const char **stage);
 int dd_reader_teardown(dd_reader *r);
 void dd_reader_free(dd_reader *r);
-int dd_av_insert(dd_reader *r, int idx, int rank, void *addr);
 int dd_av_insert_n(dd_reader *r, int idx0, int n, const int32_t *ranks, const void *addrs);
 int dd_oldest(dd_reader *r, int next, int n);
 int dd_read_batch(dd_reader *r, int n, int64_t timeout_ns);

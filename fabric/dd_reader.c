@@ -82,21 +82,13 @@ void dd_reader_free(dd_reader *r) {
 
 // dd_av_insert_n inserts n addresses of addrlen bytes each, packed at
 // addrs, as peers idx0.. (ranks[i] their ranks) in one fi_av_insert. On
-// failure the AV may hold some of them: the caller tears the endpoint down.
+// failure the AV may hold some of them (n > 1): the caller tears the
+// endpoint down.
 int dd_av_insert_n(dd_reader *r, int idx0, int n, const int32_t *ranks, const void *addrs) {
 	if (idx0 < 0 || n <= 0 || idx0 + n > r->maxpeers) return -FI_EINVAL;
 	int rc = fi_av_insert(r->av, addrs, (size_t)n, r->peers + idx0, 0, NULL);
 	if (rc != n) return rc < 0 ? rc : -FI_EINVAL;
 	for (int i = 0; i < n; i++) r->peer_rank[idx0 + i] = ranks[i];
-	return 0;
-}
-
-int dd_av_insert(dd_reader *r, int idx, int rank, void *addr) {
-	fi_addr_t fa = FI_ADDR_UNSPEC;
-	int rc = fi_av_insert(r->av, addr, 1, &fa, 0, NULL);
-	if (rc != 1) return rc < 0 ? rc : -FI_EINVAL;
-	r->peers[idx] = fa;
-	r->peer_rank[idx] = rank;
 	return 0;
 }
 

@@ -207,8 +207,9 @@ func (r *Reader) insertPeers(from int) error {
 	}
 	for i := from; i < len(r.peers); i++ {
 		p := r.peers[i]
+		rank := int32(p.rank)
 		avInserts.Add(1)
-		if rc := ddAvInsert(r.c, cInt(i), cInt(p.rank), unsafe.Pointer(&p.addr[0])); rc != 0 {
+		if rc := ddAvInsertN(r.c, cInt(i), 1, &rank, unsafe.Pointer(&p.addr[0])); rc != 0 {
 			e := fiErr("fi_av_insert", rc)
 			e.Ranks = rankList(p.rank)
 			return e

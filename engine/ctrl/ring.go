@@ -129,7 +129,11 @@ func (c *Ctrl) AllReduceRingOrder(tag string, x []float32, timeout time.Duration
 	// otherwise; the lengths then differ, and every rank fails on them.
 	blocks := c.blockBounds()
 	gather := gatherRingOrder(l, w, c.o.Nodes, blocks != nil)
-	hdr := make([]byte, 9, 9+4*l*btoi(gather))
+	size := 9
+	if gather {
+		size += 4 * l
+	}
+	hdr := make([]byte, 9, size)
 	binary.LittleEndian.PutUint64(hdr, uint64(l))
 	if shm {
 		hdr[8] = 1
@@ -137,11 +141,11 @@ func (c *Ctrl) AllReduceRingOrder(tag string, x []float32, timeout time.Duration
 	if gather {
 		hdr = appendF32(hdr, x)
 	}
-	lens, err := c.AllGather("ring-len "+tag, hdr, timeout)
+	heads, err := c.AllGather("ring-len "+tag, hdr, timeout)
 	if err != nil {
 		return err
 	}
-	for r, b := range lens {
+	for r, b := range heads {
 		if len(b) != len(hdr) || binary.LittleEndian.Uint64(b) != uint64(l) {
 			got := -1
 			if len(b) >= 8 {
@@ -153,13 +157,13 @@ func (c *Ctrl) AllReduceRingOrder(tag string, x []float32, timeout time.Duration
 		if b[8] == 0 && c.table.Node(r) == c.o.Node {
 			shm = false
 		}
-		lens[r] = b[9:]
+		heads[r] = b[9:] // the vector, when gathered
 	}
 	if l == 0 || w == 1 {
 		return nil
 	}
 	if gather {
-		ringOrderSum(x, lens)
+		ringOrderSum(x, heads)
 		return nil
 	}
 	switch {
@@ -214,13 +218,6 @@ func gatherRingOrder(l, w, nodes int, blocks bool) bool {
 		return false
 	}
 	return !blocks || 4*l*w <= GatherBytes || 4*l <= GatherAlwaysBytes
-}
-
-func btoi(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // ringOrderSum sets x to the element-wise sum of parts (by rank,
