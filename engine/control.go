@@ -138,8 +138,9 @@ func layoutOf(ids []string) treeLayout {
 }
 
 // startTree joins the tree control plane after round 1 (s.peers filled;
-// ln is this rank's listener, published as s.peers[r].Ctrl).
-func (s *Store) startTree(ln net.Listener) (*ctrl.Ctrl, error) {
+// ln is this rank's listener, published as s.peers[r].Ctrl); blob is this
+// rank's entry in the table that the start gathers (round 2's record).
+func (s *Store) startTree(ln net.Listener, blob []byte) (*ctrl.Ctrl, error) {
 	ids := make([]string, s.world)
 	for r := range ids {
 		ids[r] = s.peers[r].Node
@@ -171,7 +172,7 @@ func (s *Store) startTree(ln net.Listener) (*ctrl.Ctrl, error) {
 		// The agent's port makes the node-local socket's name unique among
 		// the stores of one job on a machine.
 		Job: fmt.Sprintf("%s-%d", s.job, s.peers[lay.agents[node]].CtrlPort), Token: s.job,
-		Agents: agents, Listener: ln, Timeout: o.Timeout,
+		Agents: agents, Listener: ln, Timeout: o.Timeout, Blob: blob,
 		Period: period, SuspectAfter: suspect, DeadAfter: dead,
 		OnDead: s.onDead,
 		Handshake: func(c net.Conn, initiator bool) error {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 func init() { scenarios["tree"] = scenarioTree }
@@ -46,6 +47,11 @@ func scenarioTree(w *worker) error {
 		return fmt.Errorf("control plane %+v, want %s with %d connections", ci, o.Control, want)
 	}
 	w.logf("control plane %+v", ci)
+	if o.Control == ControlTree {
+		if err := checkNodeTable(s, w.mode); err != nil {
+			return err
+		}
+	}
 	if err := checkReduce(s, 4096); err != nil {
 		return err
 	}
@@ -87,6 +93,52 @@ func scenarioTree(w *worker) error {
 		return fmt.Errorf("barrier with a dead rank: %v, want ErrPeerDead naming rank %d", err, victim)
 	}
 	s.Close()
+	return nil
+}
+
+// checkNodeTable: under tree, the ranks of a node map one table (the
+// memfd's inode, from /proc/self/maps, gathered from every rank: one for
+// 4 ranks on one node, 4 for 4 nodes), and the peers' fabric addresses
+// are views into it, not copies.
+func checkNodeTable(s *Store, mode string) error {
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		return err
+	}
+	var inode string
+	for line := range strings.Lines(string(maps)) {
+		if f := strings.Fields(line); len(f) >= 6 && strings.HasPrefix(f[5], "/memfd:ddstore-ctrl-table") {
+			if inode != "" && inode != f[4] {
+				return fmt.Errorf("rank %d maps two tables (inodes %s and %s)", s.Rank(), inode, f[4])
+			}
+			inode = f[4]
+		}
+	}
+	if inode == "" {
+		return fmt.Errorf("rank %d maps no control-plane table", s.Rank())
+	}
+	all, err := s.AllGather("table-inode", []byte(inode))
+	if err != nil {
+		return err
+	}
+	distinct := map[string]bool{}
+	for _, b := range all {
+		distinct[string(b)] = true
+	}
+	if want := map[string]int{"local": 1, "tcp": s.World()}[mode]; len(distinct) != want {
+		return fmt.Errorf("%d ranks in mode %s map %d tables, want %d", s.World(), mode, len(distinct), want)
+	}
+	tab := s.tree.Table()
+	for r, p := range s.peers {
+		if r == s.Rank() || !s.readsThroughFabric(s.Rank(), r) {
+			continue
+		}
+		blob := tab.Blob(r)
+		lo, at := uintptr(unsafe.Pointer(unsafe.SliceData(blob))), uintptr(unsafe.Pointer(unsafe.SliceData(p.Addr)))
+		if len(p.Addr) == 0 || at < lo || at+uintptr(len(p.Addr)) > lo+uintptr(len(blob)) {
+			return fmt.Errorf("rank %d's fabric address of rank %d (%d bytes) is not a view into the node's table", s.Rank(), r, len(p.Addr))
+		}
+	}
 	return nil
 }
 

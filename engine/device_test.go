@@ -317,14 +317,14 @@ func checkDeviceAllocs(s *Store, r *Reader, spec varSpec, buf *gpu.Buffer, off i
 		what string
 		get  deviceGetter
 	}{{"store", s}, {"reader", r}} {
-		if a := testing.AllocsPerRun(10, func() {
+		if a, _ := hotAllocs(10, func() {
 			if err := g.get.GetBatchDevice(spec.name, idx, buf, off); err != nil {
 				callErr = err
 			}
 		}); a != 0 || callErr != nil {
 			return fmt.Errorf("%s GetBatchDevice(%s, %d rows): %v allocs per call (want 0), err %v", g.what, spec.name, n, a, callErr)
 		}
-		if a := testing.AllocsPerRun(10, func() {
+		if a, _ := hotAllocs(10, func() {
 			if err := g.get.GetDevice(spec.name, info.GlobalRows-n, n, buf, off); err != nil {
 				callErr = err
 			}
@@ -332,7 +332,7 @@ func checkDeviceAllocs(s *Store, r *Reader, spec varSpec, buf *gpu.Buffer, off i
 			return fmt.Errorf("%s GetDevice(%s, %d rows): %v allocs per call (want 0), err %v", g.what, spec.name, n, a, callErr)
 		}
 	}
-	if a := testing.AllocsPerRun(10, func() {
+	if a, _ := hotAllocs(10, func() {
 		if _, err := r.GetBatchDeviceAsync(spec.name, idx, buf, off); err != nil {
 			callErr = err
 		}

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"encoding/binary"
 	"fmt"
 	"net"
 	"strings"
@@ -33,7 +34,7 @@ func ifaceOf(domain string) fabricIface {
 // store's collectives already take). "" when nothing needs choosing.
 func (s *Store) chooseIface(fabricPeers []int) string {
 	o := &s.opts
-	if o.Fabric.Domain != "" || s.cp == nil || !softwareIfaceProvider(o.Fabric.Provider) {
+	if o.Fabric.Domain != "" || !softwareIfaceProvider(o.Fabric.Provider) {
 		return ""
 	}
 	for _, r := range fabricPeers {
@@ -103,4 +104,53 @@ func (s *Store) localIP(r int) net.IP {
 		return a.IP
 	}
 	return nil
+}
+
+// maxRecordErr bounds the error text a rank publishes in round 2.
+const maxRecordErr = 4 << 10
+
+// encodeAddrRecord is a rank's round-2 record: its fabric address, the
+// interface that address is on, and why its local setup failed (nil: it
+// did not). Drawn:
+//
+//	0   flags    u8   bit 0: the interface is a loopback
+//	1   nameLen  u8   interface name
+//	2   errLen   u16  little-endian
+//	4   name, then err, then the address to the end
+func encodeAddrRecord(addr []byte, iface fabricIface, failed error) []byte {
+	name := iface.Name[:min(len(iface.Name), 255)]
+	var why string
+	if failed != nil {
+		why = failed.Error()
+		why = why[:min(len(why), maxRecordErr)]
+	}
+	b := make([]byte, 4, 4+len(name)+len(why)+len(addr))
+	if iface.Loopback {
+		b[0] = 1
+	}
+	b[1] = byte(len(name))
+	binary.LittleEndian.PutUint16(b[2:], uint16(len(why)))
+	b = append(append(append(b, name...), why...), addr...)
+	return b
+}
+
+// decodeAddrRecord reads a record of encodeAddrRecord. The address is a
+// view into b (under tree, into the node's one table), nil when empty.
+func decodeAddrRecord(b []byte) (addr []byte, iface fabricIface, failed string, err error) {
+	if len(b) < 4 || b[0] > 1 {
+		return nil, iface, "", fmt.Errorf("record of %d bytes: no header", len(b))
+	}
+	nName, nWhy := int(b[1]), int(binary.LittleEndian.Uint16(b[2:]))
+	if nWhy > maxRecordErr {
+		return nil, iface, "", fmt.Errorf("record with an error text of %d bytes (limit %d)", nWhy, maxRecordErr)
+	}
+	if 4+nName+nWhy > len(b) {
+		return nil, iface, "", fmt.Errorf("record of %d bytes: truncated (interface %d, error %d bytes)", len(b), nName, nWhy)
+	}
+	iface = fabricIface{Name: string(b[4 : 4+nName]), Loopback: b[0] == 1}
+	failed = string(b[4+nName : 4+nName+nWhy])
+	if rest := b[4+nName+nWhy:]; len(rest) > 0 {
+		addr = rest[:len(rest):len(rest)]
+	}
+	return addr, iface, failed, nil
 }

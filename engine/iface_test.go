@@ -38,3 +38,55 @@ func TestCheckLoopback(t *testing.T) {
 		t.Fatalf("no fabric pairs: %v", err)
 	}
 }
+
+// FuzzAddrRecord: a round-2 record built from the fuzzer's fields decodes
+// to exactly those fields (the error text cut at maxRecordErr, the name at
+// 255 bytes); a record cut short or with a bad flag byte is a clean error,
+// and any other bytes either fail cleanly or decode to fields that encode
+// back to the same bytes.
+func FuzzAddrRecord(f *testing.F) {
+	f.Add([]byte{1, 2, 3, 4}, "lo", true, "", 0)
+	f.Add([]byte(nil), "eth0", false, "fabric: no provider tcp", 7)
+	f.Add(make([]byte, 64), strings.Repeat("n", 300), false, strings.Repeat("e", 5000), 3)
+	f.Fuzz(func(t *testing.T, addr []byte, name string, lo bool, why string, cut int) {
+		var failed error
+		if why != "" {
+			failed = errors.New(why)
+		}
+		b := encodeAddrRecord(addr, fabricIface{Name: name, Loopback: lo}, failed)
+		gotAddr, gotIface, gotWhy, err := decodeAddrRecord(b)
+		if err != nil {
+			t.Fatalf("decode of a whole record: %v", err)
+		}
+		wantName, wantWhy := name[:min(len(name), 255)], why[:min(len(why), maxRecordErr)]
+		if string(gotAddr) != string(addr) || gotIface != (fabricIface{Name: wantName, Loopback: lo}) || gotWhy != wantWhy {
+			t.Fatalf("round trip: %x %+v %q, want %x %q %v %q", gotAddr, gotIface, gotWhy, addr, wantName, lo, wantWhy)
+		}
+		head := 4 + len(wantName) + len(wantWhy)
+		if cut = cut % (head + 1); cut < 0 {
+			cut = -cut
+		}
+		if cut < head { // cut inside the header, name or error text
+			if _, _, _, err := decodeAddrRecord(b[:cut]); err == nil {
+				t.Fatalf("record cut to %d of %d header bytes decoded", cut, head)
+			}
+		}
+		bad := append([]byte(nil), b...)
+		bad[0] = 2
+		if _, _, _, err := decodeAddrRecord(bad); err == nil {
+			t.Fatal("flag byte 2 decoded")
+		}
+		// Arbitrary bytes: an error, or fields that encode back to them.
+		raw := append(append([]byte(nil), why...), addr...)
+		a, ifc, w, err := decodeAddrRecord(raw)
+		if err == nil {
+			var e error
+			if w != "" {
+				e = errors.New(w)
+			}
+			if back := encodeAddrRecord(a, ifc, e); string(back) != string(raw) {
+				t.Fatalf("%x decoded to %x %+v %q, which encodes to %x", raw, a, ifc, w, back)
+			}
+		}
+	})
+}

@@ -495,7 +495,7 @@ func loaderRankMain() error {
 			b.Release()
 		}
 		var nerr error
-		allocs := testing.AllocsPerRun(10, func() {
+		allocs, _ := hotAllocs(10, func() {
 			b, err := e.Next()
 			if err != nil {
 				nerr = err

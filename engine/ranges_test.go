@@ -121,7 +121,7 @@ func scenarioRanges(w *worker) error {
 		dst := make([]byte, total*spec.rowBytes)
 		for _, g := range []rangeGetter{s, r} {
 			var callErr error
-			if a := testing.AllocsPerRun(10, func() {
+			if a, _ := hotAllocs(10, func() {
 				if err := g.GetRanges(spec.name, starts, counts, dst); err != nil {
 					callErr = err
 				}

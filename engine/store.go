@@ -260,103 +260,55 @@ func (s *Store) open() error {
 		}
 		s.ex, s.cp = s.mesh, s.mesh
 	}
+	if treeLn == nil {
+		if err := s.finishLaunchExchange(); err != nil {
+			return err
+		}
+	}
+	s.initReplicas()
+
+	// Round 2: every rank's fabric address, and whether its local setup
+	// (fabric, telemetry) failed, which every rank must learn of. Under
+	// tree the control plane's own start carries it: its table is held once
+	// per node (a memfd that the node's ranks map), and the peers' addresses
+	// are views into it. Under mesh it is one all-gather.
+	addr, iface, localErr := s.openLocal(host)
+	mine := encodeAddrRecord(addr, iface, localErr)
+	var recordOf func(r int) []byte
 	if treeLn != nil {
-		t, err := s.startTree(treeLn)
+		t, err := s.startTree(treeLn, mine)
 		if err != nil {
 			return wrapBootstrap("Open: connecting the ranks", err)
 		}
 		s.tree = t
 		s.ex, s.cp = t, t
-	}
-	if err := s.finishLaunchExchange(); err != nil {
-		return err
-	}
-	// The fabric is needed for a peer of the group on another node, and,
-	// with replica groups, for a replica there (failover reads).
-	needFabric := false
-	for r := range s.peers {
-		if s.readsThroughFabric(s.rank, r) {
-			needFabric = true
+		if err := s.finishLaunchExchange(); err != nil {
+			return err
 		}
-	}
-	s.initReplicas()
-
-	// Local setup whose failure every rank must learn of: fabric, telemetry.
-	var localErr error
-	var addr []byte
-	var iface fabricIface
-	if needFabric {
-		var mine []int
-		for r := range s.peers {
-			if s.readsThroughFabric(s.rank, r) {
-				mine = append(mine, r)
-			}
+		recordOf = t.Table().Blob
+	} else {
+		blobs, err := s.ex.AllGather("open-addr", mine, s.opts.Timeout)
+		if err == nil && len(blobs) != s.world {
+			err = errf(ErrMismatch, "open-addr", "", "got %d records for %d ranks", len(blobs), s.world)
 		}
-		if name := s.chooseIface(mine); name != "" {
-			o.Fabric.Domain = name
+		if err != nil {
+			return wrapBootstrap("open-addr", err)
 		}
-		s.fab, localErr = fabric.Open(o.Fabric)
-		if localErr == nil {
-			// A rank found dead (control plane, pid watcher, a failed
-			// read, MarkDead) cuts short the fabric reads waiting on it.
-			s.health.OnDead(s.fab.PeerDead)
-			addr = s.fab.Address()
-			iface = ifaceOf(s.fab.Info().Domain)
-			if n, av := len(mine), s.fab.Info().AVCount; av > 0 && n > av {
-				localErr = &Error{Op: "Open", Kind: ErrInvalid, Side: fault.Local,
-					Detail: fmt.Sprintf("rank %d reads %d ranks through the fabric, more than its address vector holds (%d): "+
-						"raise fabric.max_peers (env DDSTORE_FABRIC_MAX_PEERS; provider %s allows %d)",
-						s.rank, n, av, s.fab.Info().Provider, s.fab.Info().MaxPeers)}
-			}
-		}
-	} else if o.Fabric.Provider != "" {
-		// No rank of the group needs the fabric on this run, but a provider
-		// this libfabric lacks (a typo in DDSTORE_FABRIC) is still an error
-		// here, not on the first multi-node run. Without libfabric at all a
-		// single-node store works: only a missing provider fails.
-		if err := fabric.CheckProvider(o.Fabric.Provider); err != nil && !errors.Is(err, fault.ErrNoLibrary) {
-			localErr = wrapf(nil, "", "", err, "Fabric.Provider (DDSTORE_FABRIC, config fabric.provider)")
-		}
+		recordOf = func(r int) []byte { return blobs[r] }
 	}
-	if localErr == nil && !o.DisableTelemetry {
-		s.tel, localErr = telemetry.Create(telemetry.WriterOptions{
-			Dir: o.TelemetryDir, Job: s.job, Rank: s.rank, World: s.world, Host: host,
-			Provider: s.providerName(), ReaderMode: "shared+readers", Method: s.env.Launcher,
-		})
-		if localErr != nil {
-			localErr = wrapf(nil, "", "", localErr, "telemetry")
-		}
-	}
-	if s.localRank == 0 {
-		s.sweepLeftovers()
-	}
-	type round2 struct {
-		Addr  []byte      `json:"addr"`
-		Iface fabricIface `json:"iface"`
-		Err   string      `json:"err,omitempty"`
-	}
-	r2 := round2{Addr: addr, Iface: iface}
 	ifaces := make([]fabricIface, s.world)
-	if localErr != nil {
-		r2.Err = localErr.Error()
-	}
-	blobs, err = s.gather("open-addr", r2)
-	if err != nil {
-		return err
-	}
 	var failed []string
 	var failedRanks []int
-	for r, b := range blobs {
-		var x round2
-		if err := json.Unmarshal(b, &x); err != nil {
+	for r := range s.world {
+		a, ifc, why, err := decodeAddrRecord(recordOf(r))
+		if err != nil {
 			return &Error{Op: "Open", Kind: ErrMismatch, Ranks: []int{r}, Detail: "bad address record", Err: err}
 		}
-		if x.Err != "" {
-			failed = append(failed, fmt.Sprintf("rank %d: %s", r, x.Err))
+		if why != "" {
+			failed = append(failed, fmt.Sprintf("rank %d: %s", r, why))
 			failedRanks = append(failedRanks, r)
 		}
-		s.peers[r].Addr = x.Addr
-		ifaces[r] = x.Iface
+		s.peers[r].Addr, ifaces[r] = a, ifc
 	}
 	if localErr != nil {
 		return &Error{Op: "Open", Ranks: []int{s.rank}, Side: fault.Local, Err: localErr}
@@ -397,6 +349,63 @@ func (s *Store) open() error {
 		go s.heartbeat()
 	}
 	return nil
+}
+
+// openLocal is Open's local setup, whose failure every rank must learn of
+// (round 2): the fabric, when this rank reads a peer through it, and
+// telemetry. It returns this rank's fabric address and interface (none
+// without fabric) and the error to publish.
+func (s *Store) openLocal(host string) ([]byte, fabricIface, error) {
+	o := &s.opts
+	var mine []int // the ranks read through the fabric
+	for r := range s.peers {
+		if s.readsThroughFabric(s.rank, r) {
+			mine = append(mine, r)
+		}
+	}
+	if s.localRank == 0 {
+		defer s.sweepLeftovers() // after this rank's own segment is there
+	}
+	var addr []byte
+	var iface fabricIface
+	var err error
+	if len(mine) > 0 {
+		if name := s.chooseIface(mine); name != "" {
+			o.Fabric.Domain = name
+		}
+		if s.fab, err = fabric.Open(o.Fabric); err != nil {
+			return nil, iface, err
+		}
+		// A rank found dead (control plane, pid watcher, a failed read,
+		// MarkDead) cuts short the fabric reads waiting on it.
+		s.health.OnDead(s.fab.PeerDead)
+		addr = s.fab.Address()
+		iface = ifaceOf(s.fab.Info().Domain)
+		if n, av := len(mine), s.fab.Info().AVCount; av > 0 && n > av {
+			return addr, iface, &Error{Op: "Open", Kind: ErrInvalid, Side: fault.Local,
+				Detail: fmt.Sprintf("rank %d reads %d ranks through the fabric, more than its address vector holds (%d): "+
+					"raise fabric.max_peers (env DDSTORE_FABRIC_MAX_PEERS; provider %s allows %d)",
+					s.rank, n, av, s.fab.Info().Provider, s.fab.Info().MaxPeers)}
+		}
+	} else if o.Fabric.Provider != "" {
+		// No rank of the group needs the fabric on this run, but a provider
+		// this libfabric lacks (a typo in DDSTORE_FABRIC) is still an error
+		// here, not on the first multi-node run. Without libfabric at all a
+		// single-node store works: only a missing provider fails.
+		if err := fabric.CheckProvider(o.Fabric.Provider); err != nil && !errors.Is(err, fault.ErrNoLibrary) {
+			return nil, iface, wrapf(nil, "", "", err, "Fabric.Provider (DDSTORE_FABRIC, config fabric.provider)")
+		}
+	}
+	if !o.DisableTelemetry {
+		s.tel, err = telemetry.Create(telemetry.WriterOptions{
+			Dir: o.TelemetryDir, Job: s.job, Rank: s.rank, World: s.world, Host: host,
+			Provider: s.providerName(), ReaderMode: "shared+readers", Method: s.env.Launcher,
+		})
+		if err != nil {
+			return addr, iface, wrapf(nil, "", "", err, "telemetry")
+		}
+	}
+	return addr, iface, nil
 }
 
 // readsThroughFabric reports whether rank r reads rank q's shards through

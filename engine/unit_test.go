@@ -132,10 +132,10 @@ func TestSingleRank(t *testing.T) {
 	if _, err := checkVar(s, r, spec, rng); err != nil {
 		t.Fatal(err)
 	}
-	if err := checkAllocs(s, s, spec, "store"); err != nil {
+	if _, err := checkAllocs(s, s, spec, "store"); err != nil {
 		t.Fatal(err)
 	}
-	if err := checkAllocs(s, r, spec, "reader"); err != nil {
+	if _, err := checkAllocs(s, r, spec, "reader"); err != nil {
 		t.Fatal(err)
 	}
 	v, err := s.Var("x")
