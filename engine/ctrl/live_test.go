@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/ddstore/ddstore/fault"
 )
@@ -377,5 +380,55 @@ func TestNodeOutOnAgentDeath(t *testing.T) {
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
+	}
+}
+
+// TestTCPUserTimeout: every agent-to-agent TCP link, dialled or accepted,
+// has TCP_NODELAY and TCP_USER_TIMEOUT = DeadAfter, so that data unacknowledged
+// by a dead host fails the link after DeadAfter, not after the kernel's
+// retransmission minutes; links inside a node are unix sockets.
+func TestTCPUserTimeout(t *testing.T) {
+	const deadAfter = 2700 * time.Millisecond
+	cl, errs := startCluster(t, 12, 3, func(o *Options) { o.DeadAfter = deadAfter }, nil)
+	if err := firstErr(errs); err != nil {
+		t.Fatal(err)
+	}
+	if errs := cl.each(func(c *Ctrl) error { return c.Barrier("links", 10*time.Second) }); firstErr(errs) != nil {
+		t.Fatal(firstErr(errs))
+	}
+	tcp := 0
+	for _, c := range cl.ctrls {
+		for _, l := range c.allLinks() {
+			conn := l.conn
+			if w, ok := conn.(interface{ NetConn() net.Conn }); ok {
+				conn = w.NetConn()
+			}
+			tc, ok := conn.(*net.TCPConn)
+			if !ok {
+				if !l.local {
+					t.Errorf("rank %d: link to node %d is %T, not TCP", c.Rank(), l.peer, l.conn)
+				}
+				continue
+			}
+			tcp++
+			rc, err := tc.SyscallConn()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ut, nd int
+			var gerr error
+			rc.Control(func(fd uintptr) {
+				if ut, gerr = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT); gerr == nil {
+					nd, gerr = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_NODELAY)
+				}
+			})
+			if gerr != nil || ut != int(deadAfter.Milliseconds()) || nd == 0 {
+				t.Errorf("rank %d, link to %d: TCP_USER_TIMEOUT %d ms, TCP_NODELAY %d (%v); want %d ms and on",
+					c.Rank(), l.peer, ut, nd, gerr, deadAfter.Milliseconds())
+			}
+		}
+	}
+	if tcp < 2*3 { // 4 agents: at least the tree's 3 links, seen from both ends
+		t.Errorf("%d TCP links among 4 agents", tcp)
 	}
 }

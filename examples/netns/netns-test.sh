@@ -177,9 +177,13 @@ if step 4; then
 PORT=$((20000 + RANDOM % 10000))
 ip netns exec "${hosts[3]}" iptables -A OUTPUT -p tcp --syn ! --dport "$PORT" -j DROP
 PORT=$PORT PLACE="0 0 1 3" RSS=1 JOB_TIMEOUT=120 start_job "$EPOCHS" 10
-listening() { # the job's listening addresses on host 0 and host 1, comma-separated
+listening() { # the job's control listeners on host 0 and host 1, comma-separated:
+  # the rendezvous and the wildcard listeners of the mesh or tree. The
+  # fabric's tcp endpoints (open by now under tree: the control plane's
+  # start is Open's second round) bind the host's own address.
   for hi in 0 1; do
-    ip netns exec "${hosts[$hi]}" ss -Htln | awk '{print $4}' | { grep -v '^127\.\|^\[::1\]' || true; } |
+    ip netns exec "${hosts[$hi]}" ss -Htln | awk '{print $4}' |
+      { grep -E "^(\*|0\.0\.0\.0|\[::\]):|:$PORT\$" || true; } |
       sed "s/^\(\*\|0\.0\.0\.0\|\[::\]\):/10.77.0.$((hi + 1)):/"
   done | sort -u | paste -sd, -
 }
