@@ -28,6 +28,8 @@ var (
 	flagPerProc = flag.Int("ctrl.perproc", 2000, "scale run: ranks per worker process")
 	flagBigMax  = flag.Int("ctrl.bigmax", 256, "scale run: largest world that runs the 800 KB all-reduce (every rank holds 1.6 MB meanwhile)")
 	flagMedMax  = flag.Int("ctrl.medmax", 1024, "scale run: largest world that runs the 80 KB all-reduce")
+	flagDead    = flag.Duration("ctrl.deadafter", 0, "scale run: DeadAfter of every rank, SuspectAfter two thirds of it (0: the defaults); "+
+		"for the 800 KB all-reduce beyond 1 024 ranks, where one machine doing every rank's work starves agents past 3.6 s")
 	flagOut     = flag.String("ctrl.out", "", "scale run: write the results as JSON here, and an SVG beside it")
 	flagWorker  = flag.String("ctrl.worker", "", "internal: world,ppn,n0,n1,job of a worker process")
 )
@@ -217,7 +219,7 @@ func TestScaleWorker(t *testing.T) {
 	}
 	raiseFDs(t)
 	base := rssKiB()
-	h, addrs, err := newHost(newLayout(world, ppn), job, n0, n1, nil)
+	h, addrs, err := newHost(newLayout(world, ppn), job, n0, n1, deadAfterFlag())
 	if err != nil {
 		fmt.Println("error", err)
 		return
@@ -260,7 +262,7 @@ func runScale(t *testing.T, world, ppn, procs, bigReps, bigMax int, tune func(*O
 		for i := 0; i < procs; i++ {
 			n0, n1 := i*lay.nodes/procs, (i+1)*lay.nodes/procs
 			cmd := exec.Command(os.Args[0], "-test.run=^TestScaleWorker$", "-test.timeout=30m",
-				fmt.Sprintf("-ctrl.worker=%d,%d,%d,%d,%s", world, ppn, n0, n1, job))
+				fmt.Sprintf("-ctrl.worker=%d,%d,%d,%d,%s", world, ppn, n0, n1, job), fmt.Sprintf("-ctrl.deadafter=%v", *flagDead))
 			cmd.Stderr = os.Stderr
 			in, _ := cmd.StdinPipe()
 			outp, _ := cmd.StdoutPipe()
@@ -422,6 +424,14 @@ func TestScale1024(t *testing.T) {
 	}
 }
 
+// deadAfterFlag is -ctrl.deadafter as a tune of Options (nil: defaults).
+func deadAfterFlag() func(*Options) {
+	if *flagDead <= 0 {
+		return nil
+	}
+	return func(o *Options) { o.SuspectAfter, o.DeadAfter = *flagDead*2/3, *flagDead }
+}
+
 // TestScaleRun is make ctrl-scale: -ctrl.worlds, -ctrl.ppn, -ctrl.out.
 func TestScaleRun(t *testing.T) {
 	if *flagWorlds == "" {
@@ -433,7 +443,7 @@ func TestScaleRun(t *testing.T) {
 			w, _ := strconv.Atoi(ws)
 			p, _ := strconv.Atoi(ps)
 			procs := (w + *flagPerProc - 1) / *flagPerProc
-			r := runScale(t, w, p, procs, 3, *flagBigMax, nil)
+			r := runScale(t, w, p, procs, 3, *flagBigMax, deadAfterFlag())
 			fmt.Println(r)
 			checkGoals(t, r)
 			results = append(results, r)
