@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -58,6 +59,11 @@ func scenarioTree(w *worker) error {
 	spec := varSpec{name: "t", dt: Bytes, rowBytes: 128, base: 20, emptyMember: -1}
 	if err := addPattern(s, spec); err != nil {
 		return err
+	}
+	if w.mode == "tcp" {
+		if err := checkLazyPeers(s, spec); err != nil {
+			return err
+		}
 	}
 	victim := s.World() - 1
 	if err := fileBarrier(w.param("TELDIR", os.TempDir()), "added", w.rank, s.World(), 30*time.Second); err != nil {
@@ -137,6 +143,40 @@ func checkNodeTable(s *Store, mode string) error {
 		lo, at := uintptr(unsafe.Pointer(unsafe.SliceData(blob))), uintptr(unsafe.Pointer(unsafe.SliceData(p.Addr)))
 		if len(p.Addr) == 0 || at < lo || at+uintptr(len(p.Addr)) > lo+uintptr(len(blob)) {
 			return fmt.Errorf("rank %d's fabric address of rank %d (%d bytes) is not a view into the node's table", s.Rank(), r, len(p.Addr))
+		}
+	}
+	return nil
+}
+
+// checkLazyPeers: a new Reader's address vector is empty, and a peer's
+// address enters it on the first read from that peer only (4 nodes: this
+// rank reads rank r+1's rows twice, then rank r+2's).
+func checkLazyPeers(s *Store, spec varSpec) error {
+	r, err := s.NewReader()
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	info, err := s.Query(spec.name)
+	if err != nil {
+		return err
+	}
+	dst := make([]byte, 2*spec.rowBytes)
+	var want []int
+	for _, q := range []int{1, 1, 2} {
+		peer := (s.Rank() + q) % s.World()
+		if len(want) == 0 || want[len(want)-1] != peer {
+			want = append(want, peer)
+		}
+		rows := seqIdx(info.Shards[peer], 2)
+		if err := r.GetBatch(spec.name, rows, dst); err != nil {
+			return err
+		}
+		if err := checkRows(dst, spec.rowBytes, spec.salt(0), rows); err != nil {
+			return err
+		}
+		if got := r.c.fr.PeerRanks(); !slices.Equal(got, want) {
+			return fmt.Errorf("rank %d, after reading rank %d's rows: the reader's address vector holds ranks %v, want %v", s.Rank(), peer, got, want)
 		}
 	}
 	return nil

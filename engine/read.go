@@ -118,9 +118,9 @@ func (v *Var) serve(c *readCtx, st *callStats, p placement.Piece, d []byte, rows
 		c = v.lockShared(st) // first remote piece of a Store call
 	}
 	peer := c.rpeers[rank]
-	if p.Failover {
+	if peer == (fabric.Peer{}) { // this reader's first read from rank
 		var err error
-		if peer, err = c.peerOf(rank); err != nil { // a replica: connected on first use
+		if peer, err = c.peerOf(rank); err != nil {
 			return c, err
 		}
 	}

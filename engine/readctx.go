@@ -39,7 +39,7 @@ type readCtx struct {
 	// it of ops[i], to re-address a missing read to a replica.
 	opMember []int32
 	opOff    []int64
-	rpeers   []fabric.Peer // by rank: replicas connected for failover (peerOf)
+	rpeers   []fabric.Peer // by rank: the peers in fr's address vector (peerOf)
 	timeout  time.Duration // deadline last given to fr (0: the fabric's own)
 	tel      int32         // telemetry reader id
 	gather   int           // flushes of at least this many ops use ReadGather; 0 = never
@@ -47,8 +47,7 @@ type readCtx struct {
 	maxOp    int           // largest queued op, bytes
 }
 
-// newReadCtx opens a fabric reader and connects it to every group member
-// whose shards are read through the fabric.
+// newReadCtx opens a fabric reader (connect).
 func (s *Store) newReadCtx(telReader int32) (*readCtx, error) {
 	c := &readCtx{s: s, tel: telReader, rpeers: make([]fabric.Peer, s.nranks)}
 	if s.fab == nil {
@@ -76,38 +75,18 @@ func (s *Store) newReadCtx(telReader int32) (*readCtx, error) {
 	return c, nil
 }
 
-// connect opens the context's fabric reader and connects it to every group
-// member whose shards are read through the fabric, and to every
-// storage-only rank (storage.go: every reader reaches them all, so that
-// reads of their shards and failover between their groups never connect
-// on the hot path). Replicas outside the group connect on first use
-// (peerOf).
+// connect opens the context's fabric reader. Its address vector starts
+// empty: a peer's address (a view into the node's table, under tree)
+// enters it on this reader's first read from that peer (peerOf), so a
+// reader holds only the peers it reads; room for every peer on another
+// node is reserved here, so that those first reads allocate nothing.
 func (c *readCtx) connect() error {
-	s := c.s
-	fr, err := s.fab.NewReader()
+	fr, err := c.s.fab.NewReader()
 	if err != nil {
 		return wrapf(nil, "NewReader", "", err, "open a fabric reader")
 	}
 	clear(c.rpeers)
-	var ranks []int
-	var addrs [][]byte
-	for r := range s.peers {
-		inGroup, storage := r >= s.groupLo && r < s.groupLo+s.width, r >= s.world
-		if !inGroup && !storage || s.peers[r].sameNode {
-			continue
-		}
-		ranks, addrs = append(ranks, r), append(addrs, s.peers[r].Addr)
-	}
-	if len(ranks) > 0 {
-		ps, err := fr.AddPeers(ranks, addrs) // one address-vector insert
-		if err != nil {
-			fr.Close()
-			return &Error{Op: "NewReader", Ranks: fault.RanksOf(err), Detail: "connect to the peers", Err: err}
-		}
-		for i, r := range ranks {
-			c.rpeers[r] = ps[i]
-		}
-	}
+	fr.Reserve(c.s.fabricPeers) // first reads from peers allocate nothing
 	if c.timeout != 0 {
 		fr.SetTimeout(c.timeout) // the deadline the context last set (flush)
 	}

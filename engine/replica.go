@@ -175,20 +175,20 @@ func (v *Var) retarget(c *readCtx, st *callStats, cause error) error {
 	return nil
 }
 
-// peerOf is the reader's fabric peer for rank r, connected on first use
-// (a replica outside the home group: the first failover to it from this
-// reader inserts its address, the one allocation of the failover path).
+// peerOf is the reader's fabric peer for rank r, inserted into its
+// address vector on the reader's first read from r (one fi_av_insert and
+// the one allocation of that read; later reads find it in rpeers).
 func (c *readCtx) peerOf(r int) (fabric.Peer, error) {
 	if p := c.rpeers[r]; p != (fabric.Peer{}) {
 		return p, nil
 	}
 	if c.fr == nil {
-		return fabric.Peer{}, &fault.Error{Op: "failover", Ranks: []int{r}, Side: fault.Local, Kind: ErrPeerDead,
-			Detail: "replica is on another node but this rank has no fabric"}
+		return fabric.Peer{}, &fault.Error{Op: "read", Ranks: []int{r}, Side: fault.Local, Kind: ErrPeerDead,
+			Detail: "rank is on another node but this rank has no fabric"}
 	}
 	p, err := c.fr.AddPeer(r, c.s.peers[r].Addr)
 	if err != nil {
-		return fabric.Peer{}, wrapf(nil, "failover", "", err, "connect reader to replica rank %d", r)
+		return fabric.Peer{}, &Error{Op: "read", Ranks: fault.RanksOf(err), Detail: fmt.Sprintf("connect this reader to rank %d", r), Err: err}
 	}
 	c.rpeers[r] = p
 	return p, nil

@@ -43,6 +43,9 @@ func (s *Store) joinStorage() error {
 		p.sameMachine = p.Host == s.peers[s.rank].Host && p.BootID == s.peers[s.rank].BootID
 		s.peers = append(s.peers, p)
 		needFabric = needFabric || !p.sameNode
+		if !p.sameNode {
+			s.fabricPeers++
+		}
 	}
 	var localErr error
 	if needFabric && s.fab == nil {

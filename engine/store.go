@@ -62,6 +62,7 @@ type Store struct {
 	nranks         int
 	width, groupLo int
 	peers          []peerInfo // by global rank
+	fabricPeers    int        // ranks on other nodes: the most a fabric reader holds (readCtx.connect)
 
 	fab *fabric.Fabric // nil when the group is on one node
 	tel *telemetry.Writer
@@ -249,6 +250,9 @@ func (s *Store) open() error {
 		}
 		s.peers[r].sameNode = s.peers[r].Node == me.Node
 		s.peers[r].sameMachine = s.peers[r].Host == me.Host && s.peers[r].BootID == me.BootID
+		if !s.peers[r].sameNode {
+			s.fabricPeers++
+		}
 	}
 	if s.mesh != nil {
 		addrs := make([]mesh.Addr, s.world)

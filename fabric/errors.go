@@ -71,6 +71,18 @@ func pathLost(code int) bool {
 	return false
 }
 
+// cqErrLostPath reports whether an error completion (code, and the
+// provider's own errno) says the path to the peer is lost, so that the
+// peer counts as dead and reads fail over; an access error (a bad key or
+// range) leaves it alive. tcp cancels the ops of a connection the peer
+// dropped (ECANCELED, usually with provider ENOTCONN, not always with it):
+// a cancelled op is a lost path too. This reader never cancels an op
+// itself before the error entry is read (dd_drive records the entry, then
+// dd_batch_fail closes the endpoint), so the cancel is the provider's.
+func cqErrLostPath(code, provErrno int) bool {
+	return pathLost(code) || pathLost(provErrno) || code == int(syscall.ECANCELED) || code == -int(syscall.ECANCELED)
+}
+
 // localCode reports whether a code returned while posting says this
 // process's own resources failed (memory, queue, descriptor).
 func localCode(code int) bool {

@@ -862,6 +862,36 @@ func TestAddPeers(t *testing.T) {
 			if _, err := r.AddPeers(mranks, many); !errors.Is(err, fault.ErrInvalid) || !strings.Contains(err.Error(), "address vector full") {
 				t.Fatalf("%d more peers than the vector holds: %v", len(many)+3-f.avCount, err)
 			}
+
+			// One at a time, as the engine's first read from each peer adds
+			// it: after Reserve, AddPeer allocates nothing, and each peer
+			// reads its own rows.
+			r2, err := f.NewReader()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r2.Close()
+			r2.Reserve(len(tgs))
+			added := make([]Peer, 0, len(tgs))
+			var addErr error
+			if a := testing.AllocsPerRun(len(tgs)-1, func() { // a warm-up run, then the rest
+				p, err := r2.AddPeer(ranks[len(added)], tgs[len(added)].addr)
+				if err != nil {
+					addErr = err
+				}
+				added = append(added, p) // within the capacity made below
+			}); a != 0 || addErr != nil || len(added) != len(tgs) {
+				t.Fatalf("AddPeer after Reserve: %v allocations per call, %d peers, err %v", a, len(added), addErr)
+			}
+			for k, p := range added {
+				dst := make([]byte, row)
+				if _, err := r2.Read(ReadOp{Dst: dst, Peer: p, Addr: tgs[k].base + uint64(k*row), Key: tgs[k].key}); err != nil {
+					t.Fatalf("peer %d added alone: %v", ranks[k], err)
+				}
+				if err := checkPattern(dst, uint64(k*row)); err != nil {
+					t.Fatalf("peer %d added alone: %v", ranks[k], err)
+				}
+			}
 		})
 	}
 }

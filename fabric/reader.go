@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -35,6 +36,7 @@ type Reader struct {
 	pin         *pinSet
 	mrc         mrCache
 	one         [1]ReadOp
+	rank1       [1]int32      // a single insert's rank, for C (no allocation)
 	ran         time.Duration // time in C batch loops since the last yield (yieldRuntime)
 
 	// gather state: ops too large for a round, read with fi_read after
@@ -129,51 +131,65 @@ func (r *Reader) Close() error {
 }
 
 // AddPeer inserts a peer's address (its Fabric.Address) into the reader's
-// address vector. rank only labels errors (and Fabric.PeerDead).
+// address vector; rank only labels errors (and Fabric.PeerDead). The
+// reader keeps addr, not a copy: it must not change while the reader
+// lives. Once Reserve has made room, it allocates nothing (a reader's
+// first read from a peer inserts it: the engine's lazy address vector).
 func (r *Reader) AddPeer(rank int, addr []byte) (Peer, error) {
-	ps, err := r.AddPeers([]int{rank}, [][]byte{addr})
-	if err != nil {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.checkAdd(rank, addr, 1); err != nil {
 		return Peer{}, err
 	}
-	return ps[0], nil
+	from := len(r.peers)
+	r.peers = append(r.peers, peerEntry{rank: rank, addr: addr})
+	if err := r.insert(from); err != nil {
+		return Peer{}, err
+	}
+	return Peer{id: uint32(from + 1)}, nil
+}
+
+// Reserve makes room for n peers in all, so that AddPeer allocates
+// nothing until the reader holds n.
+func (r *Reader) Reserve(n int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.peers = slices.Grow(r.peers, n-len(r.peers))
+}
+
+// PeerRanks is the ranks in the reader's address vector, in the order
+// they entered it (a copy).
+func (r *Reader) PeerRanks() []int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]int, len(r.peers))
+	for i, p := range r.peers {
+		out[i] = p.rank
+	}
+	return out
 }
 
 // AddPeers inserts the addresses of ranks (addrs[i] is rank ranks[i]'s
-// Fabric.Address) into the reader's address vector with one fi_av_insert
-// (one per address where their lengths differ), and returns their Peers
-// in order. On failure none is added, and the error names the rank whose
-// address was refused.
+// Fabric.Address, kept as AddPeer keeps it) into the reader's address
+// vector with one fi_av_insert (one per address where their lengths
+// differ), and returns their Peers in order. On failure none is added, and
+// the error names the rank whose address was refused.
 func (r *Reader) AddPeers(ranks []int, addrs [][]byte) ([]Peer, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(ranks) != len(addrs) {
 		return nil, invalid("av insert", nil, "%d ranks, %d addresses", len(ranks), len(addrs))
 	}
-	if r.closed {
-		return nil, &fault.Error{Op: "av insert", Ranks: ranks[:min(len(ranks), 64)], Kind: fault.ErrClosed, Detail: "reader is closed"}
-	}
-	for i, a := range addrs {
-		if len(a) == 0 {
-			return nil, invalid("av insert", rankList(ranks[i]), "empty address")
+	for i := range ranks {
+		if err := r.checkAdd(ranks[i], addrs[i], len(ranks)); err != nil {
+			return nil, err
 		}
-	}
-	if len(r.peers)+len(ranks) > r.f.avCount {
-		return nil, invalid("av insert", rankList(ranks[len(ranks)-1]), "address vector full: %d peers and %d more (provider %s allows %d)",
-			len(r.peers), len(ranks), r.f.inf.Provider, r.f.avCount)
-	}
-	if err := r.ensureEndpoint(); err != nil {
-		return nil, err
 	}
 	from := len(r.peers)
 	for i, rank := range ranks {
-		r.peers = append(r.peers, peerEntry{rank: rank, addr: append([]byte(nil), addrs[i]...)})
+		r.peers = append(r.peers, peerEntry{rank: rank, addr: addrs[i]})
 	}
-	if err := r.insertPeers(from); err != nil {
-		// The address vector may hold some of them: the next call builds
-		// it again from the peers before.
-		r.peers = r.peers[:from]
-		ddReaderTeardown(r.c)
-		r.broken = true
+	if err := r.insert(from); err != nil {
 		return nil, err
 	}
 	out := make([]Peer, len(ranks))
@@ -181,6 +197,46 @@ func (r *Reader) AddPeers(ranks []int, addrs [][]byte) ([]Peer, error) {
 		out[i] = Peer{id: uint32(from + i + 1)}
 	}
 	return out, nil
+}
+
+// checkAdd refuses rank's address before n peers are added: a closed
+// reader, an empty address, or no room left in the address vector.
+func (r *Reader) checkAdd(rank int, addr []byte, n int) error {
+	if r.closed {
+		return &fault.Error{Op: "av insert", Ranks: rankList(rank), Kind: fault.ErrClosed, Detail: "reader is closed"}
+	}
+	if len(addr) == 0 {
+		return invalid("av insert", rankList(rank), "empty address")
+	}
+	if len(r.peers)+n > r.f.avCount {
+		return invalid("av insert", rankList(rank), "address vector full: %d peers and %d more (provider %s allows %d)",
+			len(r.peers), n, r.f.inf.Provider, r.f.avCount)
+	}
+	return nil
+}
+
+// insert inserts r.peers[from:] (just appended) into the address vector,
+// on an endpoint set up again first if a timeout tore it down. On failure
+// they are dropped, and the endpoint is torn down: the address vector may
+// hold some of them, so the next call builds it again from the peers
+// before.
+func (r *Reader) insert(from int) error {
+	var err error
+	if r.broken {
+		if err = r.setupEndpoint(from); err == nil { // the peers before these
+			r.broken = false
+		}
+	}
+	if err == nil {
+		if err = r.insertPeers(from); err != nil {
+			ddReaderTeardown(r.c)
+			r.broken = true
+		}
+	}
+	if err != nil {
+		r.peers = r.peers[:from]
+	}
+	return err
 }
 
 // insertPeers inserts r.peers[from:] into the address vector: in one call
@@ -207,9 +263,9 @@ func (r *Reader) insertPeers(from int) error {
 	}
 	for i := from; i < len(r.peers); i++ {
 		p := r.peers[i]
-		rank := int32(p.rank)
+		r.rank1[0] = int32(p.rank)
 		avInserts.Add(1)
-		if rc := ddAvInsertN(r.c, cInt(i), 1, &rank, unsafe.Pointer(&p.addr[0])); rc != 0 {
+		if rc := ddAvInsertN(r.c, cInt(i), 1, &r.rank1[0], unsafe.Pointer(&p.addr[0])); rc != 0 {
 			e := fiErr("fi_av_insert", rc)
 			e.Ranks = rankList(p.rank)
 			return e
@@ -605,15 +661,8 @@ func (r *Reader) batchError(res *cDdResult, base int, inflight string) error {
 		e.Side = fault.Local
 		detail += "; out of memory for the reader's gather buffers"
 	case ddCqerr:
-		// An error completion: the provider failed the op on the way to or
-		// at the peer. A lost path marks the peer dead; an access error
-		// (bad key or range) leaves it alive. tcp cancels the ops of a
-		// connection the peer dropped (ECANCELED, usually with provider
-		// ENOTCONN, not always): unless this reader tore its own endpoint
-		// down, a cancelled op is a lost path too.
 		e.Op = "fi_cq_readerr"
-		cancelled := (code == int(syscall.ECANCELED) || code == -int(syscall.ECANCELED)) && res.torn_down == 0
-		if pathLost(code) || pathLost(int(res.prov_errno)) || cancelled {
+		if cqErrLostPath(code, int(res.prov_errno)) {
 			e.Kind = fault.ErrPeerDead
 		} else if syscall.Errno(code) == syscall.ENOMEM {
 			e.Side = fault.Local

@@ -30,8 +30,8 @@ var (
 	flagMedMax  = flag.Int("ctrl.medmax", 1024, "scale run: largest world that runs the 80 KB all-reduce")
 	flagDead    = flag.Duration("ctrl.deadafter", 0, "scale run: DeadAfter of every rank, SuspectAfter two thirds of it (0: the defaults); "+
 		"for the 800 KB all-reduce beyond 1 024 ranks, where one machine doing every rank's work starves agents past 3.6 s")
-	flagOut     = flag.String("ctrl.out", "", "scale run: write the results as JSON here, and an SVG beside it")
-	flagWorker  = flag.String("ctrl.worker", "", "internal: world,ppn,n0,n1,job of a worker process")
+	flagOut    = flag.String("ctrl.out", "", "scale run: write the results as JSON here, and an SVG beside it")
+	flagWorker = flag.String("ctrl.worker", "", "internal: world,ppn,n0,n1,job of a worker process")
 )
 
 // scaleResult is one run's figures.
