@@ -15,6 +15,12 @@ func (s *Store) gather(tag string, mine any) ([][]byte, error) {
 	if err != nil {
 		return nil, wrapf(ErrInvalid, tag, "", err, "encode")
 	}
+	return s.gatherBytes(tag, b)
+}
+
+// gatherBytes all-gathers this rank's bytes (one blob per rank, in rank
+// order).
+func (s *Store) gatherBytes(tag string, b []byte) ([][]byte, error) {
 	blobs, err := s.ex.AllGather(tag, b, s.opts.Timeout)
 	if err != nil {
 		return nil, wrapBootstrap(tag, err)

@@ -176,8 +176,9 @@ func (v *Var) retarget(c *readCtx, st *callStats, cause error) error {
 }
 
 // peerOf is the reader's fabric peer for rank r, inserted into its
-// address vector on the reader's first read from r (one fi_av_insert and
-// the one allocation of that read; later reads find it in rpeers).
+// address vector on the reader's first read from r (one fi_av_insert, no
+// allocation within the room connect reserved; later reads find it in
+// rpeers).
 func (c *readCtx) peerOf(r int) (fabric.Peer, error) {
 	if p := c.rpeers[r]; p != (fabric.Peer{}) {
 		return p, nil

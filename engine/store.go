@@ -291,12 +291,9 @@ func (s *Store) open() error {
 		}
 		recordOf = t.Table().Blob
 	} else {
-		blobs, err := s.ex.AllGather("open-addr", mine, s.opts.Timeout)
-		if err == nil && len(blobs) != s.world {
-			err = errf(ErrMismatch, "open-addr", "", "got %d records for %d ranks", len(blobs), s.world)
-		}
+		blobs, err := s.gatherBytes("open-addr", mine)
 		if err != nil {
-			return wrapBootstrap("open-addr", err)
+			return err
 		}
 		recordOf = func(r int) []byte { return blobs[r] }
 	}
