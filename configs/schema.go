@@ -44,8 +44,9 @@ type StoreConfig struct {
 	// The tree's liveness (engine/ctrl): an agent pings its ring successor
 	// every CtrlPeriod (DDSTORE_CTRL_PERIOD), probes it through others
 	// after CtrlSuspectAfter (DDSTORE_CTRL_SUSPECT_AFTER) and declares it
-	// dead after CtrlDeadAfter (DDSTORE_CTRL_DEAD_AFTER). Default all 0:
-	// from Liveness (dead after it, a ping every Liveness/3.6).
+	// dead after CtrlDeadAfter (DDSTORE_CTRL_DEAD_AFTER). 0: engine/ctrl's
+	// defaults (1s, 2s, 3.6s), or from a Liveness under 3.6s (dead after
+	// it, a ping every Liveness/3.6). A frozen plain rank: Liveness.
 	CtrlPeriod, CtrlSuspectAfter, CtrlDeadAfter time.Duration
 }
 

@@ -8,6 +8,7 @@ package engine
 // (engine/mesh: every rank holds a connection to every other).
 
 import (
+	"cmp"
 	"fmt"
 	"net"
 	"strconv"
@@ -166,14 +167,14 @@ func (s *Store) startTree(ln net.Listener, blob []byte) (*ctrl.Ctrl, error) {
 	}
 	secret := bootstrap.SecretOf(s.boot)
 	o := s.opts
-	period, suspect, dead := treeTiming(o.Liveness, o.CtrlPeriod, o.CtrlSuspectAfter, o.CtrlDeadAfter)
+	period, suspect, dead, local := treeTiming(o.Liveness, o.CtrlPeriod, o.CtrlSuspectAfter, o.CtrlDeadAfter)
 	c, err := ctrl.Start(ctrl.Options{
 		Rank: me, World: s.world, Node: node, Nodes: len(lay.agents), LocalRank: lay.local[me], LocalSize: lay.size[node],
 		// The agent's port makes the node-local socket's name unique among
 		// the stores of one job on a machine.
 		Job: fmt.Sprintf("%s-%d", s.job, s.peers[lay.agents[node]].CtrlPort), Token: s.job,
 		Agents: agents, Listener: ln, Timeout: o.Timeout, Blob: blob,
-		Period: period, SuspectAfter: suspect, DeadAfter: dead,
+		Period: period, SuspectAfter: suspect, DeadAfter: dead, LocalDeadAfter: local,
 		OnDead: s.onDead,
 		Handshake: func(c net.Conn, initiator bool) error {
 			if _, ok := c.(admitted); ok && !initiator {
@@ -191,19 +192,24 @@ func (s *Store) startTree(ln net.Listener, blob []byte) (*ctrl.Ctrl, error) {
 	return c, nil
 }
 
-// treeTiming is the tree's liveness timing: the Ctrl* fields when any is
-// set (zero ones take ctrl's defaults); else from Liveness, the mesh's
-// deadline: dead after it, a ping every Liveness/3.6, probes from twice
-// that on (ctrl's default proportions, 1 s, 2 s, 3.6 s).
-func treeTiming(liveness, period, suspect, dead time.Duration) (time.Duration, time.Duration, time.Duration) {
-	if period != 0 || suspect != 0 || dead != 0 {
-		return period, suspect, dead
+// treeTiming is the tree's liveness timing: the agents' ring (period,
+// suspect, dead; zeros take ctrl's defaults, 1 s, 2 s, 3.6 s) and how
+// long an agent bears a silent plain rank (local). The Ctrl* fields set
+// the ring when any is set; else the ring takes ctrl's defaults, or, for
+// a Liveness under 3.6 s, dead after it with the same proportions. A
+// plain rank gets Liveness: a silent node is confirmed through other
+// agents' probes before it is declared dead, a silent rank only by its
+// agent, so it keeps the store's longer deadline.
+func treeTiming(liveness, period, suspect, dead time.Duration) (ringPeriod, ringSuspect, ringDead, local time.Duration) {
+	local = cmp.Or(liveness, DefaultLiveness)
+	switch {
+	case period != 0 || suspect != 0 || dead != 0:
+		return period, suspect, dead, local
+	case local >= ctrl.DefaultDeadAfter:
+		return 0, 0, 0, local
 	}
-	if liveness == 0 {
-		liveness = DefaultLiveness
-	}
-	p := liveness * 5 / 18
-	return p, 2 * p, liveness
+	p := local * 5 / 18
+	return p, 2 * p, local, local
 }
 
 // ctrlIPs are the addresses a would-be agent offers, best first.

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/ddstore/ddstore/engine/ctrl"
 )
 
 func init() { scenarios["tree"] = scenarioTree }
@@ -183,16 +185,30 @@ func checkLazyPeers(s *Store, spec varSpec) error {
 }
 
 func TestTreeTiming(t *testing.T) {
-	for _, c := range []struct{ live, p, s, d, wp, ws, wd time.Duration }{
-		{DefaultLiveness, 0, 0, 0, 2777777777, 5555555554, DefaultLiveness}, // from the mesh's default
-		{0, 0, 0, 0, 2777777777, 5555555554, DefaultLiveness},               // unset: the default
-		{time.Second, 0, 0, 0, 277777777, 555555554, time.Second},           // from Liveness
-		{time.Second, 0, 0, 5 * time.Second, 0, 0, 5 * time.Second},         // explicit wins
-		{3600 * time.Millisecond, 0, 0, 0, time.Second, 2 * time.Second, 3600 * time.Millisecond},
+	const ms = time.Millisecond
+	for _, c := range []struct{ live, p, s, d, wp, ws, wd, wl time.Duration }{
+		{DefaultLiveness, 0, 0, 0, 0, 0, 0, DefaultLiveness},                                // ring: ctrl's defaults; a plain rank: liveness
+		{0, 0, 0, 0, 0, 0, 0, DefaultLiveness},                                              // unset: the default
+		{time.Second, 0, 0, 0, 277777777, 555555554, time.Second, time.Second},              // a shorter liveness sets the ring too
+		{3 * time.Second, 0, 0, 0, 833333333, 1666666666, 3 * time.Second, 3 * time.Second}, // netns-test's LIVENESS=3
+		{3600 * ms, 0, 0, 0, 0, 0, 0, 3600 * ms},                                            // ctrl's default exactly
+		{time.Minute, 0, 0, 0, 0, 0, 0, time.Minute},                                        // a longer one only a plain rank's
+		{time.Second, 0, 0, 5 * time.Second, 0, 0, 5 * time.Second, time.Second},            // explicit wins, the rest default
+		{0, 2 * time.Second, 4 * time.Second, 8 * time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, DefaultLiveness},
 	} {
-		p, s, d := treeTiming(c.live, c.p, c.s, c.d)
-		if p != c.wp || s != c.ws || d != c.wd {
-			t.Errorf("treeTiming(%v, %v, %v, %v) = %v, %v, %v; want %v, %v, %v", c.live, c.p, c.s, c.d, p, s, d, c.wp, c.ws, c.wd)
+		p, s, d, l := treeTiming(c.live, c.p, c.s, c.d)
+		if p != c.wp || s != c.ws || d != c.wd || l != c.wl {
+			t.Errorf("treeTiming(%v, %v, %v, %v) = %v, %v, %v, %v; want %v, %v, %v, %v", c.live, c.p, c.s, c.d, p, s, d, l, c.wp, c.ws, c.wd, c.wl)
+		}
+		// What ctrl makes of it: the ring's timings grow (Validate) and
+		// the store's defaults meet the 5 s.
+		o := ctrl.Options{Rank: 0, World: 1, Job: "t", Period: p, SuspectAfter: s, DeadAfter: d, LocalDeadAfter: l}
+		o.EnsureDefaults()
+		if err := o.Validate(); err != nil {
+			t.Errorf("liveness %v: %v", c.live, err)
+		}
+		if c.live == DefaultLiveness && o.DeadAfter > 5*time.Second {
+			t.Errorf("default ring: dead after %v", o.DeadAfter)
 		}
 	}
 }

@@ -104,9 +104,11 @@ type Options struct {
 	// Storage: storage-only ranks joined to the trainers (storage.go).
 	Storage StorageOptions
 	// Liveness: a rank whose connection to this one closes without a
-	// goodbye, or that stays silent this long (heartbeats go every
-	// Liveness/5 over the store's own connections), is marked dead: reads
-	// of its rows fail at once with ErrPeerDead, collectives name it.
+	// goodbye, or that stays silent this long (mesh: heartbeats go every
+	// Liveness/5 over the store's own connections; tree: a plain rank's
+	// silence at its agent, and the agents' ring when Liveness is under
+	// its 3.6s, see Control), is marked dead: reads of its rows fail at
+	// once with ErrPeerDead, collectives name it.
 	// Default 10s, at least 100ms. Config key store.liveness, environment
 	// variable DDSTORE_LIVENESS.
 	Liveness time.Duration
@@ -121,12 +123,13 @@ type Options struct {
 	// CtrlPeriod, probe it through others after CtrlSuspectAfter and
 	// declare it dead after CtrlDeadAfter (config keys store.ctrl_period,
 	// store.ctrl_suspect_after, store.ctrl_dead_after; env
-	// DDSTORE_CTRL_PERIOD, _SUSPECT_AFTER, _DEAD_AFTER). All three zero
-	// (the default) means: from Liveness, as the mesh's deadline: dead
-	// after Liveness, pings every Liveness/3.6, probes after twice that
-	// (engine/ctrl's own defaults, 1s, 2s, 3.6s, have these proportions);
-	// a plain rank frozen with its socket open is declared dead by its
-	// agent after 2×dead+period. A rank's exit is seen at once in both.
+	// DDSTORE_CTRL_PERIOD, _SUSPECT_AFTER, _DEAD_AFTER); zero ones take
+	// engine/ctrl's defaults, 1s, 2s, 3.6s. All three zero (the default)
+	// means those defaults, or, when Liveness is shorter than 3.6s, dead
+	// after Liveness with the same proportions (pings every Liveness/3.6,
+	// probes after twice that). A plain rank frozen with its socket open
+	// is declared dead by its agent after Liveness and one heartbeat. A
+	// rank's exit is seen at once in both.
 	Control                                     string
 	CtrlPeriod, CtrlSuspectAfter, CtrlDeadAfter time.Duration
 	// ReadMode: "auto" (default; "" means auto), "rma" or "gather"; see

@@ -28,12 +28,14 @@ TEST_EXTRA += test-netns
 # link found within the liveness deadline + 1 s naming the rank, and
 # FABRIC_IFACE=lo refused at Open. Skips (exit 0, with the reason) without
 # root or the ip tool; fails instead under DDSTORE_REQUIRE_ROOT=1, as in make test).
-# make test runs steps 1-5 under tree, the default control plane.
+# make test runs steps 1-5 under tree, the default control plane, then
+# step 2 again at the store's default liveness (a cut host known within 6 s).
 # test-netns-tree runs every step under tree (6: 16 ranks on each of 3
 # hosts, connection counts, a dead host: minutes more, so outside make
 # test); test-netns-mesh runs every step, 6 included, under the mesh.
 test-netns: deps
 	env CONTROL=tree STEPS="1 2 3 4 5" bash examples/netns/netns-test.sh
+	env CONTROL=tree LIVENESS=default STEPS=2 bash examples/netns/netns-test.sh
 
 test-netns-tree: deps
 	env CONTROL=tree bash examples/netns/netns-test.sh

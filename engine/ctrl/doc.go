@@ -32,8 +32,8 @@
 // a successor silent for SuspectAfter is probed indirectly through Probes
 // other agents (SWIM), and declared dead (its whole node) after DeadAfter
 // unless one of them got an answer. A local rank is watched by its agent:
-// its socket's EOF is its death, and silence after DeadAfter and one of
-// its beats (LocalTiming) too. A death floods over the agents' links
+// its socket's EOF is its death, and silence after LocalDeadAfter and one
+// of its beats (LocalTiming) too. A death floods over the agents' links
 // and down to every local rank; every collective then fails naming it,
 // but for those in which the dead rank had done its part (its part came
 // up, its result was ready to go down): as under engine/mesh, a rank that

@@ -44,17 +44,18 @@ func (c *Ctrl) readLoop(l *link) {
 // whose socket is still open: a frozen or hung process; a dead one's EOF
 // is immediate). See LocalTiming.
 func (c *Ctrl) localSilence() time.Duration {
-	_, silence := LocalTiming(c.o.Period, c.o.DeadAfter)
+	_, silence := LocalTiming(c.o.Period, c.o.LocalDeadAfter)
 	return silence
 }
 
 // LocalTiming is how often a plain rank tells its agent that it lives,
 // and how long its agent waits on its silence before declaring it dead:
-// every min(Period, DeadAfter/8), and DeadAfter plus that. As with the
-// agents' ring, a rank is declared dead no earlier than DeadAfter after
-// it froze (so that a shorter stop is not taken for a death) and no later
-// than DeadAfter and one beat: 3.6–4.05 s with ctrl's defaults, 10–11.25 s
-// with the store's (liveness 10 s).
+// every min(Period, deadAfter/8), and deadAfter plus that, for deadAfter
+// = Options.LocalDeadAfter. As with the agents' ring, a rank is declared
+// dead no earlier than deadAfter after it froze (so that a shorter stop
+// is not taken for a death) and no later than deadAfter and one beat:
+// 3.6–4.05 s with ctrl's defaults, 10–11 s with the store's (liveness
+// 10 s, Period 1 s).
 func LocalTiming(period, deadAfter time.Duration) (beat, silence time.Duration) {
 	beat = min(period, deadAfter/8)
 	return beat, deadAfter + beat

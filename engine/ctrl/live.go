@@ -202,7 +202,7 @@ func (c *Ctrl) gotIndirect(node int) {
 // heartbeat tells a plain rank's agent that it lives (LocalTiming).
 func (c *Ctrl) heartbeat() {
 	defer c.wg.Done()
-	beat, _ := LocalTiming(c.o.Period, c.o.DeadAfter)
+	beat, _ := LocalTiming(c.o.Period, c.o.LocalDeadAfter)
 	tick := time.NewTicker(beat)
 	defer tick.Stop()
 	for {

@@ -142,14 +142,49 @@ func TestFrozenPlainRankDeclaredDead(t *testing.T) {
 	}
 }
 
+// TestLocalDeadAfter: a plain rank is watched with LocalDeadAfter, not
+// the ring's DeadAfter: stopped for longer than DeadAfter and one beat,
+// but shorter than LocalDeadAfter, it is not declared dead; frozen for
+// good, it is, after LocalDeadAfter and within one beat and a second.
+func TestLocalDeadAfter(t *testing.T) {
+	const local = 6 * time.Second
+	cl, errs := startCluster(t, 6, 3, func(o *Options) { fast(o); o.LocalDeadAfter = local }, nil)
+	if err := firstErr(errs); err != nil {
+		t.Fatal(err)
+	}
+	if err := firstErr(cl.each(func(k *Ctrl) error { return k.Barrier("warm", 0) })); err != nil {
+		t.Fatal(err)
+	}
+	ringBeat, ringSilence := LocalTiming(DefaultPeriod, DefaultDeadAfter)
+	beat, silence := LocalTiming(DefaultPeriod, local)
+	victim := cl.rank(4) // a plain rank of node 1 (agent: rank 3)
+	victim.pauseFor(ringSilence + ringBeat + time.Second)
+	if err := firstErr(cl.each(func(k *Ctrl) error { return k.Barrier("after-stop", 0) })); err != nil {
+		t.Fatalf("after a stop of %v (LocalDeadAfter %v): %v", ringSilence+ringBeat+time.Second, local, err)
+	}
+	for _, c := range cl.ctrls {
+		if f := c.FirstDeath(); !f.IsZero() {
+			t.Fatalf("rank %d learned a death after a stop shorter than LocalDeadAfter", c.Rank())
+		}
+	}
+	t0 := time.Now()
+	go victim.pauseFor(silence + 4*time.Second)
+	cl.learned(t, []int{4}, silence+3*time.Second)
+	took := cl.rank(3).FirstDeath().Sub(t0)
+	t.Logf("frozen plain rank: declared dead by its agent after %v (LocalDeadAfter %v, beat %v)", took, local, beat)
+	if took < local || took > silence+time.Second {
+		t.Fatalf("declared dead after %v; want between %v and %v", took, local, silence+time.Second)
+	}
+}
+
 // TestLocalTiming: a plain rank beats often enough that a stop shorter
-// than DeadAfter is never taken for a death, and is declared dead within
-// DeadAfter and one beat; with the store's default liveness (10 s: Period
-// 10 s × 5/18) that is within 11.25 s, as mesh's 10 s.
+// than LocalDeadAfter is never taken for a death, and is declared dead
+// within LocalDeadAfter and one beat; with the store's defaults (Period
+// 1 s, LocalDeadAfter = liveness 10 s) that is within 11 s, as mesh's 10 s.
 func TestLocalTiming(t *testing.T) {
 	for _, c := range []struct{ period, dead, beat, silence time.Duration }{
 		{DefaultPeriod, DefaultDeadAfter, 450 * time.Millisecond, 4050 * time.Millisecond},
-		{10 * time.Second * 5 / 18, 10 * time.Second, 1250 * time.Millisecond, 11250 * time.Millisecond},
+		{DefaultPeriod, 10 * time.Second, time.Second, 11 * time.Second},
 		{100 * time.Millisecond, 10 * time.Second, 100 * time.Millisecond, 10100 * time.Millisecond},
 	} {
 		beat, silence := LocalTiming(c.period, c.dead)

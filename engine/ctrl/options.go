@@ -47,10 +47,16 @@ type Options struct {
 	Timeout time.Duration
 	// Period between an agent's pings of its ring successor. SuspectAfter
 	// without an answer starts the indirect probes; DeadAfter declares the
-	// node dead. A plain rank tells its agent it lives every
-	// min(Period, DeadAfter/8) and is dead after DeadAfter and that silent
-	// (LocalTiming).
+	// node dead.
 	Period, SuspectAfter, DeadAfter time.Duration
+	// LocalDeadAfter (default DeadAfter) is how long an agent bears the
+	// silence of one of its node's plain ranks (frozen, its socket still
+	// open; an exit is its socket's EOF, at once). The rank tells its
+	// agent it lives every min(Period, LocalDeadAfter/8) and is dead after
+	// LocalDeadAfter and that silent (LocalTiming). The store sets it to
+	// its liveness, longer than the ring's: a silent node is confirmed
+	// through other agents' probes, a silent rank only by its agent.
+	LocalDeadAfter time.Duration
 	// Probes is the number of agents asked to probe a suspect (SWIM's k).
 	Probes int
 	// SmallBytes: all-reduces up to this size use recursive doubling,
@@ -77,6 +83,7 @@ func (o *Options) EnsureDefaults() {
 	def(&o.Period, DefaultPeriod)
 	def(&o.SuspectAfter, DefaultSuspectAfter)
 	def(&o.DeadAfter, DefaultDeadAfter)
+	def(&o.LocalDeadAfter, o.DeadAfter)
 	if o.Arity == 0 {
 		o.Arity = DefaultArity
 	}
@@ -108,6 +115,8 @@ func (o *Options) Validate() error {
 		return bad("tree arity %d", o.Arity)
 	case o.Period <= 0 || o.SuspectAfter < o.Period || o.DeadAfter <= o.SuspectAfter:
 		return bad("liveness periods must grow: period %v, suspect after %v, dead after %v", o.Period, o.SuspectAfter, o.DeadAfter)
+	case o.LocalDeadAfter <= 0:
+		return bad("local dead-after %v", o.LocalDeadAfter)
 	case o.Job == "":
 		return bad("empty job name (it names the node-local sockets)")
 	case len(o.Blob) > maxBlob:
