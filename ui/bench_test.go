@@ -80,6 +80,8 @@ func BenchmarkRefresh(b *testing.B) {
 			m.Update(tea.WindowSizeMsg{Width: 120, Height: 40})
 			if view == "cost64" {
 				m.Update(tea.WindowSizeMsg{Width: 160, Height: 50}) // ddtopcost's terminal
+				m.skipRings = skipRingsLive                         // as run sets it: the ranks page skips the rings
+				m.showCalls()
 			}
 			cycle := func() {
 				_, cmd := m.Update(tickMsg{gen: m.gen})

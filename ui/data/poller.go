@@ -497,20 +497,20 @@ func (p *Poller) readRing(t *tracked, s *telemetry.Snapshot) {
 	}
 	if p.hideCalls.Load() && t.raw == nil {
 		// Nothing on screen shows calls, so records passed over are not
-		// lost to anyone: a fast healthy job is no ring_drops finding on
-		// the ranks page.
-		t.seg.SkipRings(&t.cursor)
+		// lost to anyone (a fast healthy job is no ring_drops finding on
+		// the ranks page), and the rings are not touched at all.
 		t.skipped = true
 		return
 	}
 	if t.skipped {
 		// Back on a page that shows calls: read what the rings still
-		// hold after the last record read before skipping.
+		// hold after the last record read before skipping, at most the
+		// last keep of each, without counting what was passed over.
 		t.skipped = false
 		var tail telemetry.RingCursor
 		if t.seg.TailRings(&tail, uint64(keep)) == nil {
 			for i := range t.seg.Rings() {
-				t.cursor.Pos[i] = min(t.cursor.Pos[i], max(tail.Pos[i], t.readTo.Pos[i]))
+				t.cursor.Pos[i] = max(tail.Pos[i], t.readTo.Pos[i])
 			}
 		}
 	}

@@ -33,8 +33,35 @@ func (p *Painter) Paint(s string) string {
 	if s == "" || strings.ContainsRune(s, '\n') {
 		return p.st.Render(s)
 	}
+	pre, post, exact := p.codes()
+	if !exact {
+		return p.st.Render(s)
+	}
+	return pre + s + post
+}
+
+// PaintRepeat writes Paint(strings.Repeat(unit, n)) to b, without the
+// intermediate strings when it can (unit without newlines, n > 0).
+func (p *Painter) PaintRepeat(b *strings.Builder, unit string, n int) {
+	pre, post, exact := p.codes()
+	if !exact || n <= 0 || unit == "" || strings.ContainsRune(unit, '\n') {
+		b.WriteString(p.Paint(strings.Repeat(unit, n)))
+		return
+	}
+	b.WriteString(pre)
+	for range n {
+		b.WriteString(unit)
+	}
+	b.WriteString(post)
+}
+
+// codes are the escape sequences around painted text for the colour
+// profile and background now; exact is false where st.Render(s) is not
+// pre+s+post.
+func (p *Painter) codes() (pre, post string, exact bool) {
 	prof, dark := lipgloss.ColorProfile(), lipgloss.HasDarkBackground()
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	if !p.ok || p.prof != prof || p.dark != dark {
 		const probe = "x"
 		r := p.st.Render(probe)
@@ -42,10 +69,5 @@ func (p *Painter) Paint(s string) string {
 		p.ok, p.prof, p.dark = true, prof, dark
 		p.pre, p.post, p.exact = pre, post, found && !strings.Contains(post, probe)
 	}
-	pre, post, exact := p.pre, p.post, p.exact
-	p.mu.Unlock()
-	if !exact {
-		return p.st.Render(s)
-	}
-	return pre + s + post
+	return p.pre, p.post, p.exact
 }

@@ -71,6 +71,9 @@ func init() {
 // PhasePaint colours s as phase i's bar segment (PhaseStyle(i).Render).
 func PhasePaint(i int, s string) string { return phasePainters[i].Paint(s) }
 
+// PhasePainter is the Painter of phase i's bar segments.
+func PhasePainter(i int) *Painter { return phasePainters[i] }
+
 // State colours a rank's state word: live, stale or exited.
 func State(s string) string {
 	switch s {

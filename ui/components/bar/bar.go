@@ -5,6 +5,7 @@ package bar
 import (
 	"math"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/ddstore/ddstore/ui/styles"
 )
@@ -163,20 +164,21 @@ func Colorize(s string) string {
 		return s
 	}
 	var b strings.Builder
-	rs := []rune(s)
-	for i := 0; i < len(rs); {
-		j := i
-		for j < len(rs) && rs[j] == rs[i] {
-			j++
+	b.Grow(4 * len(s)) // the glyphs' bytes and, per run, its escape sequences
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		j := i + size
+		for j < len(s) && s[j:j+min(size, len(s)-j)] == s[i:i+size] {
+			j += size
 		}
-		run := j - i
-		switch p := glyphPhase(rs[i]); {
+		run := (j - i) / size
+		switch p := glyphPhase(r); {
 		case p >= 0:
-			b.WriteString(styles.PhasePaint(p, strings.Repeat("█", run)))
-		case rs[i] == '·':
-			b.WriteString(styles.FaintP.Paint(strings.Repeat("·", run)))
+			styles.PhasePainter(p).PaintRepeat(&b, "█", run)
+		case r == '·':
+			styles.FaintP.PaintRepeat(&b, "·", run)
 		default:
-			b.WriteString(string(rs[i:j]))
+			b.WriteString(s[i:j])
 		}
 		i = j
 	}

@@ -1,12 +1,15 @@
 package bar
 
 import (
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"unicode/utf8"
 
 	"github.com/charmbracelet/lipgloss"
 	"github.com/muesli/termenv"
+
+	"github.com/ddstore/ddstore/ui/styles"
 )
 
 func TestSplit(t *testing.T) {
@@ -68,5 +71,45 @@ func TestPlainPhasesAndSpark(t *testing.T) {
 	}
 	if got := Horizontal(1, 100, 10); got != "█" {
 		t.Fatalf("horizontal min %q", got)
+	}
+}
+
+// TestColorizeIsLipgloss: a table cell's glyph bar, coloured by Colorize,
+// is what lipgloss renders for each phase's segment and the faint empty
+// part, in every colour profile, for random breakdowns and widths.
+func TestColorizeIsLipgloss(t *testing.T) {
+	prev := lipgloss.ColorProfile()
+	defer lipgloss.SetColorProfile(prev)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, prof := range []termenv.Profile{termenv.TrueColor, termenv.ANSI256, termenv.ANSI} {
+		lipgloss.SetColorProfile(prof)
+		for range 2000 {
+			shares := make([]float64, styles.NumPhases)
+			for i := range shares {
+				if rng.IntN(3) > 0 {
+					shares[i] = rng.Float64()
+				}
+			}
+			width := rng.IntN(40)
+			var want strings.Builder
+			total := 0
+			for p, n := range Split(shares, width) {
+				if n > 0 && width > 0 {
+					want.WriteString(styles.PhaseStyle(p).Render(strings.Repeat("█", n)))
+					total += n
+				}
+			}
+			if rest := width - total; rest > 0 {
+				want.WriteString(styles.Faint.Render(strings.Repeat("·", rest)))
+			}
+			glyphs := Glyphs(shares, width)
+			if got := Colorize(glyphs); got != want.String() {
+				t.Fatalf("profile %v, %q: Colorize gave %q, lipgloss %q", prof, glyphs, got, want.String())
+			}
+		}
+	}
+	// Other runes pass through.
+	if got := Colorize("a b"); got != "a b" {
+		t.Fatalf("Colorize(%q) = %q", "a b", got)
 	}
 }
