@@ -304,7 +304,8 @@ type Segment struct {
 	exited    bool
 	aliveAt   time.Time
 	alive     bool
-	checkedAt time.Time // the last check of any kind
+	checkedAt time.Time    // the last check of any kind
+	order     []recordTime // ReadRings' sort keys, kept for the next call
 }
 
 // pidRecheck is how often a Segment checks its writer's pid in full
@@ -936,9 +937,51 @@ func (s *Segment) ReadRings(c *RingCursor, dst []Record) (n int, dropped uint64,
 		n, c.Pos[i], dropped = n+k, next, dropped+d
 	}
 	if s.h.g.rings() > 1 {
-		slices.SortStableFunc(dst[:n], func(a, b Record) int { return cmp.Compare(a.TimeNs, b.TimeNs) })
+		s.order = sortByTime(dst[:n], s.order)
 	}
 	return n, dropped, nil
+}
+
+// recordTime is a record's time and place, what sortByTime sorts.
+type recordTime struct {
+	t int64
+	i int
+}
+
+// sortByTime orders recs by TimeNs, stably (equal times keep their order),
+// as slices.SortStableFunc would, but sorts the 16-byte keys (in order,
+// reused: the returned slice) instead of the 200-byte records, and then
+// moves each record once, cycle by cycle.
+func sortByTime(recs []Record, order []recordTime) []recordTime {
+	order = order[:0]
+	sorted := true
+	for i := range recs {
+		order = append(order, recordTime{recs[i].TimeNs, i})
+		sorted = sorted && (i == 0 || recs[i-1].TimeNs <= recs[i].TimeNs)
+	}
+	if sorted {
+		return order
+	}
+	slices.SortFunc(order, func(a, b recordTime) int { return cmp.Or(cmp.Compare(a.t, b.t), cmp.Compare(a.i, b.i)) })
+	// Position j takes the record at order[j].i; -1 marks a place filled.
+	for j := range order {
+		if order[j].i < 0 {
+			continue
+		}
+		first := recs[j]
+		at := j
+		for {
+			from := order[at].i
+			order[at].i = -1
+			if from == j {
+				recs[at] = first
+				break
+			}
+			recs[at] = recs[from]
+			at = from
+		}
+	}
+	return order
 }
 
 // SkipRings moves c to every ring's head without copying records, and
