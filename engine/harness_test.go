@@ -136,6 +136,11 @@ func storeOptions(mode string, params map[string]string) Options {
 			o.Liveness = d
 		}
 	}
+	if v := params["RING_DEAD"]; v != "" { // the agents' ring: a silent node is dead after this
+		if d, err := time.ParseDuration(v); err == nil {
+			o.CtrlDeadAfter = d
+		}
+	}
 	if v := params["PROGRESS"]; v != "" {
 		o.Fabric.Progress = v
 	}

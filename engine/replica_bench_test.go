@@ -87,7 +87,7 @@ func BenchmarkStalledOwner(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		dir := b.TempDir()
 		spawnRanks(b, 4, "stall-bench", map[string]string{"MODE": "tcp", "WIDTH": "2", "TELDIR": dir, "PHASE_S": "4",
-			"FAILOVER": after.String()}, 120*time.Second, nil)
+			"FAILOVER": after.String(), "RING_DEAD": "60s"}, 120*time.Second, nil)
 		raw, err := os.ReadFile(filepath.Join(dir, "stall.txt"))
 		if err != nil {
 			b.Fatal(err)

@@ -351,7 +351,7 @@ func TestLastResortOwner(t *testing.T) {
 	for _, mode := range []string{"tcp-rma", "tcp-gather"} {
 		t.Run("path="+mode, func(t *testing.T) {
 			spawnRanks(t, 4, "lastresort", map[string]string{"MODE": mode, "WIDTH": "2", "FAILOVER": "300ms",
-				"FTIMEOUT": "60s", "LIVENESS": "120s"}, 120*time.Second, nil)
+				"FTIMEOUT": "60s", "LIVENESS": "120s", "RING_DEAD": "120s"}, 120*time.Second, nil)
 		})
 	}
 }

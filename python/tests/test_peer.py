@@ -46,9 +46,19 @@ def stop(proc, timeout=10.0):
         time.sleep(0.001)
 
 
+# The two ranks are two nodes (node_mode="fabric"), so under the tree
+# control plane rank 0's agent declares a stopped rank 1 dead after
+# store.ctrl_dead_after (3.6 s by default). Tests that keep the peer
+# stopped longer, to see what a read or Ctrl-C does meanwhile, give rank
+# 0's ring a longer deadline in a config file of their own (the library's
+# Go runtime read the environment when it was loaded).
+LONG_RING = "store:\n  ctrl_dead_after: 120s\n"
+
+
 @pytest.fixture
-def pair(store, request):
-    """Rank 0 here, rank 1 a child; request.param: options of rank 0's store."""
+def pair(store, request, tmp_path):
+    """Rank 0 here, rank 1 a child; request.param: options of rank 0's
+    store, and "yaml": a config file's text, merged over the defaults."""
     if store.size > 1:
         pytest.skip("two-rank peer tests run in the single-rank session")
     port = free_port("127.0.0.1")
@@ -57,6 +67,10 @@ def pair(store, request):
     child = subprocess.Popen([sys.executable, os.path.join(here, "_peer.py"), "127.0.0.1:%d" % port, job,
                               str(N0), str(N1)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=clean_env(), text=True)
     opts = dict({"fabric_timeout": 1.5}, **getattr(request, "param", {}))
+    if "yaml" in opts:
+        cfg = tmp_path / "ddstore.yaml"
+        cfg.write_text(opts.pop("yaml"))
+        opts["config"] = str(cfg)
     st = ddstore.DDStore(node_mode="fabric", iface="lo", telemetry=False, timeout=30, **opts,
                          bootstrap={"method": "tcp", "addr": "127.0.0.1:%d" % port, "rank": 0, "world": 2,
                                     "job": job})
@@ -148,7 +162,7 @@ def interrupt_after(fn, blocked=in_library_wait, delay=0.2):
 
 # The fabric timeout leaves the interrupt seconds to arrive on a loaded
 # machine before the blocked read fails by itself.
-@pytest.mark.parametrize("pair", [{"fabric_timeout": 5}], indirect=True)
+@pytest.mark.parametrize("pair", [{"fabric_timeout": 5, "yaml": LONG_RING}], indirect=True)
 def test_keyboard_interrupt_during_blocked_next_and_timeout(pair):
     st, child = pair
     np.testing.assert_array_equal(st.get_batch("p", remote_rows()), pattern(remote_rows(), (64,), np.int64))
@@ -176,7 +190,7 @@ def wait_pending_done(timeout=20):
         time.sleep(0.05)
 
 
-@pytest.mark.parametrize("pair", [{"fabric_timeout": 30}], indirect=True)  # reads block until SIGCONT
+@pytest.mark.parametrize("pair", [{"fabric_timeout": 30, "yaml": LONG_RING}], indirect=True)  # reads block until SIGCONT
 def test_keyboard_interrupt_during_reads_and_barrier(pair):
     st, child = pair
     rows = remote_rows()
