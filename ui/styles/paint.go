@@ -43,9 +43,13 @@ func (p *Painter) Paint(s string) string {
 // PaintRepeat writes Paint(strings.Repeat(unit, n)) to b, without the
 // intermediate strings when it can (unit without newlines, n > 0).
 func (p *Painter) PaintRepeat(b *strings.Builder, unit string, n int) {
+	if n <= 0 || unit == "" || strings.ContainsRune(unit, '\n') {
+		b.WriteString(p.Paint(strings.Repeat(unit, max(n, 0))))
+		return
+	}
 	pre, post, exact := p.codes()
-	if !exact || n <= 0 || unit == "" || strings.ContainsRune(unit, '\n') {
-		b.WriteString(p.Paint(strings.Repeat(unit, n)))
+	if !exact {
+		b.WriteString(p.st.Render(strings.Repeat(unit, n)))
 		return
 	}
 	b.WriteString(pre)

@@ -168,7 +168,7 @@ func Colorize(s string) string {
 	for i := 0; i < len(s); {
 		r, size := utf8.DecodeRuneInString(s[i:])
 		j := i + size
-		for j < len(s) && s[j:j+min(size, len(s)-j)] == s[i:i+size] {
+		for strings.HasPrefix(s[j:], s[i:i+size]) {
 			j += size
 		}
 		run := (j - i) / size
