@@ -166,14 +166,18 @@ interrupt() {
 # rank interrupted (4 KeyboardInterrupt tracebacks under mpiexec and ddrun,
 # counted anywhere in the lines, which the ranks' writes interleave; 4
 # "ddstore: rank N of 4: Ctrl-C in a Slurm step" lines under srun); no
-# segment left. Counted: the same for Go (training) runs, and Go runs in
-# which a rank reported an error of its own.
+# segment left. Under srun only, exit 137 passes when every rank's line
+# says its store was abandoned and srun said "forcing job termination":
+# srun's SIGKILL overtook a rank between that line and its end by SIGINT
+# (Slurm's race, seen once in CI: run 7 of 10, 0.57 s), and it is counted.
+# Counted: the same for Go (training) runs, and Go runs in which a rank
+# reported an error of its own.
 declare -A sigs=([mpiexec]=1 [srun]=2 [ddrun]=1)
 max() { awk -v a="$1" -v b="$2" 'BEGIN { print (a + 0 > b + 0) ? a : b }'; }
 cleanseg() { find "$DDSTORE_TELEMETRY_DIR" -name 'ddstore-*.tel' -delete 2>/dev/null || true; }
 cleanseg
 for l in mpiexec srun ddrun; do
-  go=0 goerr=0 goseg=0 other= pymax=0 gomax=0
+  go=0 goerr=0 goseg=0 other= pymax=0 gomax=0 pyraced=0
   for i in $(seq "$CTRLC"); do
     r=$(interrupt ctrlc-go '^{' 1 "${sigs[$l]}" ${launch[$l]} bin/train --epochs 1000 --rows-per-rank 256 --json)
     if [[ $r == clean* ]]; then go=$((go + 1)); else other+=" go:${r#exit }"; tail -3 "$work/ctrlc-go.out" | sed "s/^/  go $l run $i: /" >&2; fi
@@ -183,6 +187,15 @@ for l in mpiexec srun ddrun; do
     cleanseg
     r=$(interrupt ctrlc-py '^ready' 4 "${sigs[$l]}" ${launch[$l]} $PY examples/life/noclose.py --block)
     pyfail() { sed 's/^/  before the signal: /' "$work/ctrlc-py.before" >&2; cat "$work/ctrlc-py.out" >&2; fail "Ctrl-C run $i under $l (Python): $*"; }
+    if [[ $l == srun && $r == "exit 137 "* ]] && grep -q '^srun: forcing job termination' "$work/ctrlc-py.out" &&
+      [[ $(grep -c '^ddstore: rank [0-3] of 4: Ctrl-C in a Slurm step.*store abandoned' "$work/ctrlc-py.out") == 4 ]]; then
+      # srun's own SIGKILL (sent through slurmctld after it forwards
+      # Ctrl-C) reached a rank between its handler's last line and its
+      # end by SIGINT: every store was abandoned, the exit code is
+      # Slurm's race. Counted, and the rest is still required.
+      pyraced=$((pyraced + 1))
+      r="clean ${r##* }"
+    fi
     [[ $r == clean* ]] || pyfail "$r s; want exit 130 with no rank killed"
     awk -v s="${r##* }" 'BEGIN { exit !(s <= 10) }' || pyfail "launcher ended ${r##* } s after Ctrl-C; want 10 s at most"
     pymax=$(max "${r##* }" $pymax)
@@ -194,7 +207,9 @@ for l in mpiexec srun ddrun; do
     [[ $n == 4 ]] || pyfail "$n of 4 ranks interrupted"
     [[ $(segments) == 0 ]] || pyfail "segments left: $(ls "$DDSTORE_TELEMETRY_DIR")"
   done
-  echo "Ctrl-C under $l: Python (blocked collective) $CTRLC of $CTRLC ended clean (exit 130, every rank interrupted, no rank killed, no segment left), at most $pymax s after Ctrl-C"
+  raced=
+  ((pyraced == 0)) || raced=" but in $pyraced, where srun's SIGKILL overtook a rank after its store was abandoned (exit 137)"
+  echo "Ctrl-C under $l: Python (blocked collective) $CTRLC of $CTRLC ended clean (every rank interrupted, no segment left, exit 130 with no rank killed$raced), at most $pymax s after Ctrl-C"
   echo "Ctrl-C under $l: Go (training) $go of $CTRLC exited 130 with no rank killed (a rank's own error in $goerr, segments left in $goseg), at most $gomax s${other:+; other exits (code s):$other}"
 done
 
