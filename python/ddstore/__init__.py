@@ -14,7 +14,17 @@ from .errors import (Error, OutOfRangeError, UnknownVariableError, ShortBufferEr
                      MismatchError, ExistsError, PeerDeadError, ClosedError, DeadlineError, InvalidError,
                      ForkError)
 from .store import DDStore, PyDDStore, DTYPES
-from .loader import Loader, Batch
+
+
+def __getattr__(name):
+    """Loader and Batch on first use: their module imports torch (about
+    1 s a process, 4 s for 4 ranks on 2 cores), which a program that only
+    keeps and reads rows does not need."""
+    if name in ("Loader", "Batch"):
+        from . import loader
+        return getattr(loader, name)
+    raise AttributeError("module 'ddstore' has no attribute %r" % name)
+
 
 __all__ = ["DDStore", "PyDDStore", "Loader", "Batch", "DTYPES", "Error", "OutOfRangeError",
            "UnknownVariableError", "ShortBufferError", "DTypeError", "MismatchError", "ExistsError",

@@ -287,3 +287,26 @@ def test_second_store_on_the_same_rendezvous(store):
     n = add_pattern(store, "after2", (3,), "int64")
     np.testing.assert_array_equal(store.get_batch("after2", [n - 1, 0]), pattern([n - 1, 0], (3,), np.int64))
     store.free("after2")
+
+
+def test_import_leaves_torch_until_loader():
+    """import ddstore does not import torch (a second per process, four on
+    2 cores for 4 ranks); ddstore.Loader does, and is the torch Dataset."""
+    import subprocess
+    import sys
+    code = ("import sys, ddstore\n"
+            "assert 'torch' not in sys.modules, 'torch imported by import ddstore'\n"
+            "from ddstore import Loader, Batch\n"
+            "import torch\n"
+            "assert issubclass(Loader, torch.utils.data.IterableDataset)\n"
+            "assert Batch.__module__ == 'ddstore.loader'\n"
+            "try:\n"
+            "    ddstore.Nope\n"
+            "except AttributeError as e:\n"
+            "    assert 'Nope' in str(e)\n"
+            "else:\n"
+            "    raise SystemExit('ddstore.Nope did not raise')\n"
+            "print('ok')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PYTHONPATH=os.path.dirname(ddstore.__path__[0])))
+    assert out.returncode == 0 and out.stdout == "ok\n", out.stderr
