@@ -26,18 +26,9 @@ func (c *Ctrl) watch() {
 		return
 	}
 	o := &c.o
-	tick := time.NewTicker(o.Period / 10)
-	defer tick.Stop()
 	lastTick, lastPing := time.Now(), time.Time{}
 	var seq uint64
-	for {
-		select {
-		case <-c.stop:
-			return
-		case <-tick.C:
-		}
-		c.pause.RLock()
-		now := time.Now()
+	c.onTicks(o.Period/10, func(now time.Time) {
 		stalled := now.Sub(lastTick) > o.Period // this rank itself was stopped
 		lastTick = now
 		c.ensureRing(now)
@@ -101,6 +92,21 @@ func (c *Ctrl) watch() {
 			c.learnDead(ranks, 0, nil, fmt.Sprintf("node %d's agent (rank %d) silent for %v, and %d indirect probes got no answer",
 				target, c.agentRank(target), o.DeadAfter, o.Probes))
 		}
+	})
+}
+
+// onTicks calls fn every d, with the pause lock read-held, until Stop.
+func (c *Ctrl) onTicks(d time.Duration, fn func(now time.Time)) {
+	tick := time.NewTicker(d)
+	defer tick.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-tick.C:
+		}
+		c.pause.RLock()
+		fn(time.Now())
 		c.pause.RUnlock()
 	}
 }
@@ -203,17 +209,8 @@ func (c *Ctrl) gotIndirect(node int) {
 func (c *Ctrl) heartbeat() {
 	defer c.wg.Done()
 	beat, _ := LocalTiming(c.o.Period, c.o.LocalDeadAfter)
-	tick := time.NewTicker(beat)
-	defer tick.Stop()
-	for {
-		select {
-		case <-c.stop:
-			return
-		case <-tick.C:
-		}
-		c.pause.RLock()
+	c.onTicks(beat, func(now time.Time) {
 		c.nHB.Add(1)
-		c.up.send(header{typ: tHB}, nil, time.Now().Add(c.o.Period))
-		c.pause.RUnlock()
-	}
+		c.up.send(header{typ: tHB}, nil, now.Add(c.o.Period))
+	})
 }
