@@ -154,15 +154,11 @@ func checkNodeTable(s *Store, mode string) error {
 // address enters it on the first read from that peer only (4 nodes: this
 // rank reads rank r+1's rows twice, then rank r+2's).
 func checkLazyPeers(s *Store, spec varSpec) error {
-	r, err := s.NewReader()
+	r, info, err := readerAndInfo(s, spec.name)
 	if err != nil {
 		return err
 	}
 	defer r.Close()
-	info, err := s.Query(spec.name)
-	if err != nil {
-		return err
-	}
 	dst := make([]byte, 2*spec.rowBytes)
 	var want []int
 	for _, q := range []int{1, 1, 2} {

@@ -470,15 +470,11 @@ func gpuBusyReads(w *worker, s *Store, spec varSpec) error {
 	if err != nil {
 		return err
 	}
-	r, err := s.NewReader()
+	r, info, err := readerAndInfo(s, spec.name)
 	if err != nil {
 		return err
 	}
 	defer r.Close()
-	info, err := s.Query(spec.name)
-	if err != nil {
-		return err
-	}
 	n := min(info.GlobalRows, 128)
 	idx := make([]int64, n)
 	for i := range idx {

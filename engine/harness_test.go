@@ -388,3 +388,18 @@ func seqIdx(start, n int64) []int64 {
 	}
 	return idx
 }
+
+// readerAndInfo opens a Reader on s and queries variable name; the caller
+// closes the Reader.
+func readerAndInfo(s *Store, name string) (*Reader, VarInfo, error) {
+	r, err := s.NewReader()
+	if err != nil {
+		return nil, VarInfo{}, err
+	}
+	info, err := s.Query(name)
+	if err != nil {
+		r.Close()
+		return nil, VarInfo{}, err
+	}
+	return r, info, nil
+}
