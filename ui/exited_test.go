@@ -54,6 +54,9 @@ func TestLiveJobsFirst(t *testing.T) {
 	if strings.Contains(v, "hidden") {
 		t.Fatalf("exited ranks hidden before the grace period:\n%s", v)
 	}
+	if n := len(m.ranks.shown); n != 36 {
+		t.Fatalf("%d ranks listed, want 36 (4 live, 32 exited)", n)
+	}
 	for i, r := range m.ranks.shown {
 		wantJob, wantRank, wantState := liveJob, i, "live"
 		if i >= 4 {

@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -507,11 +508,28 @@ func TestFitsTerminal(t *testing.T) {
 }
 
 func TestOptionsValidate(t *testing.T) {
-	if _, err := New(Options{Interval: time.Millisecond}); err == nil {
-		t.Fatal("1ms interval accepted")
-	}
-	if _, err := New(Options{History: -1}); err == nil {
-		t.Fatal("negative history accepted")
+	for _, c := range []struct {
+		o    Options
+		want string // "" when valid
+	}{
+		{Options{Interval: time.Millisecond}, "interval 1ms is below 50ms"},
+		{Options{History: -1}, "History -1 < 0"},
+		{Options{Interval: 50 * time.Millisecond}, ""},
+		{Options{}, ""},
+	} {
+		err := c.o.Validate()
+		if c.want == "" {
+			if err != nil {
+				t.Errorf("%+v refused: %v", c.o, err)
+			}
+			continue
+		}
+		if !errors.Is(err, ErrOptions) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: error %v, want ErrOptions saying %q", c.o, err, c.want)
+		}
+		if _, err := New(c.o); !errors.Is(err, ErrOptions) {
+			t.Errorf("New(%+v): error %v, want ErrOptions", c.o, err)
+		}
 	}
 }
 
