@@ -135,6 +135,9 @@ func TestAllGatherBroadcastBarrier(t *testing.T) {
 		if err != nil {
 			return err
 		}
+		if len(got) != 23 {
+			return fmt.Errorf("rank %d got %d blobs, want 23", k.Rank(), len(got))
+		}
 		for r, b := range got {
 			if string(b) != fmt.Sprintf("rank-%d", r) {
 				return fmt.Errorf("rank %d got %q for rank %d", k.Rank(), b, r)

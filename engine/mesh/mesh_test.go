@@ -336,8 +336,13 @@ func TestDeadPeerSilent(t *testing.T) {
 		t.Errorf("found after %v, liveness %v", d, o.Liveness)
 	}
 	for range 2 {
-		if r := <-dead; r != 1 {
-			t.Errorf("dead rank %d", r)
+		select {
+		case r := <-dead:
+			if r != 1 {
+				t.Errorf("dead rank %d", r)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("OnDead not called within 10 s of the collectives failing")
 		}
 	}
 	ms[1].closing.Store(true)
