@@ -19,11 +19,19 @@ var ourVar = regexp.MustCompile(`^(DDSTORE_[A-Z0-9_]+|FABRIC_IFACE)$`)
 // envReads lists, in the Go files under root (tests and this package
 // aside), every call that reads one of our variables: os.Getenv,
 // os.LookupEnv or syscall.Getenv of anything but a plain string that is
-// not ours, or any call whose argument is the bare name of one of ours (a
-// lookup function of one's own, such as look("DDSTORE_JOB")).
+// not ours (a name from configs, or a constant or variable of the same
+// package whose value is ours), or any call whose argument is the bare
+// name of one of ours (a lookup function of one's own, such as
+// look("DDSTORE_JOB")).
 func envReads(t *testing.T, root string) []string {
 	t.Helper()
-	var found []string
+	type file struct {
+		dir  string
+		fset *token.FileSet
+		ast  *ast.File
+	}
+	var files []file
+	ourNames := map[string]map[string]string{} // directory → identifier → one of our variables
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -45,7 +53,33 @@ func envReads(t *testing.T, root string) []string {
 		if f.Name.Name == "configs" {
 			return nil
 		}
+		dir := filepath.Dir(path)
+		files = append(files, file{dir, fset, f})
 		ast.Inspect(f, func(n ast.Node) bool {
+			spec, ok := n.(*ast.ValueSpec)
+			if !ok {
+				return true
+			}
+			for i, v := range spec.Values {
+				if lit, ok := v.(*ast.BasicLit); ok && lit.Kind == token.STRING && i < len(spec.Names) {
+					if s, _ := strconv.Unquote(lit.Value); ourVar.MatchString(s) {
+						if ourNames[dir] == nil {
+							ourNames[dir] = map[string]string{}
+						}
+						ourNames[dir][spec.Names[i].Name] = s
+					}
+				}
+			}
+			return true
+		})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found []string
+	for _, f := range files {
+		ast.Inspect(f.ast, func(n ast.Node) bool {
 			call, ok := n.(*ast.CallExpr)
 			if !ok {
 				return true
@@ -60,6 +94,7 @@ func envReads(t *testing.T, root string) []string {
 				}
 			}
 			for _, a := range call.Args {
+				at := f.fset.Position(a.Pos()).String() + ": "
 				lit, isLit := a.(*ast.BasicLit)
 				var s string
 				if isLit && lit.Kind == token.STRING {
@@ -67,21 +102,22 @@ func envReads(t *testing.T, root string) []string {
 				}
 				switch {
 				case ourVar.MatchString(s):
-					found = append(found, fset.Position(a.Pos()).String()+": "+s)
+					found = append(found, at+s)
 				case getenv && !isLit: // a name computed elsewhere: maybe ours
-					if sel, ok := a.(*ast.SelectorExpr); ok {
-						if pkg, ok := sel.X.(*ast.Ident); ok && pkg.Name == "configs" {
-							found = append(found, fset.Position(a.Pos()).String()+": configs."+sel.Sel.Name)
+					switch a := a.(type) {
+					case *ast.SelectorExpr:
+						if pkg, ok := a.X.(*ast.Ident); ok && pkg.Name == "configs" {
+							found = append(found, at+"configs."+a.Sel.Name)
+						}
+					case *ast.Ident:
+						if v, ok := ourNames[f.dir][a.Name]; ok {
+							found = append(found, at+a.Name+"="+v)
 						}
 					}
 				}
 			}
 			return true
 		})
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 	return found
 }
@@ -114,17 +150,29 @@ func f(look func(string) (string, bool)) {
 	_, _ = syscall.Getenv("DDSTORE_JOB_TOKEN")
 	_, _ = look("DDSTORE_JOB")
 	_ = os.Getenv(configs.EnvRole)
+	_ = os.Getenv(envRanks)
+	_ = os.Getenv(home)
 	_ = os.Getenv("HOME")
 	_ = os.Getenv("MASTER_ADDR")
 	println("set DDSTORE_JOB_TOKEN to the same value on every rank")
 	_ = []string{"DDSTORE_JOB=" + "x"}
 }
 `
+	other := `package x
+
+const (
+	envRanks = "DDSTORE_RANKS"
+	home     = "HOME"
+)
+`
 	if err := os.WriteFile(filepath.Join(dir, "x.go"), []byte(src), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.WriteFile(filepath.Join(dir, "y.go"), []byte(other), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	got := envReads(t, dir)
-	want := []string{"DDSTORE_FABRIC", "FABRIC_IFACE", "DDSTORE_JOB_TOKEN", "DDSTORE_JOB", "configs.EnvRole"}
+	want := []string{"DDSTORE_FABRIC", "FABRIC_IFACE", "DDSTORE_JOB_TOKEN", "DDSTORE_JOB", "configs.EnvRole", "envRanks=DDSTORE_RANKS"}
 	if len(got) != len(want) {
 		t.Fatalf("found %d reads, want %d: %q", len(got), len(want), got)
 	}

@@ -1,6 +1,8 @@
 package ctrl
 
 import (
+	"math/bits"
+	"slices"
 	"testing"
 )
 
@@ -190,21 +192,46 @@ func TestBcastReachesAll(t *testing.T) {
 }
 
 // TestConnectionBound: at every size of the issue, 1 to 16 ranks per
-// node, no agent holds more than MaxAgentConns links (agents plus its
-// local ranks) with the default arity, and a plain rank holds one.
+// node, no agent holds more links (agents plus its local ranks) than a
+// tree parent, k children, two ring neighbours, a fold partner and one
+// partner per doubling step; at 8 per node up to 10 000 ranks, no more
+// than the goal of 40. Every link is to another node in range, listed
+// once, and both of its ends list it.
 func TestConnectionBound(t *testing.T) {
 	k := DefaultArity
 	for _, world := range []int{256, 1024, 4096, 10000, 100000} {
 		for _, ppn := range []int{1, 2, 4, 8, 16} {
 			nodes := (world + ppn - 1) / ppn
+			steps := bits.Len(uint(nodes - 1)) // ⌈log2 nodes⌉
+			bound := 1 + k + 2 + 1 + steps + ppn - 1
+			links := make([][]int, nodes)
 			worst, at := 0, 0
-			for n := 0; n < nodes; n++ {
-				if c := len(AgentLinks(n, nodes, k)) + ppn - 1; c > worst {
+			for n := range links {
+				links[n] = AgentLinks(n, nodes, k)
+				if c := len(links[n]) + ppn - 1; c > worst {
 					worst, at = c, n
+				}
+				if c := len(links[n]) + ppn - 1; c > bound {
+					t.Fatalf("world %d, %d per node: agent %d holds %d links, bound %d", world, ppn, n, c, bound)
 				}
 			}
 			if ppn == 8 && world <= 10000 && worst > 40 {
 				t.Errorf("world %d, %d per node: agent %d holds %d links, goal 40", world, ppn, at, worst)
+			}
+			if world == 10000 && ppn == 8 && worst != 36 {
+				t.Errorf("10 000 ranks, 8 per node: %d links at most, want the 36 that DefaultArity's comment states", worst)
+			}
+			if nodes <= 10000 {
+				for n, ls := range links {
+					for i, m := range ls {
+						if m < 0 || m >= nodes || m == n || slices.Contains(ls[:i], m) {
+							t.Fatalf("%d nodes: agent %d links %v", nodes, n, ls)
+						}
+						if !slices.Contains(links[m], n) {
+							t.Fatalf("%d nodes: agent %d links %d, but %d does not link %d", nodes, n, m, m, n)
+						}
+					}
+				}
 			}
 			t.Logf("world %6d, %2d per node, %5d nodes: at most %2d links (node %d)", world, ppn, nodes, worst, at)
 		}
