@@ -35,6 +35,8 @@ type fixture struct {
 	clk *clock
 	ws  []*telemetry.Writer
 	ids []map[string]int
+	// rowBytes is the size of a row in the calls record makes; 0 means 16.
+	rowBytes int64
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -71,11 +73,16 @@ func (fx *fixture) jobRank(job string, r, world int, host string, pid int, vars 
 }
 
 // record makes writer i record n calls of variable v on reader rd: call k
-// has k+1 rows of 16 bytes, lock_wait 100 ns and cq_wait 300 ns a row.
+// has k+1 rows of fx.rowBytes (default 16) bytes, lock_wait 100 ns and
+// cq_wait 300 ns a row.
 func (fx *fixture) record(i int, v string, rd int32, n int) {
+	rowBytes := fx.rowBytes
+	if rowBytes == 0 {
+		rowBytes = 16
+	}
 	for k := range n {
 		rows := int64(k + 1)
-		c := telemetry.Call{Var: int32(fx.ids[i][v]), Reader: rd, Rows: rows, Bytes: 16 * rows, RemoteRows: rows}
+		c := telemetry.Call{Var: int32(fx.ids[i][v]), Reader: rd, Rows: rows, Bytes: rowBytes * rows, RemoteRows: rows}
 		c.Phases[telemetry.PhaseLockWait] = 100 * rows
 		c.Phases[telemetry.PhaseCQWait] = 300 * rows
 		fx.ws[i].Record(&c)
@@ -181,7 +188,13 @@ func shownRanks(m *Model) []int {
 // threeRanks: rank r on host h<r> records 10*(r+1) calls of "x" between two
 // refreshes 2 s apart, so calls/s = 5*(r+1) and rows/s = sum(1..n)/2.
 func threeRanks(t *testing.T) (*fixture, *Model) {
+	return threeRanksBytes(t, 16)
+}
+
+// threeRanksBytes is threeRanks with rowBytes bytes a row.
+func threeRanksBytes(t *testing.T, rowBytes int64) (*fixture, *Model) {
 	fx := newFixture(t)
+	fx.rowBytes = rowBytes
 	hosts := []string{"alpha", "beta", "gamma"}
 	for r := range 3 {
 		fx.rank(r, 3, hosts[r], 0, "x", "y")
@@ -198,29 +211,40 @@ func threeRanks(t *testing.T) (*fixture, *Model) {
 }
 
 func TestRanksViewRates(t *testing.T) {
-	_, m := threeRanks(t)
+	// 200 kB a row, so that MB/s is far from 0. Over the 2 s interval:
+	// rank 0: 10 calls of x, 1+..+10 = 55 rows;
+	// rank 1: 20 calls of x (210 rows) + 4 of y (1+2+3+4 = 10 rows): 24 calls, 220 rows;
+	// rank 2: 30 calls of x, 1+..+30 = 465 rows.
+	// CALL/S = calls/2; ROW/S = rows/2 (%.0f rounds half to even:
+	// 27.5 -> 28, 232.5 -> 232); MB/S = rows*2e5/2/1e6 = rows/10
+	// (5.5, 22, 46.5: below 10 two decimals, else one);
+	// µS/ROW = (100+300) ns = 0.40 µs.
+	_, m := threeRanksBytes(t, 200_000)
 	v := m.View()
-	for r, host := range []string{"alpha", "beta", "gamma"} {
-		f := fields(lineWith(t, v, host))
-		n := 10 * (r + 1)
-		rows := n * (n + 1) / 2
-		if r == 1 {
-			n, rows = n+4, rows+10
-		}
+	pid := fmt.Sprint(os.Getpid())
+	for _, want := range [][]string{
+		{"0", "alpha", pid, "live", "5", "28", "5.50", "0.40"},
+		{"1", "beta", pid, "live", "12", "110", "22.0", "0.40"},
+		{"2", "gamma", pid, "live", "15", "232", "46.5", "0.40"},
+	} {
 		// RANK HOST PID STATE CALL/S ROW/S MB/S µS/ROW ...
-		want := []string{fmt.Sprint(r), host, fmt.Sprint(os.Getpid()), "live", si(float64(n) / 2), si(float64(rows) / 2),
-			mbps(float64(16*rows) / 2), us(400)}
+		f := fields(lineWith(t, v, want[1]))
+		if len(f) < len(want) {
+			t.Fatalf("row %q: want at least %d fields", f, len(want))
+		}
 		for i, w := range want {
 			if f[i] != w {
-				t.Fatalf("rank %d row %q: field %d = %q, want %q", r, f, i, f[i], w)
+				t.Fatalf("rank %s row %q: field %d = %q, want %q", want[0], f, i, f[i], w)
 			}
 		}
 	}
-	// Title counts ranks by state; the summary sums calls/s over ranks.
+	// Title counts ranks by state; the summary sums over ranks:
+	// calls/s (10+24+30)/2 = 32, rows/s (55+220+465)/2 = 370,
+	// MB/s 740 rows * 2e5 B / 2 s = 74.0e6 B/s.
 	if !strings.Contains(v, "3 ranks: 3 live") {
 		t.Fatalf("title: %s", lineWith(t, v, "ddtop"))
 	}
-	if want := "calls/s " + si(float64(10+24+30)/2); !strings.Contains(v, want) {
+	if want := "calls/s 32  rows/s 370  MB/s 74.0  µs/row 0.40"; !strings.Contains(v, want) {
 		t.Fatalf("summary lacks %q: %s", want, lineWith(t, v, "calls/s"))
 	}
 	// Phase bar: lock_wait 1/4, cq_wait 3/4 of every call.
@@ -370,18 +394,34 @@ func TestDetail(t *testing.T) {
 	if f := rowFields(t, v, "y"); f[1] != "2" || f[2] != "4" || f[3] != "10" {
 		t.Fatalf("reader y/2 row %q", f)
 	}
-	// Histogram rows add up to the calls; call latency is 400 ns * rows.
-	sum := 0
+	// Call latency histogram. A call of n rows takes 400n ns (lock_wait
+	// 100n + cq_wait 300n): x's 20 calls take 400, 800, ..., 8000 ns and
+	// y's 4 calls 400, 800, 1200, 1600 ns. Bucket i holds [2^(i-1), 2^i) ns:
+	//   [256, 512):   400 (x1, y1)                      = 2
+	//   [512, 1024):  800 (x2, y2)                      = 2
+	//   [1024, 2048): 1200, 1600 (x3, x4, y3, y4), 2000 = 5
+	//   [2048, 4096): 2400 ... 4000 (x6..x10)           = 5
+	//   [4096, 8192): 4400 ... 8000 (x11..x20)          = 10
+	// Rows are labelled by upper bound: 1024 ns = 1.0µs, 2048 = 2.0µs, ...
+	var hist []string
 	for _, l := range strings.Split(v, "\n") {
-		if strings.HasPrefix(strings.TrimSpace(l), "< ") {
-			var n int
-			f := strings.Fields(l)
-			fmt.Sscan(f[2], &n)
-			sum += n
+		if f := strings.Fields(l); len(f) >= 3 && f[0] == "<" {
+			hist = append(hist, strings.Join(f[:3], " "))
 		}
 	}
-	if sum != 24 {
-		t.Fatalf("histogram counts sum to %d, want 24:\n%s", sum, v)
+	want := []string{"< 512ns 2", "< 1.0µs 2", "< 2.0µs 5", "< 4.1µs 5", "< 8.2µs 10"}
+	if strings.Join(hist, "|") != strings.Join(want, "|") {
+		t.Fatalf("histogram rows %q, want %q:\n%s", hist, want, v)
+	}
+	// Quantiles interpolate linearly inside the bucket that holds them:
+	// p50 is the 12th of 24 calls: 9 are below 2048, so 3/5 of the way
+	// through [2048, 4096): 2048 + 0.6*2048 = 3276.8 ns = 3.3µs.
+	// p99 is call 23.76: 14 are below 4096, so (23.76-14)/10 = 0.976 of the
+	// way through [4096, 8192): 4096 + 0.976*4096 = 8093.696 ns = 8.1µs.
+	for _, s := range []string{"CALL LATENCY (24 calls, p50 3.3µs, p99 8.1µs)", "call p50 3.3µs  p99 8.1µs"} {
+		if !strings.Contains(v, s) {
+			t.Fatalf("detail lacks %q:\n%s", s, v)
+		}
 	}
 	// Recent calls: newest first: y's 4th call (4 rows) on reader 2.
 	after := v[strings.Index(v, "RECENT CALLS"):]
@@ -606,15 +646,16 @@ func TestDetailScrollRecent(t *testing.T) {
 // counters come from the segment's v2 blocks.
 func TestDetailPeers(t *testing.T) {
 	m := oneRankDetail(t, func(w *telemetry.Writer, x int32) {
-		// 10 calls of 2 rows from rank 1 (1000 ns a row), 5 of 1 row from rank 3 (4000 ns).
+		// 10 calls of 2 rows (1 MB each) from rank 1 (1000 ns a row), 5 of
+		// 1 row (0.5 MB) from rank 3 (4000 ns).
 		for k := 0; k < 10; k++ {
-			c := telemetry.Call{Var: x, Reader: 1, Rows: 2, Bytes: 32, RemoteRows: 2}
+			c := telemetry.Call{Var: x, Reader: 1, Rows: 2, Bytes: 2_000_000, RemoteRows: 2}
 			c.Targets.Add(1, 2)
 			c.Phases[telemetry.PhaseCQWait] = 2000
 			w.Record(&c)
 		}
 		for k := 0; k < 5; k++ {
-			c := telemetry.Call{Var: x, Reader: 1, Rows: 1, Bytes: 16, RemoteRows: 1, Err: k == 0, ErrPeer: 4}
+			c := telemetry.Call{Var: x, Reader: 1, Rows: 1, Bytes: 500_000, RemoteRows: 1, Err: k == 0, ErrPeer: 4}
 			c.Targets.Add(3, 1)
 			c.Phases[telemetry.PhaseCQWait] = 4000
 			w.Record(&c)
@@ -631,12 +672,21 @@ func TestDetailPeers(t *testing.T) {
 		}
 	}
 	after := v[strings.Index(v, "PEERS"):]
-	// TARGET CALLS ROWS ROW/S MB µS/ROW P50 P99 ERR
-	if f := rowFields(t, after, "1"); f[1] != "10" || f[2] != "20" || f[3] != "20" || f[5] != "1.00" || f[8] != "0" {
-		t.Fatalf("peer 1 row %q", f)
-	}
-	if f := rowFields(t, after, "3"); f[1] != "5" || f[2] != "5" || f[5] != "4.00" || f[8] != "1" {
-		t.Fatalf("peer 3 row %q", f)
+	// MB is the total read from the target: 10 * 2 MB = 20 MB ("20.0"),
+	// 5 * 0.5 MB = 2.5 MB ("2.50"). P50/P99 interpolate in the peer
+	// histogram of per-row times, bucket i = [4^(i-1), 4^i) ns:
+	// rank 1: all 10 calls at 1000 ns/row, in [256, 1024):
+	//   p50 = 256 + 0.50*768 = 640 ns; p99 = 256 + 0.99*768 = 1016.32 ns = 1.0µs;
+	// rank 3: all 5 at 4000 ns/row, in [1024, 4096):
+	//   p50 = 1024 + 0.50*3072 = 2560 ns = 2.6µs; p99 = 1024 + 0.99*3072 = 4065.28 ns = 4.1µs.
+	for _, want := range [][]string{
+		// TARGET CALLS ROWS ROW/S MB µS/ROW P50 P99 ERR MOVED SERVED
+		{"1", "10", "20", "20", "20.0", "1.00", "640ns", "1.0µs", "0", "0", "0"},
+		{"3", "5", "5", "5", "2.50", "4.00", "2.6µs", "4.1µs", "1", "0", "0"},
+	} {
+		if f := rowFields(t, after, want[0]); strings.Join(f, " ") != strings.Join(want, " ") {
+			t.Fatalf("peer %s row %q, want %q", want[0], f, want)
+		}
 	}
 }
 

@@ -3,12 +3,15 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/charmbracelet/x/ansi"
 
 	"github.com/ddstore/ddstore/telemetry"
 )
@@ -249,9 +252,17 @@ func TestFindingsInOnce(t *testing.T) {
 func TestOnceTables(t *testing.T) {
 	dir := t.TempDir()
 	w, ids := create(t, dir, "j", 0, 2, "hostzero", "images", "labels")
-	create(t, dir, "j", 1, 2, "hostone", "images")
-	c := call(0, ids[1], 2)
-	w.Record(&c)
+	w1, ids1 := create(t, dir, "j", 1, 2, "hostone", "images")
+	// Rank 0: calls 0..3 of labels: 1+2+3+4 = 10 rows, the 4th fails; each
+	// takes 30 ns a row (post 10 + copy 20).
+	for k := range 4 {
+		c := call(0, ids[1], k)
+		w.Record(&c)
+	}
+	// Rank 1: one call of images, 5 rows, post 500 ns: 100 ns a row.
+	c := telemetry.Call{Var: int32(ids1[0]), Rows: 5, Bytes: 40}
+	c.Phases[telemetry.PhasePost] = 500
+	w1.Record(&c)
 	out, err := run(t, "--dir", dir, "--once", "--window", "0", "--width", "100")
 	if err != nil {
 		t.Fatal(err)
@@ -261,10 +272,49 @@ func TestOnceTables(t *testing.T) {
 			t.Fatalf("--once output lacks %q:\n%s", s, out)
 		}
 	}
-	for i, l := range strings.Split(out, "\n") {
-		if len([]rune(l)) > 100 {
-			t.Fatalf("line %d wider than 100: %q", i, l)
+	// With --window 0 there is one snapshot: every rate is 0 and the
+	// per-row figures are cumulative. µS/ROW is the mean: 30 ns = 0.03,
+	// 100 ns = 0.10. P50/P99 interpolate in the row-time histogram,
+	// bucket [2^(i-1), 2^i) ns: 30 ns is in [16, 32), p50 = 16 + 0.5*16 =
+	// 24 ns ("0.02"), p99 = 16 + 0.99*16 = 31.84 ns ("0.03"); 100 ns is in
+	// [64, 128), p50 = 64 + 0.5*64 = 96 ns ("0.10"), p99 = 64 + 0.99*64 =
+	// 127.36 ns ("0.13"). ROWS of a variable is its global row count (100).
+	pid := fmt.Sprint(os.Getpid())
+	for _, want := range [][]string{
+		// RANK HOST PID STATE CALL/S ROW/S MB/S µS/ROW P50 P99 ERR WAIT%
+		{"0", "hostzero", pid, "live", "0", "0", "0", "0.03", "0.02", "0.03", "1", "-"},
+		{"1", "hostone", pid, "live", "0", "0", "0", "0.10", "0.10", "0.13", "0", "-"},
+		// VARIABLE DTYPE ROWS RANKS CALL/S ROW/S MB/S µS/ROW P50 P99 ERR
+		{"images", "int64", "100", "2", "0", "0", "0", "0.10", "0.10", "0.13", "0"},
+		{"labels", "int64", "100", "1", "0", "0", "0", "0.03", "0.02", "0.03", "1"},
+	} {
+		var got []string
+		for _, l := range strings.Split(out, "\n") {
+			if f := strings.Fields(l); len(f) > 0 && f[0] == want[0] {
+				got = f
+				break
+			}
 		}
+		if len(got) < len(want) || strings.Join(got[:len(want)], " ") != strings.Join(want, " ") {
+			t.Fatalf("row %q, want it to start %q:\n%s", got, want, out)
+		}
+	}
+	// The tables fill the 100 columns asked for, and no line is wider.
+	headers := 0
+	for i, l := range strings.Split(out, "\n") {
+		n := ansi.StringWidth(l)
+		if n > 100 {
+			t.Fatalf("line %d is %d wide, over 100: %q", i, n, l)
+		}
+		if f := strings.Fields(l); len(f) > 0 && (f[0] == "RANK" || f[0] == "VARIABLE") {
+			headers++
+			if n != 100 {
+				t.Fatalf("table header is %d wide, want 100: %q", n, l)
+			}
+		}
+	}
+	if headers != 2 {
+		t.Fatalf("%d table headers, want 2:\n%s", headers, out)
 	}
 }
 

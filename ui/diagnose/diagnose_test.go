@@ -20,11 +20,21 @@ type job struct {
 	ids  []int
 	now  time.Time
 	poll *data.Poller
+	// first is newJob's first snapshot, taken before any workload.
+	first *data.Frame
 }
 
 func host() string { h, _ := os.Hostname(); return h }
 
 func newJob(t *testing.T, world, present int, rowBytes int64) *job {
+	j := newJobUnpolled(t, world, present, rowBytes)
+	j.first = j.frame() // the first snapshot
+	return j
+}
+
+// newJobUnpolled is newJob without the first snapshot: the workload run
+// before the first j.frame() is all that frame sees.
+func newJobUnpolled(t *testing.T, world, present int, rowBytes int64) *job {
 	j := &job{t: t, dir: t.TempDir(), now: time.Unix(1_700_000_000, 0)}
 	for r := 0; r < present; r++ {
 		// Lane rings with room for a test's calls between two polls (the
@@ -47,7 +57,6 @@ func newJob(t *testing.T, world, present int, rowBytes int64) *job {
 	}
 	t.Cleanup(func() { p.Close() })
 	j.poll = p
-	j.frame() // the first snapshot
 	return j
 }
 
@@ -169,13 +178,43 @@ func contains(t *testing.T, what, s string, subs ...string) {
 
 func TestHealthyHasNoFinding(t *testing.T) {
 	j := newJob(t, 4, 4, 64)
+	none(t, "empty first snapshot", Diagnose(j.first, Thresholds{}))
 	for r := range 4 {
 		j.run(r, healthy())
 	}
 	none(t, "healthy job", j.diagnose())
-	// Before any second snapshot, and on an empty frame: nothing either.
 	if fs := Diagnose(nil, Thresholds{}); fs != nil {
 		t.Fatal(fs)
+	}
+
+	// The first snapshot of a job that already did its work: no interval
+	// yet (Delta is zero), so the rules judge the cumulative counters.
+	first := func(unbatched int) []Finding {
+		t.Helper()
+		j := newJobUnpolled(t, 4, 4, 64)
+		for r := range 4 {
+			wl := healthy()
+			if r == unbatched {
+				wl.rows = 1
+			}
+			j.run(r, wl)
+		}
+		f := j.frame()
+		if len(f.Ranks) != 4 {
+			t.Fatalf("first frame has %d ranks, want 4", len(f.Ranks))
+		}
+		for _, r := range f.Ranks {
+			if r.Delta.Calls != 0 || r.Total.Calls != 100 {
+				t.Fatalf("rank %d: delta %d total %d calls, want a first snapshot of 100", r.Rank, r.Delta.Calls, r.Total.Calls)
+			}
+		}
+		return Diagnose(f, Thresholds{})
+	}
+	none(t, "healthy first frame", first(-1))
+	// The same first frame with one rank reading a row per call is
+	// diagnosed: the first frame is judged, not skipped.
+	if f := one(t, first(2), RuleUnbatched); f.Rank != 2 {
+		t.Fatalf("unbatched on the first frame: %+v", f)
 	}
 }
 

@@ -124,7 +124,9 @@ func Record(ctx context.Context, w io.Writer, o Options) (int, error) {
 }
 
 // Load reads a recording. A recording cut short (the recorder was killed)
-// loads up to its last complete tick.
+// loads up to its last complete tick; one cut short before its first
+// complete tick is refused with an ErrFormat that says "truncated" and
+// wraps io.ErrUnexpectedEOF (or gzip.ErrChecksum).
 func Load(path string) (*Recording, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -138,6 +140,9 @@ func Load(path string) (*Recording, error) {
 	dec := json.NewDecoder(zr)
 	rec := &Recording{}
 	if err := dec.Decode(&rec.Header); err != nil {
+		if cutShort(err) {
+			return nil, fmt.Errorf("%w: %s: truncated: cut short in the header: %w", ErrFormat, path, err)
+		}
 		return nil, fmt.Errorf("%w: %s: header: %v", ErrFormat, path, err)
 	}
 	if rec.Format != Format {
@@ -153,8 +158,11 @@ func Load(path string) (*Recording, error) {
 			break
 		}
 		if err != nil {
-			if len(rec.Ticks) > 0 && (errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, gzip.ErrChecksum)) {
-				break // cut short: keep what is complete
+			if cutShort(err) {
+				if len(rec.Ticks) > 0 {
+					break // cut short: keep what is complete
+				}
+				return nil, fmt.Errorf("%w: %s: truncated: cut short before the first complete tick: %w", ErrFormat, path, err)
 			}
 			return nil, fmt.Errorf("%w: %s: tick %d: %v", ErrFormat, path, len(rec.Ticks), err)
 		}
@@ -164,6 +172,12 @@ func Load(path string) (*Recording, error) {
 		return nil, fmt.Errorf("%w: %s holds no tick", ErrFormat, path)
 	}
 	return rec, nil
+}
+
+// cutShort reports whether a read error means the file ends early (the
+// recorder was killed mid-write) rather than holding bad data.
+func cutShort(err error) bool {
+	return errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, gzip.ErrChecksum)
 }
 
 // Frames turns the recording into the frames a live ddtop would have

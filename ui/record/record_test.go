@@ -4,9 +4,15 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -131,7 +137,7 @@ func TestRecordLoadFrames(t *testing.T) {
 }
 
 func TestLoadBadFiles(t *testing.T) {
-	_, _, path := recordRun(t)
+	rec, _, path := recordRun(t)
 	good, _ := os.ReadFile(path)
 	dir := t.TempDir()
 	write := func(name string, b []byte) string {
@@ -157,12 +163,57 @@ func TestLoadBadFiles(t *testing.T) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
-	// Cut short (a killed recorder): the complete ticks load.
-	cut, err := Load(write("cut", good[:len(good)*3/4]))
-	if err != nil || len(cut.Ticks) == 0 {
+	// Cut short (a killed recorder): exactly the complete ticks load, the
+	// same as in the whole file. Count them independently of Load: the
+	// gzip data up to the cut is the header line, then one JSON line a
+	// tick; the last fragment is a tick only if it is whole.
+	cutBytes := good[:len(good)*3/4]
+	zr, err := gzip.NewReader(bytes.NewReader(cutBytes))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, err := io.ReadAll(zr)
+	if !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("reading the cut file: %v, want unexpected EOF", err)
+	}
+	lines := bytes.Split(text, []byte("\n"))
+	complete := len(lines) - 2 // less the header and the last fragment
+	if last := lines[len(lines)-1]; len(last) > 0 && json.Valid(last) {
+		complete++
+	}
+	if complete <= 0 || complete >= len(rec.Ticks) {
+		t.Fatalf("the cut keeps %d of %d ticks: pick another cut", complete, len(rec.Ticks))
+	}
+	cut, err := Load(write("cut", cutBytes))
+	if err != nil {
 		t.Fatalf("cut recording: %v", err)
 	}
-	if _, err := Load(filepath.Join(dir, "missing")); err == nil {
-		t.Fatal("missing file loaded")
+	if len(cut.Ticks) != complete || !reflect.DeepEqual(cut.Ticks, rec.Ticks[:complete]) {
+		t.Fatalf("cut recording: %d ticks, want the first %d of %d", len(cut.Ticks), complete, len(rec.Ticks))
+	}
+	// Cut short before anything complete: refused, and the error says so.
+	flushed := func(s string) []byte { // a gzip stream as a killed recorder leaves it
+		var b bytes.Buffer
+		w := gzip.NewWriter(&b)
+		w.Write([]byte(s))
+		w.Flush()
+		return b.Bytes()
+	}
+	for name, c := range map[string]struct {
+		b    []byte
+		want string
+	}{
+		"cut in header": {flushed(`{"format":"ddrec","ver`), "truncated: cut short in the header"},
+		"cut in tick 0": {flushed(`{"format":"ddrec","version":1}` + "\n" + `{"t":1,"segments":[{"path":"/dev/shm/x`),
+			"truncated: cut short before the first complete tick"},
+	} {
+		_, err := Load(write(name, c.b))
+		if !errors.Is(err, ErrFormat) || !errors.Is(err, io.ErrUnexpectedEOF) || !strings.Contains(fmt.Sprint(err), c.want) {
+			t.Errorf("%s: %v, want ErrFormat wrapping io.ErrUnexpectedEOF saying %q", name, err, c.want)
+		}
+	}
+	missing := filepath.Join(dir, "missing")
+	if _, err := Load(missing); !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), missing) {
+		t.Fatalf("missing file: %v, want fs.ErrNotExist naming %s", err, missing)
 	}
 }

@@ -236,7 +236,25 @@ func TestMatchesBubbles(t *testing.T) {
 		rows = append(rows, []string{fmt.Sprintf("12:00:%02d.000", i), strings.Repeat("v", i+3), fmt.Sprint(i * 37),
 			fmt.Sprintf("%.2fµ", float64(i)*1.37), strings.Repeat("█", i*3)})
 	}
-	for _, size := range [][2]int{{80, 11}, {80, 5}, {40, 11}, {30, 4}, {120, 3}} {
+	// The titles and header are written out by hand. Each column is drawn
+	// with one cell of left padding: 12+8+3+6+5 = 34 cells of minimum width
+	// and 5 of padding. RDR is sorted descending: "RDR▼" is 4 cells, wider
+	// than its 3, so the title is cut to "RD" to keep the arrow: "RD▼".
+	titles := []string{"TIME", "VARIABLE", "RD▼", "µS/ROW", "PHASES"}
+	const full = " TIME         VARIABLE RD▼ µS/ROW PHASES"
+	for _, c := range []struct {
+		size   [2]int
+		header string // trailing blanks (the flex column's padding) trimmed
+	}{
+		{[2]int{80, 11}, full}, // PHASES gets the spare 80-39 = 41: 46 wide
+		{[2]int{80, 5}, full},
+		{[2]int{40, 11}, full}, // PHASES 6 wide: the title just fits
+		// 39 > 30: µS/ROW (Drop 2) goes; 12+8+3+5 + 4 = 32 cells are cut
+		// to 30, leaving 3 of PHASES.
+		{[2]int{30, 4}, " TIME         VARIABLE RD▼ PHA"},
+		{[2]int{120, 3}, full},
+	} {
+		size := c.size
 		for _, mode := range []string{"unfocused", "static", "focused"} {
 			tb := New(cols)
 			tb.SetSize(size[0], size[1])
@@ -253,19 +271,33 @@ func TestMatchesBubbles(t *testing.T) {
 				cursor = min(2, size[1]-2)
 				tb.SetCursor(cursor)
 			}
-			want := bubblesView(tb, rows, mode == "focused", cursor)
-			if got := tb.View(); got != want {
+			got := tb.View()
+			hdr := strings.Split(got, "\n")[0]
+			if h := strings.TrimRight(ansi.Strip(hdr), " "); h != c.header || ansi.StringWidth(hdr) != size[0] {
+				t.Errorf("size %v %s: header %q (%d wide), want %q padded to %d", size, mode, hdr, ansi.StringWidth(hdr), c.header, size[0])
+			}
+			want := bubblesView(tb, titles, rows, mode == "focused", cursor)
+			if got != want {
 				t.Errorf("size %v %s: our view\n%q\nbubbles view\n%q", size, mode, got, want)
 			}
 		}
 	}
+	// Ascending, the arrow points up.
+	tb := New(cols)
+	tb.SetSize(80, 11)
+	tb.SetSort(2, false)
+	tb.SetRows(rows, nil)
+	if h := strings.TrimRight(ansi.Strip(strings.Split(tb.View(), "\n")[0]), " "); h != " TIME         VARIABLE RD▲ µS/ROW PHASES" {
+		t.Errorf("ascending header %q", h)
+	}
 }
 
-// bubblesView is what a bubbles table draws for tb's layout, titles and
-// rows (cells aligned, one cell of left padding, a bold header, the
-// selected row reversed with the Mark in its gutter when focused), its
-// blank lines below the last row dropped and lines cut to the width.
-func bubblesView(tb Table, rows [][]string, focused bool, cursor int) string {
+// bubblesView is what a bubbles table draws for tb's layout, the given
+// titles (sort arrow included) and rows (cells aligned, one cell of left
+// padding, a bold header, the selected row reversed with the Mark in its
+// gutter when focused), its blank lines below the last row dropped and
+// lines cut to the width.
+func bubblesView(tb Table, titles []string, rows [][]string, focused bool, cursor int) string {
 	widths := tb.Layout()
 	st := table.Styles{Header: styles.Header.PaddingLeft(1), Cell: lipgloss.NewStyle().PaddingLeft(1), Selected: lipgloss.NewStyle()}
 	if focused {
@@ -278,18 +310,7 @@ func bubblesView(tb Table, rows [][]string, focused bool, cursor int) string {
 	}
 	tc := make([]table.Column, len(tb.cols))
 	for i, c := range tb.cols {
-		title := c.Title
-		if i == tb.sortCol {
-			arrow := "▲"
-			if tb.desc {
-				arrow = "▼"
-			}
-			if w := widths[i]; w > 1 && ansi.StringWidth(title)+1 > w {
-				title = ansi.Truncate(title, w-1, "")
-			}
-			title += arrow
-		}
-		tc[i] = table.Column{Title: align(title, widths[i], c.Right), Width: widths[i]}
+		tc[i] = table.Column{Title: align(titles[i], widths[i], c.Right), Width: widths[i]}
 	}
 	br := make([]table.Row, len(rows))
 	for i, r := range rows {
