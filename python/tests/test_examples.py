@@ -6,6 +6,7 @@ import json
 import os
 import re
 import subprocess
+import threading
 
 import pytest
 
@@ -54,12 +55,17 @@ def test_train_visible_in_ddtop(single, tmp_path):
     p = subprocess.Popen(["mpiexec.mpich", "-n", "4", "/usr/bin/python3", TRAIN, "--rows", "1024", "--epochs", "1",
                           "--hold", "20"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                          cwd="/tmp")
+    # the trainer must reach its hold within 180 s; past it, it is killed and
+    # the loop below ends instead of blocking on a silent pipe
+    watchdog = threading.Timer(180, p.kill)
+    watchdog.start()
     try:
         for line in p.stdout:
             if line.startswith("holding"):
                 break
         else:
-            pytest.fail("the trainer ended before holding")
+            pytest.fail("the trainer ended (or was killed after 180 s) before holding")
+        watchdog.cancel()
         out = subprocess.run([ddtop, "--json", "--dir", str(tmp_path), "--window", "0"], capture_output=True,
                              text=True, timeout=30)
         assert out.returncode == 0, out.stderr
@@ -70,6 +76,7 @@ def test_train_visible_in_ddtop(single, tmp_path):
             assert r["state"] == "live" and r["loader"]["batches"] == 1024 // 4 // 32, r
             assert {x["var"] for x in r["readers"]} >= {"img", "label"}, r["readers"]
     finally:
+        watchdog.cancel()
         p.terminate()  # mpiexec forwards SIGTERM to the ranks
         try:
             p.wait(timeout=30)

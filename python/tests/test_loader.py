@@ -2,6 +2,9 @@
 DataLoader, fork safety; every value checked against its pattern."""
 import gc
 import os
+import select
+import signal
+import time
 
 import numpy as np
 import pytest
@@ -59,6 +62,31 @@ def test_distributed_sampler_semantics(store, img, workers, prefetch, shuffle, d
                     first = got
                 else:
                     assert list(first) != list(got)  # reshuffled per epoch
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_shuffled_shares_partition(store, img, drop_last):
+    """The shuffled shares of all 3 replicas together cover every row: with
+    drop_last, distinct rows, n // 3 a replica less its last partial batch;
+    else each row at least once and 3 * ceil(n / 3) in all. A new epoch
+    gives every replica a new share."""
+    n, reps, bs = img, 3, 5
+    shares = {}
+    for epoch in (0, 1):
+        for r in range(reps):
+            with ddstore.Loader(store, ["img", "lab"], batch_size=bs, shuffle=True, seed=11, drop_last=drop_last,
+                                num_replicas=reps, rank=r) as ld:
+                ld.set_epoch(epoch)
+                shares[epoch, r] = list(np.concatenate([check_batch(b) for b in ld]))
+        every = [g for r in range(reps) for g in shares[epoch, r]]
+        if drop_last:
+            assert len(every) == n // reps // bs * bs * reps and len(set(every)) == len(every)
+            assert set(every) <= set(range(n))
+        else:
+            assert len(every) == -(-n // reps) * reps
+            assert set(every) == set(range(n))
+    for r in range(reps):
+        assert shares[0, r] != shares[1, r]
 
 
 def test_user_sampler_exact_torch_order(store, img):
@@ -143,6 +171,37 @@ def test_dataloader_iterable_dataset(store, img):
         assert len(dl) == len(ld)
 
 
+def child_output(pid, r, timeout):
+    """What forked child pid writes to pipe r (closed here), and its wait
+    status, within timeout seconds; past it the child is killed and the
+    test fails instead of hanging."""
+    deadline = time.monotonic() + timeout
+    out, status = b"", None
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([r], [], [], left)[0]:
+                break
+            chunk = os.read(r, 4096)
+            if not chunk:
+                break
+            out += chunk
+        while status is None and time.monotonic() < deadline:
+            done, st = os.waitpid(pid, os.WNOHANG)
+            if done:
+                status = st
+            else:
+                time.sleep(0.01)
+    finally:
+        os.close(r)
+        if status is None:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+    if status is None:
+        pytest.fail("the forked child did not end within %d s; it wrote %r" % (timeout, out))
+    return out, status
+
+
 def test_fork_child_gets_clear_error(store, img):
     ld = ddstore.Loader(store, ["img"], batch_size=4, workers=1)
     invalid = library_codes()["INVALID"]
@@ -163,14 +222,7 @@ def test_fork_child_gets_clear_error(store, img):
         os.write(w, "|".join(msgs).encode())
         os._exit(0)
     os.close(w)
-    out = b""
-    while True:
-        chunk = os.read(r, 4096)
-        if not chunk:
-            break
-        out += chunk
-    os.close(r)
-    _, status = os.waitpid(pid, 0)
+    out, status = child_output(pid, r, 60)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
     assert out.decode() == "ok|ok|ok|ok"
     # the parent is unaffected
