@@ -109,6 +109,9 @@ func decodeDirFile(b []byte) (dirRecord, error) {
 	if d.err != nil {
 		return dirRecord{}, errors.New("truncated file")
 	}
+	if err := d.end(); err != nil {
+		return dirRecord{}, err
+	}
 	return rec, nil
 }
 

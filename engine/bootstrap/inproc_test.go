@@ -2,8 +2,10 @@ package bootstrap
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"net"
 	"os"
 	"strings"
@@ -11,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ddstore/ddstore/engine/auth"
 	"github.com/ddstore/ddstore/fault"
 )
 
@@ -65,47 +68,141 @@ func gatherAll(xs []Exchanger, tag string, timeout time.Duration, blob func(r in
 	return res, errs
 }
 
+// dialUntil dials addr until it answers or within has passed.
+func dialUntil(addr string, within time.Duration) (net.Conn, error) {
+	deadline := time.Now().Add(within)
+	for {
+		c, err := net.Dial("tcp", addr)
+		if err == nil || time.Now().After(deadline) {
+			return c, err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// drain reads c until it fails (rank 0 closed it) or until within has
+// passed, and returns what it read and why it stopped.
+func drain(c net.Conn, within time.Duration) ([]byte, error) {
+	c.SetReadDeadline(time.Now().Add(within))
+	var got []byte
+	buf := make([]byte, 512)
+	for {
+		n, err := c.Read(buf)
+		got = append(got, buf[:n]...)
+		if err != nil {
+			return got, err
+		}
+	}
+}
+
+// Strangers at rank 0's rendezvous, each sending at least an auth hello's
+// worth of bytes (38), so that the gate reads and refuses every one at
+// once: an HTTP request, bytes announcing a 1 GiB frame, plain junk, and a
+// well-formed hello without the secret. Then a client that knows the
+// secret announces a 1 GiB rendezvous frame: refused at the handshake
+// cap (64 KiB) without allocating. The gate counts exactly the strangers
+// and that client; the job's ranks meet anyway and their collectives are
+// intact.
 func TestTCPStrayClients(t *testing.T) {
 	clearLauncherEnv(t)
 	addr := "127.0.0.1:" + freePort(t)
-	strays := make(chan error, 2)
-	go func() {
-		// A port scanner or an HTTP client, and one announcing a 1 GiB frame:
-		// rank 0 must refuse both without allocating and go on.
-		for _, junk := range []string{"GET / HTTP/1.1\r\nHost: x\r\n\r\n", "\xff\xff\xff\x3f\x01"} {
-			var c net.Conn
-			var err error
-			for range 100 {
-				if c, err = net.Dial("tcp", addr); err == nil {
-					break
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
-			if err == nil {
-				c.Write([]byte(junk))
-				c.SetReadDeadline(time.Now().Add(5 * time.Second))
-				_, err = c.Read(make([]byte, 10))
-				c.Close()
-			}
-			strays <- err
+	secret := []byte("the-job-secret-0123456789")
+	within := 10 * time.Second * raceScale
+	strangers := [][]byte{
+		[]byte("GET / HTTP/1.1\r\nHost: x\r\nUser-Agent: stray/1.0\r\n\r\n"),
+		append([]byte("\xff\xff\xff\x3f\x01"), bytes.Repeat([]byte{0}, auth.HelloLen)...),
+		bytes.Repeat([]byte{0xa5}, 3*auth.HelloLen),
+		auth.Hello{Version: auth.Version}.Encode(), // no secret
+	}
+	for i, b := range strangers {
+		if len(b) < auth.HelloLen {
+			t.Fatalf("stranger %d sends %d bytes, fewer than an auth hello (%d)", i, len(b), auth.HelloLen)
 		}
+	}
+	type stray struct {
+		got []byte
+		err error
+	}
+	strays := make(chan stray, len(strangers)+1)
+	go func() {
+		for i, junk := range strangers {
+			c, err := dialUntil(addr, within)
+			if err != nil {
+				strays <- stray{err: err}
+				continue
+			}
+			c.Write(junk)
+			got, err := drain(c, within)
+			c.Close()
+			if i == len(strangers)-1 && len(got) == auth.HelloLen {
+				got = nil // a well-formed hello gets rank 0's hello, then the refusal
+			}
+			strays <- stray{got, err}
+		}
+		// A client with the secret, announcing a 1 GiB hello frame.
+		c, err := dialUntil(addr, within)
+		if err == nil {
+			if err = auth.Handshake(c, secret, true, time.Now().Add(within)); err == nil {
+				c.Write([]byte{0, 0, 0, 0x40, fHello})
+				var got []byte
+				got, err = drain(c, within)
+				if len(got) > 0 {
+					err = fmt.Errorf("rank 0 answered a 1 GiB hello with %q", got)
+				}
+			} else {
+				err = fmt.Errorf("handshake with the secret: %w", err)
+			}
+			c.Close()
+		}
+		strays <- stray{err: err}
 	}()
-	xs := connectAll(t, Options{Method: "tcp", Addr: addr, Token: "t", Timeout: 10 * time.Second}, 3)
+	xs := connectAll(t, Options{Method: "tcp", Addr: addr, Token: "t", Secret: secret, Timeout: within}, 3)
 	defer func() {
 		for _, x := range xs {
 			x.Close()
 		}
 	}()
-	for range 2 {
-		if err := <-strays; err == nil {
-			t.Error("a stray client got an answer from rank 0")
+	for i := range len(strangers) + 1 {
+		s := <-strays
+		var ne net.Error
+		switch {
+		case s.err == nil:
+			t.Errorf("stray %d: no error", i)
+		case errors.As(s.err, &ne) && ne.Timeout():
+			t.Errorf("stray %d: rank 0 did not close the connection within %v", i, within)
+		case len(s.got) > 0:
+			t.Errorf("stray %d got an answer from rank 0: %q", i, s.got)
+		case i == len(strangers) && strings.Contains(s.err.Error(), "handshake with the secret"):
+			t.Errorf("stray %d: %v", i, s.err)
 		}
+	}
+	root := xs[0].(*tcpEx)
+	// The gate counts a refusal just after closing the connection: wait
+	// for the count, then require it exact.
+	want := int64(len(strangers)) + 1
+	for deadline := time.Now().Add(within); root.gate.Refused() < want && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := root.gate.Refused(); got != want {
+		t.Errorf("rank 0's gate refused %d connections, want the %d strangers and the 1 GiB hello", got, want-1)
+	}
+	if got := root.gate.Admitted(); got != int64(len(xs)-1)+1 {
+		t.Errorf("rank 0's gate admitted %d, want the %d other ranks and the client with the secret", got, len(xs)-1)
+	}
+	root.mu.Lock()
+	notes := strings.Join(root.notes, "\n")
+	root.mu.Unlock()
+	if !strings.Contains(notes, "bad handshake") || !strings.Contains(notes, fmt.Sprintf("frame of %d bytes (limit %d)", 1<<30, maxHandshake)) {
+		t.Errorf("rank 0 did not refuse the 1 GiB hello at the handshake cap; notes:\n%s", notes)
 	}
 	blob := func(r int) []byte { return bytes.Repeat([]byte{byte(r + 1)}, 1000*r) }
 	res, errs := gatherAll(xs, "after-strays", 30*time.Second, blob)
 	for r := range xs {
 		if errs[r] != nil {
 			t.Fatalf("rank %d: %v", r, errs[r])
+		}
+		if len(res[r]) != len(xs) {
+			t.Fatalf("rank %d got %d blobs, want %d", r, len(res[r]), len(xs))
 		}
 		for p, b := range res[r] {
 			if !bytes.Equal(b, blob(p)) {
@@ -221,9 +318,15 @@ func TestDirRecordCorrupt(t *testing.T) {
 	if err != nil || rec.seq != 4 || rec.tag != "tag" || string(rec.blob) != "blob" || rec.rank != 1 || rec.world != 2 {
 		t.Fatalf("%+v %v", rec, err)
 	}
+	// bytes between the blob and a checksum that covers them
+	long := binary.LittleEndian.AppendUint32(append(b[:len(b)-4:len(b)-4], "xx"...), 0)
+	binary.LittleEndian.PutUint32(long[len(long)-4:], crc32.ChecksumIEEE(long[:len(long)-4]))
+	if _, err := decodeDirFile(long); !errors.Is(err, errTrailing) {
+		t.Fatalf("a record with 2 bytes after its fields: %v, want %v", err, errTrailing)
+	}
 	b[len(b)-6] ^= 1
-	if _, err := decodeDirFile(b); err == nil {
-		t.Fatal("corrupt file accepted")
+	if _, err := decodeDirFile(b); err == nil || !strings.Contains(err.Error(), "checksum mismatch") {
+		t.Fatalf("corrupt file: %v, want a checksum mismatch", err)
 	}
 }
 

@@ -171,11 +171,32 @@ type spawnSpec struct {
 // spawn starts the ranks of a scenario and returns each started rank's result.
 func spawn(t *testing.T, s spawnSpec) map[int]rankResult {
 	t.Helper()
-	if s.ranks == nil {
-		for r := range s.world {
-			s.ranks = append(s.ranks, r)
-		}
+	s.ranks = s.started()
+	byRank := map[int]rankResult{}
+	for proc, rr := range spawnProcs(t, s) {
+		byRank[s.ranks[proc]] = rr
 	}
+	return byRank
+}
+
+// started is the ranks to start: s.ranks, or every rank of the world.
+func (s spawnSpec) started() []int {
+	if s.ranks != nil {
+		return s.ranks
+	}
+	var all []int
+	for r := range s.world {
+		all = append(all, r)
+	}
+	return all
+}
+
+// spawnProcs starts the ranks of a scenario and returns each process's
+// result by its index in s.ranks: two processes that claim one rank each
+// keep their own.
+func spawnProcs(t *testing.T, s spawnSpec) map[int]rankResult {
+	t.Helper()
+	s.ranks = s.started()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	outs := make(chan rankOut, len(s.ranks))
@@ -198,35 +219,43 @@ func spawn(t *testing.T, s spawnSpec) map[int]rankResult {
 			if err != nil {
 				err = fmt.Errorf("%v: %s", err, stderr.String())
 			}
-			outs <- rankOut{r, b, err}
+			outs <- rankOut{i, b, err}
 		}()
 	}
-	return collectResults(t, outs, len(s.ranks), func(rank int) bool { return s.role == "die" && rank == 2 })
+	res := collectResults(t, outs, len(s.ranks), func(proc int) bool { return s.role == "die" && s.ranks[proc] == 2 })
+	for proc, rr := range res {
+		if rr.Rank != s.ranks[proc] {
+			t.Fatalf("process %d reports rank %d, started as rank %d", proc, rr.Rank, s.ranks[proc])
+		}
+	}
+	return res
 }
 
-// rankOut is what a rank process printed, and how it exited.
+// rankOut is what a rank process printed, and how it exited; key is its
+// rank or its index among the processes started.
 type rankOut struct {
-	rank int
-	b    []byte
-	err  error
+	key int
+	b   []byte
+	err error
 }
 
-// collectResults reads n ranks' outputs from outs and parses each one's
-// result; a rank that printed none fails the test unless mayMiss(rank).
-func collectResults(t *testing.T, outs <-chan rankOut, n int, mayMiss func(rank int) bool) map[int]rankResult {
+// collectResults reads n processes' outputs from outs and parses each
+// one's result, by key; one that printed none fails the test unless
+// mayMiss(key).
+func collectResults(t *testing.T, outs <-chan rankOut, n int, mayMiss func(key int) bool) map[int]rankResult {
 	t.Helper()
 	res := map[int]rankResult{}
 	for range n {
 		o := <-outs
 		rr, ok := parseResult(o.b)
-		if !ok && mayMiss != nil && mayMiss(o.rank) {
+		if !ok && mayMiss != nil && mayMiss(o.key) {
 			continue
 		}
 		if !ok {
-			t.Fatalf("rank %d printed no result (err %v): %q", o.rank, o.err, o.b)
+			t.Fatalf("process %d printed no result (err %v): %q", o.key, o.err, o.b)
 		}
-		t.Logf("rank %d: ok=%v job=%s %s", o.rank, rr.OK, rr.Job, rr.Err)
-		res[o.rank] = rr
+		t.Logf("process %d: rank %d ok=%v job=%s %s", o.key, rr.Rank, rr.OK, rr.Job, rr.Err)
+		res[o.key] = rr
 	}
 	return res
 }

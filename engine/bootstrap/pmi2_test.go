@@ -33,6 +33,16 @@ type pmi2Server struct {
 	gen     int
 	seen    map[string]int // commands served, by name
 	errs    []string
+	gone    bool // abandon: no rank will come to a fence any more
+}
+
+// abandon wakes every rank waiting in a fence for good: each fails the
+// test and ends its connection (runPMI2 calls it once every client exited).
+func (s *pmi2Server) abandon() {
+	s.mu.Lock()
+	s.gone = true
+	s.cond.Broadcast()
+	s.mu.Unlock()
 }
 
 func newPMI2Server(n int, jobid string) *pmi2Server {
@@ -99,8 +109,14 @@ func (s *pmi2Server) serve(c net.Conn, rank int) {
 				s.gen++
 				s.cond.Broadcast()
 			}
-			for s.gen == gen {
+			for s.gen == gen && !s.gone {
 				s.cond.Wait()
+			}
+			if s.gen == gen {
+				n := s.arrived
+				s.mu.Unlock()
+				s.fail("rank %d: kvs-fence never completed: %d of %d ranks came to it", rank, n, s.n)
+				return
 			}
 			s.mu.Unlock()
 			reply("cmd=kvs-fence-response;rc=0;")
@@ -131,6 +147,7 @@ func (s *pmi2Server) serve(c net.Conn, rank int) {
 // each rank's result.
 func runPMI2(t *testing.T, srv *pmi2Server, role string, env ...string) map[int]rankResult {
 	t.Helper()
+	t.Cleanup(srv.abandon) // also when the test ends early
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	outs := make(chan rankOut, srv.n)
@@ -168,7 +185,17 @@ func runPMI2(t *testing.T, srv *pmi2Server, role string, env ...string) map[int]
 		}()
 	}
 	res := collectResults(t, outs, srv.n, nil)
-	served.Wait()
+	// Every client has exited: a server goroutine still in a fence waits
+	// for a rank that will never come. Wake it, and give the goroutines a
+	// deadline instead of the package's timeout.
+	srv.abandon()
+	done := make(chan struct{})
+	go func() { served.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second * raceScale):
+		t.Fatalf("PMI-2 server: its goroutines still run %v after every rank exited", 10*time.Second*raceScale)
+	}
 	srv.mu.Lock()
 	defer srv.mu.Unlock()
 	if len(srv.errs) > 0 {

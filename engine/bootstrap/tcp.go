@@ -187,45 +187,51 @@ func (x *tcpEx) handshake(c net.Conn) {
 		h, err = parseHello(d)
 	}
 	if err != nil {
-		x.note(false, "%s: bad handshake: %v", c.RemoteAddr(), err)
+		x.gate.Refuse(c.RemoteAddr(), fmt.Errorf("bad handshake: %w", err))
 		c.Close()
 		return
 	}
 	c.SetReadDeadline(time.Time{})
-	from := fmt.Sprintf("%s (rank %d, pid %d on %s, job %q)", c.RemoteAddr(), h.rank, h.pid, h.host, h.job)
+	kind, detail := x.admit(h, c)
+	if kind == nil {
+		return
+	}
+	// Refused after the handshake: counted and noted as the gate's own
+	// refusals are, and told to the rank.
+	who := fmt.Sprintf("rank %d, pid %d on %s, job %q", h.rank, h.pid, h.host, h.job)
+	x.gate.Refuse(c.RemoteAddr(), fault.Sentinel(who+": "+detail, kind))
+	writeFrame(c, verdictFrame(fReject, kind, []int{h.rank}, detail), time.Now().Add(time.Second))
+	c.Close()
+}
 
+// admit decides, under x.mu, whether the rank that said hello h on c
+// joins: nil, with c kept as its link and its arrival announced, or the
+// kind of refusal and its detail.
+func (x *tcpEx) admit(h hello, c net.Conn) (kind error, detail string) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	refuse := func(kind error, detail string) {
-		x.notes = append(x.notes, from+": "+detail)
-		if kind == fault.ErrToken {
-			x.tokenNo = true
-		}
-		writeFrame(c, verdictFrame(fReject, kind, []int{h.rank}, detail), time.Now().Add(time.Second))
-		c.Close()
-	}
 	switch {
 	case h.token != x.token:
-		refuse(fault.ErrToken, fmt.Sprintf("job token mismatch: rank 0 belongs to job %q; check DDSTORE_JOB_TOKEN/DDSTORE_JOB", x.job))
+		return fault.ErrToken, fmt.Sprintf("job token mismatch: rank 0 belongs to job %q; check DDSTORE_JOB_TOKEN/DDSTORE_JOB", x.job)
 	case h.world != x.world:
-		refuse(fault.ErrMismatch, fmt.Sprintf("world size mismatch: rank 0 has %d ranks, rank %d says %d", x.world, h.rank, h.world))
+		return fault.ErrMismatch, fmt.Sprintf("world size mismatch: rank 0 has %d ranks, rank %d says %d", x.world, h.rank, h.world)
 	case h.rank < 1 || h.rank >= x.world:
-		refuse(fault.ErrEnv, fmt.Sprintf("rank %d is outside [1, %d)", h.rank, x.world))
+		return fault.ErrEnv, fmt.Sprintf("rank %d is outside [1, %d)", h.rank, x.world)
 	case x.phase == phaseOver:
-		refuse(fault.ErrClosed, "rank 0 has given up (timeout or closed)")
+		return fault.ErrClosed, "rank 0 has given up (timeout or closed)"
 	case x.peers[h.rank] != nil:
-		refuse(fault.ErrEnv, fmt.Sprintf("duplicate rank: rank %d is already connected from %s", h.rank, x.peers[h.rank].RemoteAddr()))
+		return fault.ErrEnv, fmt.Sprintf("duplicate rank: rank %d is already connected from %s", h.rank, x.peers[h.rank].RemoteAddr())
 	case x.phase != phaseJoining:
-		refuse(fault.ErrEnv, "all ranks have already joined")
-	default:
-		x.rootOut.Add(1)
-		if err := writeFrame(c, newEnc(fAccept).frame(), time.Now().Add(5*time.Second)); err != nil {
-			c.Close()
-			return
-		}
-		x.peers[h.rank] = c
-		x.arrived <- h.rank
+		return fault.ErrEnv, "all ranks have already joined"
 	}
+	x.rootOut.Add(1)
+	if err := writeFrame(c, newEnc(fAccept).frame(), time.Now().Add(5*time.Second)); err != nil {
+		c.Close()
+		return nil, ""
+	}
+	x.peers[h.rank] = c
+	x.arrived <- h.rank
+	return nil, ""
 }
 
 func (x *tcpEx) note(token bool, format string, args ...any) {

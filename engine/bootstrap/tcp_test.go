@@ -2,6 +2,7 @@ package bootstrap
 
 import (
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -70,13 +71,27 @@ func TestTCPTokenMismatch(t *testing.T) {
 	}
 }
 
+// Two processes claim rank 1: rank 0 admits the first and refuses the
+// second as a duplicate (ErrEnv naming rank 1); the admitted one and
+// rank 0 time out on rank 2, which never comes.
 func TestTCPDuplicateRank(t *testing.T) {
-	res := spawn(t, spawnSpec{role: "gather", method: "tcp", world: 3, ranks: []int{0, 1, 1}, timeout: 2 * time.Second,
+	res := spawnProcs(t, spawnSpec{role: "gather", method: "tcp", world: 3, ranks: []int{0, 1, 1}, timeout: 5 * time.Second,
 		env: tcpEnv(freePort(t), "tok")})
-	// One of the two rank-1 processes is refused as a duplicate; rank 2 never comes.
 	wantKind(t, res, 0, "timeout", []int{2}, "rank 2 did not connect")
-	if rr := res[1]; rr.OK {
-		t.Errorf("rank 1: %+v", rr)
+	if !strings.Contains(res[0].Err, "duplicate rank: rank 1 is already connected") {
+		t.Errorf("rank 0's error does not report the duplicate: %s", res[0].Err)
+	}
+	refused := 0
+	for i := 1; i <= 2; i++ {
+		if strings.Contains(res[i].Err, "duplicate rank") {
+			refused++
+			wantKind(t, res, i, "bad environment", []int{1}, "refused rank 1: duplicate rank: rank 1 is already connected from 127.0.0.1:")
+		} else {
+			wantKind(t, res, i, "timeout", []int{2}, "rank 0 reports: rank 2 did not connect")
+		}
+	}
+	if refused != 1 {
+		t.Errorf("%d of the two rank-1 processes refused as a duplicate, want exactly 1: %+v, %+v", refused, res[1], res[2])
 	}
 }
 

@@ -2,6 +2,8 @@ package doctor
 
 import (
 	"bytes"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -13,9 +15,18 @@ import (
 // device d has 80 + d GiB), and the table shows them; a driver that does
 // not load is a finding's input (NoLib), not a crash.
 func TestProbeGPUs(t *testing.T) {
+	// gputest.Build compiles with $CC, else gcc: only its absence skips;
+	// a stand-in that does not build with a compiler present is a failure.
+	cc := os.Getenv("CC")
+	if cc == "" {
+		cc = "gcc"
+	}
+	if _, err := exec.LookPath(cc); err != nil {
+		t.Skipf("no C compiler (%s) for the stand-in drivers: %v", cc, err)
+	}
 	libs, err := gputest.Build(t.TempDir())
 	if err != nil {
-		t.Skipf("no C compiler for the stand-in drivers: %v", err)
+		t.Fatalf("building the stand-in drivers with %s: %v", cc, err)
 	}
 	t.Setenv("DDSTORE_STANDIN_DEVICES", "2")
 	g := probeGPUs("cuda", []string{libs.CUDA})
