@@ -65,7 +65,7 @@ func TestDoneAfterStoppedPeer(t *testing.T) {
 			case op.Done && k == 1:
 				t.Fatalf("%s: op %d of the stopped target marked done", m.name, i)
 			case op.Done:
-				if err := checkPattern(op.Dst, op.Addr-tgs[0].base); err != nil {
+				if err := tgs[0].check(op.Dst, op.Addr); err != nil {
 					t.Fatalf("%s: op %d marked done: %v", m.name, i, err)
 				}
 				healthy++

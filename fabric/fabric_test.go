@@ -36,13 +36,14 @@ func setupRank(t *testing.T, o Options, timeout time.Duration, size int, busy bo
 	return o, f, r, tgs[0], peers[0]
 }
 
-// readerWith starts one target of size bytes per rank, opens a reader on f
-// (closed at cleanup) and adds the targets as peers of those ranks.
+// readerWith starts one target of size bytes per rank, its region salted
+// with that rank, opens a reader on f (closed at cleanup) and adds the
+// targets as peers of those ranks.
 func readerWith(t *testing.T, f *Fabric, o Options, size int, busy bool, ranks ...int) (*Reader, []*target, []Peer) {
 	t.Helper()
 	tgs := make([]*target, len(ranks))
 	for k := range ranks {
-		tgs[k] = startTarget(t, o, size, busy)
+		tgs[k] = startSaltedTarget(t, o, size, busy, uint64(ranks[k]))
 	}
 	r, err := f.NewReader()
 	if err != nil {
@@ -59,7 +60,8 @@ func readerWith(t *testing.T, f *Fabric, o Options, size int, busy bool, ranks .
 }
 
 // readChecked reads ops with read, failing with what, and checks every row
-// against the pattern at its offset in its peer's target.
+// against the pattern at its offset in its peer's target, salted as that
+// target's.
 func readChecked(t *testing.T, what string, read func([]ReadOp) (Timing, error), ops []ReadOp, tgs []*target, peers []Peer) {
 	t.Helper()
 	for i := range ops {
@@ -153,6 +155,12 @@ func (k *killRig) ops(p Peer, tg *target, reps int) []ReadOp {
 	return ops
 }
 
+// deadPeerErr reports whether err is what a read of a dead or unreachable
+// peer must fail with: a remote ErrPeerDead or ErrTimeout naming rank.
+func deadPeerErr(err error, rank int) bool {
+	return fault.IsRemote(err) && fault.RankOf(err) == rank && (errors.Is(err, fault.ErrPeerDead) || errors.Is(err, fault.ErrTimeout))
+}
+
 // readKilled kills the victim 50ms into read(big): the read must fail
 // within the deadline naming peer 7. It returns the error.
 func (k *killRig) readKilled(t *testing.T, what string, read func([]ReadOp) (Timing, error), big []ReadOp) error {
@@ -204,7 +212,7 @@ func TestReadPattern(t *testing.T) {
 					if tm.Post <= 0 {
 						t.Fatalf("no post time: %+v", tm)
 					}
-					if err := checkPattern(buf, idx*uint64(row)); err != nil {
+					if err := tg.check(buf, tg.base+idx*uint64(row)); err != nil {
 						t.Fatalf("single read row %d (%d B): %v", idx, row, err)
 					}
 				}
@@ -254,14 +262,14 @@ func TestKilledTarget(t *testing.T) {
 			r := k.r
 			readChecked(t, "before kill", r.ReadBatch, k.ops(k.pv, k.victim, 1), []*target{k.victim}, []Peer{k.pv})
 			big := k.ops(k.pv, k.victim, 40) // 2560 MiB: far longer than the kill delay
-			if err := k.readKilled(t, "batch", r.ReadBatch, big); !fault.IsRemote(err) || !(errors.Is(err, fault.ErrPeerDead) || errors.Is(err, fault.ErrTimeout)) {
-				t.Fatalf("killed peer: want a remote dead-peer or timeout error, got %v", err)
+			if err := k.readKilled(t, "batch", r.ReadBatch, big); !deadPeerErr(err, 7) {
+				t.Fatalf("killed peer: want a remote dead-peer or timeout error naming rank 7, got %v", err)
 			}
-			// Again: must fail within the deadline, not hang.
+			// Again: must fail within the deadline, not hang, as a dead peer.
 			start := time.Now()
 			_, err := r.Read(ReadOp{Dst: k.dst.Bytes()[:4096], Peer: k.pv, Addr: k.victim.base, Key: k.victim.key})
-			if err == nil || time.Since(start) > o.Timeout+deadlineSlack {
-				t.Fatalf("second read of dead peer: err=%v after %v", err, time.Since(start))
+			if !deadPeerErr(err, 7) || time.Since(start) > o.Timeout+deadlineSlack {
+				t.Fatalf("second read of dead peer: want a remote dead-peer or timeout error naming rank 7, got %v after %v", err, time.Since(start))
 			}
 			t.Logf("second read of dead peer: %v after %v", err, time.Since(start))
 			// The reader still works with the live peer, unless a call stuck
@@ -382,7 +390,7 @@ func TestRefusedRead(t *testing.T) {
 			if _, err := r.Read(ReadOp{Dst: buf, Peer: p, Addr: tg.base + 4096, Key: tg.key}); err != nil {
 				t.Fatalf("good read after refused read: %v", err)
 			}
-			if err := checkPattern(buf, 4096); err != nil {
+			if err := tg.check(buf, tg.base+4096); err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -406,7 +414,7 @@ func TestReadBatchAllocs(t *testing.T) {
 					return err
 				})
 				for i := range ops {
-					if err := checkPattern(ops[i].Dst, ops[i].Addr-tg.base); err != nil {
+					if err := tg.check(ops[i].Dst, ops[i].Addr); err != nil {
 						t.Fatalf("%s row %d: %v", name, i, err)
 					}
 				}
@@ -473,8 +481,8 @@ func TestErrorPathsClearOps(t *testing.T) {
 	// A refused gather entry (C-side failure) and the success paths too.
 	ops := mk(-1, 3)
 	ops[4].Key += 999
-	if _, err := r.ReadGather(ops); err == nil {
-		t.Fatal("ReadGather with a bad key succeeded")
+	if _, err := r.ReadGather(ops); !errors.Is(err, fault.ErrRejected) || fault.RankOf(err) != 1 || !strings.Contains(err.Error(), "op 4:") {
+		t.Fatalf("ReadGather with a bad key in op 4: %v, want fault.ErrRejected naming rank 1 and op 4", err)
 	}
 	check("ReadGather refused")
 	for _, read := range []func([]ReadOp) (Timing, error){r.ReadBatch, r.ReadGather} {
@@ -487,7 +495,7 @@ func TestErrorPathsClearOps(t *testing.T) {
 		}
 		check("success")
 		for i := range ops {
-			if err := checkPattern(ops[i].Dst, ops[i].Addr-tg.base); err != nil {
+			if err := tg.check(ops[i].Dst, ops[i].Addr); err != nil {
 				t.Fatalf("op %d: %v", i, err)
 			}
 		}
@@ -527,7 +535,7 @@ func TestLocalMRCache(t *testing.T) {
 			t.Fatalf("no MR time with local registration: %+v", tm)
 		}
 		for i := range ops {
-			if err := checkPattern(ops[i].Dst, uint64((first+i)*row)); err != nil {
+			if err := tg.check(ops[i].Dst, ops[i].Addr); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -676,7 +684,7 @@ func TestStoppedTarget(t *testing.T) {
 				t.Fatalf("after resume: %v", err)
 			}
 			for i := range ops2 {
-				if err := checkPattern(ops2[i].Dst, uint64(i*row)); err != nil {
+				if err := tg.check(ops2[i].Dst, ops2[i].Addr); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -765,7 +773,7 @@ func TestPeerDeadCutsReadShort(t *testing.T) {
 		t.Fatalf("rank 4, alive, after rank 9 was declared dead: %v", err)
 	}
 	for i := range ops2 {
-		if err := checkPattern(ops2[i].Dst, uint64(i*row)); err != nil {
+		if err := tgs[1].check(ops2[i].Dst, ops2[i].Addr); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -802,13 +810,16 @@ func TestAddPeers(t *testing.T) {
 			o := pc.opts
 			o.Timeout = 10 * time.Second * raceScale
 			f := openOrSkip(t, o)
-			tgs := []*target{startTarget(t, o, 1<<20, false), startTarget(t, o, 1<<20, false), startTarget(t, o, 1<<20, false)}
+			ranks := []int{7, 8, 9}
+			tgs := make([]*target, len(ranks))
+			for k, rank := range ranks { // each salted with its rank: a read sent to another peer fails its check
+				tgs[k] = startSaltedTarget(t, o, 1<<20, false, uint64(rank))
+			}
 			r, err := f.NewReader()
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer r.Close()
-			ranks := []int{7, 8, 9}
 			addrs := [][]byte{tgs[0].addr, tgs[1].addr, tgs[2].addr}
 			if _, err := r.AddPeers(ranks, addrs[:2]); !errors.Is(err, fault.ErrInvalid) {
 				t.Fatalf("3 ranks, 2 addresses: %v, want ErrInvalid", err)
@@ -846,7 +857,7 @@ func TestAddPeers(t *testing.T) {
 						t.Fatalf("round %d, rank %d: %v", round, ranks[k], err)
 					}
 					for i := range ops {
-						if err := checkPattern(ops[i].Dst, uint64((i*5+k)*row)); err != nil {
+						if err := tgs[k].check(ops[i].Dst, ops[i].Addr); err != nil {
 							t.Fatalf("round %d, rank %d, op %d: %v", round, ranks[k], i, err)
 						}
 					}
@@ -888,7 +899,7 @@ func TestAddPeers(t *testing.T) {
 				if _, err := r2.Read(ReadOp{Dst: dst, Peer: p, Addr: tgs[k].base + uint64(k*row), Key: tgs[k].key}); err != nil {
 					t.Fatalf("peer %d added alone: %v", ranks[k], err)
 				}
-				if err := checkPattern(dst, uint64(k*row)); err != nil {
+				if err := tgs[k].check(dst, tgs[k].base+uint64(k*row)); err != nil {
 					t.Fatalf("peer %d added alone: %v", ranks[k], err)
 				}
 			}

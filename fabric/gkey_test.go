@@ -49,7 +49,9 @@ type strangerCall struct {
 }
 
 // startStranger runs a stranger process against the target (addr, key,
-// base) with gather key gkey; wait returns its calls.
+// base) with gather key gkey; wait returns its calls, or kills the process
+// and fails the test when it has not exited within a generous deadline
+// (its calls' timeouts, plus a start and Open on a loaded machine).
 func startStranger(t *testing.T, addr []byte, key, base, gkey uint64, calls int, timeout time.Duration) (wait func() []strangerCall) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
@@ -62,21 +64,44 @@ func startStranger(t *testing.T, addr []byte, key, base, gkey uint64, calls int,
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	return func() []strangerCall {
-		var got []strangerCall
+	limit := 30*time.Second*raceScale + time.Duration(calls)*timeout
+	type result struct {
+		got  []strangerCall
+		bad  []string // lines that are no GatherTry
+		exit error
+	}
+	done := make(chan result, 1)
+	go func() {
+		var res result
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
 			g, err := ParseGatherTry(sc.Text())
 			if err != nil {
-				t.Errorf("stranger printed %q: %v", sc.Text(), err)
+				res.bad = append(res.bad, fmt.Sprintf("%q: %v", sc.Text(), err))
 				continue
 			}
-			got = append(got, strangerCall{ok: g.OK, timeout: g.TimedOut, zero: g.Untouched, pattern: g.Pattern, err: g.Err})
+			res.got = append(res.got, strangerCall{ok: g.OK, timeout: g.TimedOut, zero: g.Untouched, pattern: g.Pattern, err: g.Err})
 		}
-		if err := cmd.Wait(); err != nil {
-			t.Errorf("stranger process (gather key %#x): %v", gkey, err)
+		res.exit = cmd.Wait()
+		done <- res
+	}()
+	return func() []strangerCall {
+		t.Helper()
+		var res result
+		select {
+		case res = <-done:
+		case <-time.After(limit):
+			cmd.Process.Kill()
+			res = <-done
+			t.Fatalf("stranger process (gather key %#x) still running after %v: killed, %d of %d calls reported", gkey, limit, len(res.got), calls)
 		}
-		return got
+		for _, b := range res.bad {
+			t.Errorf("stranger printed %s", b)
+		}
+		if res.exit != nil {
+			t.Errorf("stranger process (gather key %#x): %v", gkey, res.exit)
+		}
+		return res.got
 	}
 }
 
@@ -188,7 +213,11 @@ func TestGatherStrangers(t *testing.T) {
 
 	// The same kind of process with the job's key gets its rows, and is
 	// no stranger.
-	for i, c := range startStranger(t, tg.addr, tg.key, tg.base, job, calls, 5*time.Second*raceScale)() {
+	own := startStranger(t, tg.addr, tg.key, tg.base, job, calls, 5*time.Second*raceScale)()
+	if len(own) != calls {
+		t.Errorf("with the job's key: %d calls reported, want %d", len(own), calls)
+	}
+	for i, c := range own {
 		if !c.ok || c.pattern != "good" {
 			t.Errorf("with the job's key: call %d: ok %v, pattern %s (%s)", i, c.ok, c.pattern, c.err)
 		}

@@ -131,10 +131,9 @@ func BenchmarkSingleGet(b *testing.B) {
 // polls for its window only, then sleeps on its wait fd: over tcp it makes
 // no wakeup at all while idle, and its progress thread uses (almost) no CPU.
 func TestAdaptiveSleepsWhenIdle(t *testing.T) {
-	f, e, r, p, _ := selfExport(t, 1<<20, func(f *Fabric) {})
-	if f.opts.Progress != "adaptive" || !f.Info().WaitFD {
-		t.Skipf("progress %q, wait fd %v", f.opts.Progress, f.Info().WaitFD)
-	}
+	o := Options{Provider: "tcp;ofi_rxm", Domain: "lo", Timeout: 5 * time.Second, Progress: "adaptive"}
+	f, e, r, p, _ := selfExportWith(t, o, 1<<20, func(f *Fabric) {})
+	requireWaitFD(t, f)
 	dst := make([]byte, 3072)
 	for i := 0; i < 200; i++ {
 		if _, err := r.Read(ReadOp{Dst: dst, Peer: p, Addr: e.Base() + uint64(i)*3072, Key: e.Key()}); err != nil {
@@ -151,6 +150,17 @@ func TestAdaptiveSleepsWhenIdle(t *testing.T) {
 	t.Logf("idle after serving: %d wakeups, %v progress CPU in 300ms", w, c)
 	if w != 0 || c > 5*time.Millisecond {
 		t.Fatalf("idle adaptive target: %d wakeups and %v CPU in 300ms, want 0 and ~0", w, c)
+	}
+}
+
+// requireWaitFD fails the test when f, opened on tcp;ofi_rxm, has no CQ
+// wait fd (a skip unless requireFabricEnv=1, as for a missing provider):
+// libfabric's tcp provider supports FI_WAIT_FD CQs (shm does not), so an
+// adaptive target over tcp must sleep on one, not poll with back-off.
+func requireWaitFD(t *testing.T, f *Fabric) {
+	t.Helper()
+	if !f.Info().WaitFD {
+		skipOrRequire(t, "%s on %s: no CQ wait fd, though the tcp provider has one", f.Info().Provider, f.Info().Domain)
 	}
 }
 
@@ -177,9 +187,7 @@ func TestAdaptiveAwakeWhileReading(t *testing.T) {
 	const window = 10 * time.Millisecond
 	o := Options{Provider: "tcp;ofi_rxm", Domain: "lo", Timeout: 5 * time.Second, Progress: "adaptive", ProgressWindow: window}
 	f, e, r, p, _ := selfExportWith(t, o, 1<<20, func(f *Fabric) {})
-	if !f.Info().WaitFD {
-		t.Skip("no CQ wait fd: adaptive polls with back-off")
-	}
+	requireWaitFD(t, f)
 	dst := make([]byte, 3072)
 	read := func(i int) {
 		off := uint64(i%300) * 3072

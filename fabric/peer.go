@@ -28,19 +28,30 @@ func PatternWord(w uint64) uint64 {
 	return z ^ (z >> 31)
 }
 
+// saltedWord is word w of a region filled with salt (the package's tests
+// salt each target with its rank, so that a read served by another target
+// fails its check): PatternWord of w with salt in the bits above any word
+// index (regions below 2^51 bytes), so no two (w, salt) pairs share a
+// word. Salt 0 is PatternWord itself.
+func saltedWord(w, salt uint64) uint64 { return PatternWord(w ^ salt<<48) }
+
 // FillPattern fills b as a target region (PatternWord per 8 bytes).
-func FillPattern(b []byte) {
+func FillPattern(b []byte) { fillSalted(b, 0) }
+
+func fillSalted(b []byte, salt uint64) {
 	for w := 0; w+8 <= len(b); w += 8 {
-		binary.LittleEndian.PutUint64(b[w:], PatternWord(uint64(w/8)))
+		binary.LittleEndian.PutUint64(b[w:], saltedWord(uint64(w/8), salt))
 	}
 }
 
 // CheckPattern reports the first byte of dst that differs from a target
 // region at offset off (a multiple of 8), a last partial word included.
-func CheckPattern(dst []byte, off uint64) error {
+func CheckPattern(dst []byte, off uint64) error { return checkSalted(dst, off, 0) }
+
+func checkSalted(dst []byte, off, salt uint64) error {
 	var w [8]byte
 	for i := 0; i < len(dst); i += 8 {
-		binary.LittleEndian.PutUint64(w[:], PatternWord((off+uint64(i))/8))
+		binary.LittleEndian.PutUint64(w[:], saltedWord((off+uint64(i))/8, salt))
 		n := min(8, len(dst)-i)
 		if !bytes.Equal(dst[i:i+n], w[:n]) {
 			return fmt.Errorf("offset %d (+%d in row): got %x want %x", off+uint64(i), i, dst[i:i+n], w[:n])
@@ -152,6 +163,11 @@ func removeShmRegions(pid int) {
 // until in reaches EOF. With busy, two goroutines compute meanwhile
 // without calling the package (only the progress goroutine serves).
 func ServeTarget(o Options, size int, busy bool, in io.Reader, out io.Writer) error {
+	return serveTarget(o, size, 0, busy, in, out)
+}
+
+// serveTarget is ServeTarget with the region filled with salt (saltedWord).
+func serveTarget(o Options, size int, salt uint64, busy bool, in io.Reader, out io.Writer) error {
 	f, err := Open(o)
 	if err != nil {
 		return err
@@ -162,7 +178,7 @@ func ServeTarget(o Options, size int, busy bool, in io.Reader, out io.Writer) er
 		return err
 	}
 	defer mem.Free()
-	FillPattern(mem.Bytes())
+	fillSalted(mem.Bytes(), salt)
 	ex, err := f.Export(mem.Bytes())
 	if err != nil {
 		return err

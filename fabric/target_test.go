@@ -12,11 +12,12 @@ import (
 )
 
 // The test binary re-executes itself as a target process: it exports a
-// region filled with pattern(offset), prints where it is, and serves reads
-// until its stdin closes.
+// region filled with pattern(offset) salted with its rank where the test
+// gives one (saltedWord), prints where it is, and serves reads until its
+// stdin closes.
 
 const (
-	envTarget = "DDSTORE_FABRIC_TEST_TARGET" // "provider|domain|size|busy[|progress[|gather key]]"
+	envTarget = "DDSTORE_FABRIC_TEST_TARGET" // "provider|domain|size|busy[|progress[|gather key[|salt]]]"
 	targetMiB = 256
 )
 
@@ -36,7 +37,7 @@ func checkPattern(dst []byte, off uint64) error { return CheckPattern(dst, off) 
 
 func runTarget(spec string) int {
 	parts := strings.Split(spec, "|")
-	if len(parts) < 4 || len(parts) > 6 {
+	if len(parts) < 4 || len(parts) > 7 {
 		fmt.Fprintf(os.Stderr, "bad target spec %q\n", spec)
 		return 2
 	}
@@ -45,10 +46,14 @@ func runTarget(spec string) int {
 	if len(parts) >= 5 {
 		o.Progress = parts[4]
 	}
-	if len(parts) == 6 {
+	if len(parts) >= 6 {
 		o.GatherKey, _ = strconv.ParseUint(parts[5], 10, 64)
 	}
-	if err := ServeTarget(o, size, parts[3] == "busy", os.Stdin, os.Stdout); err != nil {
+	var salt uint64
+	if len(parts) == 7 {
+		salt, _ = strconv.ParseUint(parts[6], 10, 64)
+	}
+	if err := serveTarget(o, size, salt, parts[3] == "busy", os.Stdin, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "target:", err)
 		return 1
 	}
@@ -63,19 +68,34 @@ type target struct {
 	key  uint64
 	base uint64
 	size int
+	salt uint64 // its region holds saltedWord(w, salt)
 }
 
 func (tg *target) stop() { tg.Stop() }
 func (tg *target) kill() { tg.Kill() }
 
+// check reports the first byte of dst, read from remote address addr of
+// tg, that differs from tg's own (salted) region.
+func (tg *target) check(dst []byte, addr uint64) error {
+	return checkSalted(dst, addr-tg.base, tg.salt)
+}
+
+// startTarget starts a target whose region holds the plain pattern.
 func startTarget(tb testing.TB, o Options, size int, busy bool) *target {
+	tb.Helper()
+	return startSaltedTarget(tb, o, size, busy, 0)
+}
+
+// startSaltedTarget starts a target whose region is salted with salt (the
+// tests give it the rank they add it as).
+func startSaltedTarget(tb testing.TB, o Options, size int, busy bool, salt uint64) *target {
 	tb.Helper()
 	mode := "idle"
 	if busy {
 		mode = "busy"
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s|%s|%d|%s|%s|%d", envTarget, o.Provider, o.Domain, size, mode, o.Progress, o.GatherKey))
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s|%s|%d|%s|%s|%d|%d", envTarget, o.Provider, o.Domain, size, mode, o.Progress, o.GatherKey, salt))
 	cmd.Stderr = os.Stderr
 	wait := 20 * time.Second * raceScale
 	ctx, cancel := context.WithTimeoutCause(context.Background(), wait, fmt.Errorf("no READY line within %v", wait))
@@ -85,7 +105,7 @@ func startTarget(tb testing.TB, o Options, size int, busy bool) *target {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(tp.Stop)
-	return &target{TargetProcess: tp, cmd: cmd, addr: tp.Addr, key: tp.Key, base: tp.Base, size: size}
+	return &target{TargetProcess: tp, cmd: cmd, addr: tp.Addr, key: tp.Key, base: tp.Base, size: size, salt: salt}
 }
 
 // readerOf is a new Reader of f (closed at the end of the test; Close may

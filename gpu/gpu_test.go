@@ -331,10 +331,13 @@ func TestStagerOn(t *testing.T) {
 	})
 }
 
-// busyFor is how long the isolation tests hold the default stream busy: a
-// reader's copy and sync take micro- to milliseconds, so even on a loaded
-// machine they finish well inside it.
-const busyFor = 2 * time.Second
+// busyFor is how long the tests hold the default stream busy: a reader's
+// copy and sync take micro- to milliseconds, so even on a loaded 2-core
+// machine, where the test may be descheduled for hundreds of milliseconds
+// between two host-side calls, they finish well inside it (checks such as
+// "still busy after queueing" depend on it). Longer under the race
+// detector.
+const busyFor = 2 * time.Second * raceScale
 
 // TestDefaultStreamBusy: a busy legacy default stream (training kernels)
 // must not delay a reader's non-blocking stream, and must delay a
@@ -418,12 +421,12 @@ func TestBusyMemsetFallback(t *testing.T) {
 			continue
 		}
 		d := b.open(t)
-		busy := must[*Busy](t)(d.BusyDefaultStream(300 * time.Millisecond))
+		busy := must[*Busy](t)(d.BusyDefaultStream(busyFor))
 		if !strings.HasPrefix(busy.Method, "memsets (spin kernel unavailable") || !strings.Contains(busy.Method, "cuModuleLoadData") {
 			t.Fatalf("Method = %q", busy.Method)
 		}
-		if busy.Planned < 150*time.Millisecond || busy.Planned > 600*time.Millisecond {
-			t.Fatalf("planned %v of memsets for 300ms", busy.Planned)
+		if busy.Planned < busyFor/2 || busy.Planned > 2*busyFor {
+			t.Fatalf("planned %v of memsets for %v", busy.Planned, busyFor)
 		}
 		if !stillBusy(t, busy) {
 			t.Fatal("memsets finished at once")
@@ -470,12 +473,14 @@ func rigOn(t *testing.T, d *Device) (s, def *Stream, ev *Event, src *Pinned, dst
 }
 
 // TestEvents: a stream waits on an event of the default stream without
-// blocking the host; WaitUntil honours its deadline.
+// blocking the host; WaitUntil honours its deadline. The backends (each
+// its own driver library) run in parallel: each waits out a busy period.
 func TestEvents(t *testing.T) {
 	each(t, func(t *testing.T, b backend) {
+		t.Parallel()
 		d, s, def, ev, src, dst := eventRig(t, b)
 
-		busy := must[*Busy](t)(d.BusyDefaultStream(time.Second))
+		busy := must[*Busy](t)(d.BusyDefaultStream(busyFor))
 		if err := ev.Record(def); err != nil {
 			t.Fatal(err)
 		}
@@ -511,9 +516,12 @@ func TestEvents(t *testing.T) {
 // TestWaitsSleep: Stream.Sync and Event.Sync sleep while they wait
 // (blocking-sync events): the waiting thread's CPU time stays far below
 // the time it waited. The stand-in spins for events without the
-// blocking-sync flag and for cuStreamSynchronize, as the drivers do.
+// blocking-sync flag and for cuStreamSynchronize, as the drivers do. The
+// backends (each its own driver library) run in parallel: each waits out
+// six busy periods.
 func TestWaitsSleep(t *testing.T) {
 	each(t, func(t *testing.T, b backend) {
+		t.Parallel()
 		for _, spin := range []time.Duration{0, -1, 20 * time.Millisecond} {
 			t.Run(fmt.Sprintf("spin=%v", spin), func(t *testing.T) { testWaitsSleep(t, b, spin) })
 		}
@@ -532,7 +540,7 @@ func testWaitsSleep(t *testing.T, b backend, spin time.Duration) {
 		name string
 		f    func() error
 	}{{"Stream.Sync", s.Sync}, {"Event.Sync", ev.Sync}} {
-		busy := must[*Busy](t)(d.BusyDefaultStream(time.Second))
+		busy := must[*Busy](t)(d.BusyDefaultStream(busyFor))
 		if err := errors.Join(ev.Record(def), s.WaitEvent(ev), s.CopyIn(dst, 0, src.Bytes())); err != nil {
 			t.Fatal(err)
 		}
@@ -670,7 +678,7 @@ func TestQueueProbeControls(t *testing.T) {
 		t.Run("no probe", func(t *testing.T) {
 			d := b.open(t, func(o *Options) { o.NoStreamProbe = true })
 			first := closing(t, must[*Stream](t)(d.NewStream())) // shares queue 0
-			busy := must[*Busy](t)(d.BusyDefaultStream(300 * time.Millisecond))
+			busy := must[*Busy](t)(d.BusyDefaultStream(busyFor))
 			if err := first.Sync(); err != nil {
 				t.Fatal(err)
 			}

@@ -146,12 +146,20 @@ func TestRingSlotOwnership(t *testing.T) {
 	id, _ := w.AddVar("x", "uint8", 1, 10, 10)
 	s := openTest(t, w.Path())
 	m, g := w.m, &w.g
-	var c Call
-	record := func(rows int64) {
-		patternCall(&c, int32(id), 1, rows, 1) // the last stripe: the shared ring
+	// callAt is the call the test records at ring position p: its rows
+	// derive from p, so a record read back shows which call it is.
+	callAt := func(p uint64) (c Call) {
+		patternCall(&c, int32(id), 1, int64(3*p+1), 1) // the last stripe: the shared ring
+		return c
+	}
+	var pos uint64 // the position the next claim takes, as the test counts
+	record := func() {
+		c := callAt(pos)
 		w.Record(&c)
+		pos++
 	}
 	buf := make([]Record, 8)
+	// read wants positions cursor.. (n of them) read, then next and dropped.
 	read := func(cursor uint64, wantN int, wantNext, wantDropped uint64) {
 		t.Helper()
 		n, next, dropped, err := s.ReadRing(cursor, buf)
@@ -159,25 +167,30 @@ func TestRingSlotOwnership(t *testing.T) {
 			t.Fatalf("ReadRing(%d) = %d, %d, %d, %v; want %d, %d, %d", cursor, n, next, dropped, err, wantN, wantNext, wantDropped)
 		}
 		for i := range buf[:n] {
-			if msg := checkPatternRecord(&buf[i], 1); msg != "" {
-				t.Fatal(msg)
+			want := callAt(cursor + uint64(i))
+			if buf[i].Seq != cursor+uint64(i) {
+				t.Fatalf("ReadRing(%d): record %d has seq %d", cursor, i, buf[i].Seq)
+			}
+			if msg := checkRecordOf(&buf[i], &want, 1); msg != "" {
+				t.Fatalf("position %d: %s", buf[i].Seq, msg)
 			}
 		}
 	}
 	claimFails := func() int64 {
 		return snapshot(t, s).RingClaimFails
 	}
-	for i := range 4 {
-		record(int64(1 + i)) // positions 0..3
+	for range 4 {
+		record() // positions 0..3
 	}
 	// A stalled writer claims position 4 (slot 0) and locks the slot.
 	p := atomic.AddUint64(m.p(hRingHead), 1) - 1
+	pos++
 	slot := g.slot(p)
 	if p != 4 || !m.cas(slot+rSeq, 2, 2*p+1) {
 		t.Fatalf("manual claim of position %d failed (seq %d)", p, m.load(slot+rSeq))
 	}
-	for i := range 4 {
-		record(int64(10 + i)) // positions 5..8; 8 falls on the held slot
+	for range 4 {
+		record() // positions 5..8; 8 falls on the held slot
 	}
 	if seq := m.load(slot + rSeq); seq != 2*p+1 {
 		t.Fatalf("slot held by position %d has seq %d: the next lap wrote into it", p, seq)
@@ -194,7 +207,7 @@ func TestRingSlotOwnership(t *testing.T) {
 	next := g.slot(head)
 	future := 2*(head+4) + 2
 	m.store(next+rSeq, future)
-	record(20)
+	record() // position 9
 	if seq := m.load(next + rSeq); seq != future {
 		t.Fatalf("record overwrote a newer lap's slot: seq %d, want %d", seq, future)
 	}
@@ -204,8 +217,8 @@ func TestRingSlotOwnership(t *testing.T) {
 	m.store(next+rSeq, 2*head+2) // undo, as if that lap had not happened
 
 	// Both slots work again.
-	for i := range 4 {
-		record(int64(30 + i)) // positions 10..13, on slots 2, 3, 0, 1
+	for range 4 {
+		record() // positions 10..13, on slots 2, 3, 0, 1
 	}
 	read(10, 4, 14, 0)
 }

@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -76,6 +77,17 @@ func checkPatternRecord(rec *Record, rowBytes int64) string {
 		}
 	}
 	return ""
+}
+
+// checkRecordOf is checkPatternRecord for the record of call want, whose
+// Reader is the stripe it was recorded on: the record must hold want's
+// var, stripe and rows (from which checkPatternRecord checks the rest).
+func checkRecordOf(rec *Record, want *Call, rowBytes int64) string {
+	if rec.Var != want.Var || rec.Reader != want.Reader || rec.Rows != want.Rows {
+		return fmt.Sprintf("record of another call: var %d, reader %d, rows %d; want %d, %d, %d",
+			rec.Var, rec.Reader, rec.Rows, want.Var, want.Reader, want.Rows)
+	}
+	return checkPatternRecord(rec, rowBytes)
 }
 
 // recordAtOnce starts n goroutines that each record per calls on w, call
@@ -156,7 +168,8 @@ func TestCreateRecordSnapshot(t *testing.T) {
 	}
 	var want [2][3]Counters
 	var c Call
-	for i := int64(1); i <= 50; i++ {
+	var ring []Call                   // the call each ring position holds, Reader its stripe
+	for i := int64(1); i <= 50; i++ { // position i-1: rows i
 		v, rb := int32(x), int64(16)
 		if i%3 == 0 {
 			v, rb = int32(y), 8
@@ -165,11 +178,14 @@ func TestCreateRecordSnapshot(t *testing.T) {
 		patternCall(&c, v, r, i, rb)
 		w.Record(&c)
 		addCall(&want[v][r], &c)
+		ring = append(ring, c)
 	}
 	// reader id out of range → last stripe; unknown var → BadVarCalls only.
 	patternCall(&c, int32(x), 99, 7, 16)
 	w.Record(&c)
 	addCall(&want[x][2], &c)
+	ring = append(ring, c)
+	ring[50].Reader = 2
 	patternCall(&c, 3, 0, 7, 16)
 	w.Record(&c)
 	patternCall(&c, -1, 0, 7, 16)
@@ -234,8 +250,8 @@ func TestCreateRecordSnapshot(t *testing.T) {
 		if rec.Var == int32(y) {
 			rb = 8
 		}
-		if msg := checkPatternRecord(&rec, rb); msg != "" {
-			t.Fatal(msg)
+		if msg := checkRecordOf(&rec, &ring[rec.Seq], rb); msg != "" {
+			t.Fatalf("position %d: %s", rec.Seq, msg)
 		}
 		if time.Since(rec.Time()) > time.Minute || time.Since(rec.Time()) < 0 {
 			t.Fatalf("record time %v", rec.Time())
@@ -561,46 +577,56 @@ func TestSharedLastStripe(t *testing.T) {
 
 // TestRecordTime: ring records carry the wall time of Record, from a
 // monotonic clock anchored at Create and re-anchored by Heartbeat (so a
-// step of the wall clock is followed).
+// step of the wall clock is followed). No slack: the anchor (wall minus
+// monotonic time) is bounded by readings of both clocks taken around the
+// call that sets it, and each record's end by monotonic readings taken
+// around Record (EndNano, when given, is read inside them).
 func TestRecordTime(t *testing.T) {
-	w := newTestWriter(t, WriterOptions{MaxVars: 1, MaxReaders: 1, RingSize: 8})
+	var w *Writer
+	lo0, hi0 := anchorBounds(func() { w = newTestWriter(t, WriterOptions{MaxVars: 1, MaxReaders: 1, RingSize: 8}) })
 	id, _ := w.AddVar("x", "uint8", 1, 10, 10)
 	s := openTest(t, w.Path())
 	var c Call
 	patternCall(&c, int32(id), 0, 4, 1)
-	recordAt := func() (rec Record, lo, hi int64) {
+	// check records c, ending ago before Record (EndNano; 0: Record reads
+	// the clock), and wants its record's time within the end's bounds
+	// plus the anchor's [aLo, aHi].
+	check := func(what string, ago, aLo, aHi int64) {
 		t.Helper()
 		head := s.RingHead()
-		lo = time.Now().UnixNano()
+		lo := Nanotime()
+		c.EndNano = 0
+		if ago != 0 {
+			c.EndNano = Nanotime() - ago
+		}
 		w.Record(&c)
-		hi = time.Now().UnixNano()
+		hi := Nanotime()
 		var buf [1]Record
 		if n, _, _, err := s.ReadRing(head, buf[:]); n != 1 || err != nil {
-			t.Fatalf("ReadRing(%d) = %d, %v", head, n, err)
+			t.Fatalf("%s: ReadRing(%d) = %d, %v", what, head, n, err)
 		}
-		return buf[0], lo, hi
+		if lo, hi = lo-ago+aLo, hi-ago+aHi; buf[0].TimeNs < lo || buf[0].TimeNs > hi {
+			t.Fatalf("%s: record time %d not in [%d, %d]", what, buf[0].TimeNs, lo, hi)
+		}
 	}
-	const slack = int64(50 * time.Millisecond) // wall vs monotonic rate over a test
-	rec, lo, hi := recordAt()
-	if rec.TimeNs < lo-slack || rec.TimeNs > hi+slack {
-		t.Fatalf("record time %d not in [%d, %d]", rec.TimeNs, lo, hi)
-	}
+	check("after Create", 0, lo0, hi0)
 	// Pretend the wall clock was stepped by an hour since the anchor.
 	w.wallOffset.Add(int64(time.Hour))
-	if rec, lo, _ = recordAt(); rec.TimeNs-lo < int64(time.Hour)-slack {
-		t.Fatalf("record time %d does not follow the anchor (now %d)", rec.TimeNs, lo)
-	}
-	w.Heartbeat() // re-anchors
-	rec, lo, hi = recordAt()
-	if rec.TimeNs < lo-slack || rec.TimeNs > hi+slack {
-		t.Fatalf("after Heartbeat: record time %d not in [%d, %d]", rec.TimeNs, lo, hi)
-	}
+	check("an hour after the anchor", 0, lo0+int64(time.Hour), hi0+int64(time.Hour))
+	lo1, hi1 := anchorBounds(w.Heartbeat) // re-anchors
+	check("after Heartbeat", 0, lo1, hi1)
 	// A caller's end time is used as given: one second ago.
-	c.EndNano = Nanotime() - int64(time.Second)
-	rec, lo, hi = recordAt()
-	if want := lo - int64(time.Second); rec.TimeNs < want-slack || rec.TimeNs > hi-int64(time.Second)+slack {
-		t.Fatalf("EndNano a second ago: record time %d, want about %d", rec.TimeNs, want)
-	}
+	check("EndNano a second ago", int64(time.Second), lo1, hi1)
+}
+
+// anchorBounds runs f, which anchors a writer's record clock (unix ns =
+// Nanotime() + the wall time minus Nanotime(), both read inside f), and
+// returns bounds on that offset from readings of both clocks around f.
+func anchorBounds(f func()) (lo, hi int64) {
+	wallBefore, monoBefore := time.Now().UnixNano(), Nanotime()
+	f()
+	monoAfter, wallAfter := Nanotime(), time.Now().UnixNano()
+	return wallBefore - monoAfter, wallAfter - monoBefore
 }
 
 // TestConcurrentCalls: several goroutines recording Concurrent calls on
