@@ -27,11 +27,15 @@ func TestTreeControlPlane(t *testing.T) {
 		for _, mode := range []string{"local", "tcp"} {
 			t.Run(kind+"/"+mode, func(t *testing.T) {
 				spawnRanks(t, 4, "tree", map[string]string{"MODE": mode, "KIND": kind}, 90*time.Second,
-					func(r rankResult) bool { return r.rank == 3 }) // the victim exits with an error
+					exitedVictim(3, treeVictimExit)) // the victim exits without Close
 			})
 		}
 	}
 }
+
+// treeVictimExit is the status the tree scenario's victim exits with
+// (not 1, which a rank that fails its checks exits with).
+const treeVictimExit = 3
 
 func scenarioTree(w *worker) error {
 	o := storeOptions(w.mode, w.params)
@@ -72,7 +76,7 @@ func scenarioTree(w *worker) error {
 		return err
 	}
 	if s.Rank() == victim {
-		os.Exit(3) // no Close: its connection breaks
+		os.Exit(treeVictimExit) // no Close: its connection breaks
 	}
 	info, _ := s.Query(spec.name)
 	rows := seqIdx(info.Shards[victim], 2)

@@ -91,7 +91,7 @@ func scenarioGPUFailover(w *worker) error {
 				return fmt.Errorf("round %d: %s %w", k, g.what, err)
 			}
 			start := max(shard1-5, 0)
-			if err := checkDeviceRange(g.get, spec, start, n-start, d.buf, d.off, d.readBack, salt); err != nil {
+			if err := d.checkRange(g.get, spec, salt, start, n-start); err != nil {
 				return fmt.Errorf("round %d: %s: %w", k, g.what, err)
 			}
 		}

@@ -152,18 +152,56 @@ func (d *devBuf) readBack(n int64) ([]byte, error) {
 	return b[d.off:], err
 }
 
-// checkBatch reads rows idx of spec through g into the buffer, reads them
-// back and checks every row against its pattern.
-func (d *devBuf) checkBatch(g deviceGetter, spec varSpec, salt uint64, idx []int64) error {
-	if err := g.GetBatchDevice(spec.name, idx, d.buf, d.off); err != nil {
-		return fmt.Errorf("GetBatchDevice(%s, %d rows): %w", spec.name, len(idx), err)
+// poison fills the n bytes past off, where the next read lands, with
+// marker (through the buffer's own stream, waited for), as the host paths
+// poison theirs: a row the read skips keeps the marker instead of what an
+// earlier read left there.
+func (d *devBuf) poison(n int64, marker byte) error {
+	b := d.host[d.off : d.off+int(n)]
+	for i := range b {
+		b[i] = marker
 	}
-	got, err := d.readBack(int64(len(idx)) * spec.rowBytes)
+	if err := d.back.CopyIn(d.buf, d.off, b); err != nil {
+		return err
+	}
+	return d.back.Sync()
+}
+
+// checkRead poisons the buffer where rows idx of spec land, runs read (a
+// device read of them into it at off, done or queued on d.back when it
+// returns), reads them back and checks every row against its pattern.
+func (d *devBuf) checkRead(spec varSpec, salt uint64, idx []int64, read func() error) error {
+	n := int64(len(idx)) * spec.rowBytes
+	marker, err := poisonFor(spec.rowBytes, salt, idx)
+	if err == nil {
+		err = d.poison(n, marker)
+	}
+	if err == nil {
+		err = read()
+	}
+	var got []byte
+	if err == nil {
+		got, err = d.readBack(n)
+	}
 	if err == nil {
 		err = checkRows(got, spec.rowBytes, salt, idx)
 	}
-	if err != nil {
+	return err
+}
+
+// checkBatch reads rows idx of spec through g into the poisoned buffer,
+// reads them back and checks every row against its pattern.
+func (d *devBuf) checkBatch(g deviceGetter, spec varSpec, salt uint64, idx []int64) error {
+	if err := d.checkRead(spec, salt, idx, func() error { return g.GetBatchDevice(spec.name, idx, d.buf, d.off) }); err != nil {
 		return fmt.Errorf("GetBatchDevice(%s, %d rows): %w", spec.name, len(idx), err)
+	}
+	return nil
+}
+
+// checkRange is checkBatch of the n rows from start, through GetDevice.
+func (d *devBuf) checkRange(g deviceGetter, spec varSpec, salt uint64, start, n int64) error {
+	if err := d.checkRead(spec, salt, seqIdx(start, n), func() error { return g.GetDevice(spec.name, start, n, d.buf, d.off) }); err != nil {
+		return fmt.Errorf("GetDevice(%s, %d, %d): %w", spec.name, start, n, err)
 	}
 	return nil
 }
@@ -204,7 +242,7 @@ func scenarioGPU(w *worker) error {
 		return err
 	}
 	defer d.close()
-	buf, off, check, readBack := d.buf, d.off, d.back, d.readBack
+	buf, off := d.buf, d.off
 	for _, rb := range gpuRows {
 		spec := gpuSpec(rb)
 		if err := addPattern(s, spec); err != nil {
@@ -238,11 +276,11 @@ func scenarioGPU(w *worker) error {
 			for _, b := range info.Shards[1 : len(info.Shards)-1] {
 				start := max(b-3, 0)
 				n := min(info.GlobalRows-start, 6, maxRows)
-				if err := checkDeviceRange(g.get, spec, start, n, buf, off, readBack, salt); err != nil {
+				if err := d.checkRange(g.get, spec, salt, start, n); err != nil {
 					return fmt.Errorf("%s: %w", g.what, err)
 				}
 			}
-			if err := checkDeviceRange(g.get, spec, 0, min(info.GlobalRows, maxRows), buf, off, readBack, salt); err != nil {
+			if err := d.checkRange(g.get, spec, salt, 0, min(info.GlobalRows, maxRows)); err != nil {
 				return fmt.Errorf("%s: %w", g.what, err)
 			}
 		}
@@ -251,18 +289,13 @@ func scenarioGPU(w *worker) error {
 		for i := range idx {
 			idx[i] = info.GlobalRows - 1 - int64(i)%info.GlobalRows
 		}
-		ev, err := r.GetBatchDeviceAsync(spec.name, idx, buf, off)
-		if err != nil {
-			return fmt.Errorf("GetBatchDeviceAsync(%s): %w", spec.name, err)
-		}
-		if err := check.WaitEvent(ev); err != nil {
+		if err := d.checkRead(spec, salt, idx, func() error {
+			ev, err := r.GetBatchDeviceAsync(spec.name, idx, buf, off)
+			if err == nil {
+				err = d.back.WaitEvent(ev) // the read back is queued behind the wait
+			}
 			return err
-		}
-		got, err := readBack(maxRows * rb) // queued behind the wait
-		if err == nil {
-			err = checkRows(got, rb, salt, idx)
-		}
-		if err != nil {
+		}); err != nil {
 			return fmt.Errorf("GetBatchDeviceAsync(%s): %w", spec.name, err)
 		}
 		if err := checkDeviceAllocs(s, r, spec, buf, off); err != nil {
@@ -283,21 +316,6 @@ func scenarioGPU(w *worker) error {
 		return err
 	}
 	return s.Close()
-}
-
-func checkDeviceRange(g deviceGetter, spec varSpec, start, n int64, buf *gpu.Buffer, off int,
-	readBack func(int64) ([]byte, error), salt uint64) error {
-	if err := g.GetDevice(spec.name, start, n, buf, off); err != nil {
-		return fmt.Errorf("GetDevice(%s, %d, %d): %w", spec.name, start, n, err)
-	}
-	got, err := readBack(n * spec.rowBytes)
-	if err == nil {
-		err = checkRows(got, spec.rowBytes, salt, seqIdx(start, n))
-	}
-	if err != nil {
-		return fmt.Errorf("GetDevice(%s, %d, %d): %w", spec.name, start, n, err)
-	}
-	return nil
 }
 
 // checkDeviceAllocs: after the first call, device reads allocate nothing
@@ -480,23 +498,25 @@ func gpuBusyReads(w *worker, s *Store, spec varSpec) error {
 	for i := range idx {
 		idx[i] = info.GlobalRows - 1 - int64(i) // rank 1's rows first
 	}
-	buf, err := dev.Alloc(int(n * spec.rowBytes))
+	d, err := newDevBuf(s, 0, int(n*spec.rowBytes))
 	if err != nil {
 		return err
 	}
-	defer buf.Free()
-	host := make([]byte, buf.Len())
-	check, err := dev.NewStream()
+	defer d.close()
+	salt := spec.salt(s.Group())
+	marker, err := poisonFor(spec.rowBytes, salt, idx)
 	if err != nil {
 		return err
 	}
-	defer check.Close()
 	const calls = 5
 	// perCall runs calls reads (each behind a fresh busy period when busy)
 	// and returns the median gpu_sync per call from telemetry.
 	perCall := func(busy bool) (time.Duration, error) {
 		var syncs []time.Duration
 		for k := 0; k < calls; k++ {
+			if err := d.poison(n*spec.rowBytes, marker); err != nil { // before the busy period
+				return 0, err
+			}
 			var b *gpu.Busy
 			if busy {
 				if b, err = dev.BusyDefaultStream(busyFor); err != nil {
@@ -507,7 +527,7 @@ func gpuBusyReads(w *worker, s *Store, spec varSpec) error {
 			if err != nil {
 				return 0, err
 			}
-			callErr := r.GetBatchDevice(spec.name, idx, buf, 0)
+			callErr := r.GetBatchDevice(spec.name, idx, d.buf, 0)
 			after, err := telemetrySnapshot(s, spec.name)
 			if err != nil {
 				return 0, err
@@ -520,10 +540,11 @@ func gpuBusyReads(w *worker, s *Store, spec varSpec) error {
 			if callErr != nil {
 				return 0, callErr
 			}
-			if err := check.ReadBack(host, buf, 0); err != nil {
-				return 0, err
+			got, err := d.readBack(n * spec.rowBytes)
+			if err == nil {
+				err = checkRows(got, spec.rowBytes, salt, idx)
 			}
-			if err := checkRows(host, spec.rowBytes, spec.salt(s.Group()), idx); err != nil {
+			if err != nil {
 				return 0, err
 			}
 			c0, c1 := stripe(before, r.ID()), stripe(after, r.ID())
@@ -639,11 +660,20 @@ func TestDeviceOpenErrors(t *testing.T) {
 		})
 	}
 	// Options are checked at Open.
-	for _, g := range []GPUOptions{{Device: "tpu"}, {Device: "cuda:x"}, {Sync: "always"}, {Direct: "maybe"}, {StageBytes: 100}} {
+	for _, c := range []struct {
+		g    GPUOptions
+		want string
+	}{
+		{GPUOptions{Device: "tpu"}, `GPU.Device: "tpu"`},
+		{GPUOptions{Device: "cuda:x"}, `GPU.Device: "cuda:x"`},
+		{GPUOptions{Sync: "always"}, `GPU.Sync "always"`},
+		{GPUOptions{Direct: "maybe"}, `GPU.Direct "maybe"`},
+		{GPUOptions{StageBytes: 100}, "GPU.StageBytes 100"},
+	} {
 		o := DefaultOptions()
-		o.GPU = g
-		if err := o.Validate(); err == nil {
-			t.Errorf("Validate(%+v): no error", g)
+		o.GPU = c.g
+		if err := wantInvalid(o.Validate(), c.want); err != nil {
+			t.Errorf("%+v: %v", c.g, err)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -8,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +19,7 @@ import (
 
 	"github.com/ddstore/ddstore/engine/bootstrap"
 	"github.com/ddstore/ddstore/fabric"
+	"github.com/ddstore/ddstore/fault"
 	"github.com/ddstore/ddstore/telemetry"
 )
 
@@ -154,19 +157,38 @@ func poison(dst []byte) {
 // start with the same pattern word as an 8-byte row; shorter rows are
 // checked whole), so a skipped row cannot match its pattern.
 func checkRowsPoisoned(got []byte, rowBytes int64, salt uint64, idx []int64) error {
+	if g, ok := poisonLike(rowBytes, salt, idx, poisonByte); ok {
+		return fmt.Errorf("pattern row %d starts with %d poison bytes %#x: choose another poison", g, min(rowBytes, 8), poisonByte)
+	}
+	return checkRows(got, rowBytes, salt, idx)
+}
+
+// poisonLike returns a row of idx whose pattern could pass for marker (its
+// first min(rowBytes, 8) bytes are all marker), and whether there is one.
+func poisonLike(rowBytes int64, salt uint64, idx []int64, marker byte) (int64, bool) {
 	var head [8]byte
 	n := min(rowBytes, 8)
 	for _, g := range idx {
 		fillRow(head[:n], salt, g)
-		allPoison := true
-		for _, b := range head[:n] {
-			allPoison = allPoison && b == poisonByte
-		}
-		if allPoison {
-			return fmt.Errorf("pattern row %d starts with %d poison bytes %#x: choose another poison", g, n, poisonByte)
+		if bytes.Count(head[:n], []byte{marker}) == int(n) {
+			return g, true
 		}
 	}
-	return checkRows(got, rowBytes, salt, idx)
+	return 0, false
+}
+
+// poisonFor is a marker to fill a destination with before reading rows
+// idx that no requested row's pattern could pass for: poisonByte, or for
+// rows so short that one's pattern is all poisonByte (1 in 256 one-byte
+// rows), the next byte value that none is.
+func poisonFor(rowBytes int64, salt uint64, idx []int64) (byte, error) {
+	for k := range 256 {
+		m := byte(poisonByte + k)
+		if _, like := poisonLike(rowBytes, salt, idx, m); !like {
+			return m, nil
+		}
+	}
+	return 0, fmt.Errorf("every byte value is the pattern of one of %d rows of %d bytes: no marker fits", len(idx), rowBytes)
 }
 
 // hotAllocs is the allocations per call of f, the least of up to 4 rounds
@@ -685,8 +707,8 @@ func scenarioBadWidth(w *worker) error {
 		s.Close()
 		return errors.New("Open with a world size that is not a multiple of Width succeeded")
 	}
-	if !strings.Contains(err.Error(), "Width") {
-		return fmt.Errorf("Open error does not name Width: %v", err)
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "not a multiple of Width 3") {
+		return fmt.Errorf("Open with Width 3: %v, want ErrInvalid naming Width 3", err)
 	}
 	return nil
 }
@@ -709,6 +731,18 @@ func scenarioBadProvider(w *worker) error {
 		if !strings.Contains(err.Error(), word) {
 			return fmt.Errorf("Open error does not name %q: %v", word, err)
 		}
+	}
+	// Rank 1's own error is the fabric's ErrNoProvider; the others learn of
+	// it as rank 1's failure (Remote), in words only.
+	if ranks := fault.RanksOf(err); !slices.Equal(ranks, []int{1}) {
+		return fmt.Errorf("Open error names ranks %v, want [1]: %v", ranks, err)
+	}
+	if rank == 1 {
+		if !errors.Is(err, fault.ErrNoProvider) || !fault.IsLocal(err) {
+			return fmt.Errorf("rank 1's Open: %v (side %v), want a local fault.ErrNoProvider", err, fault.SideOf(err))
+		}
+	} else if !fault.IsRemote(err) {
+		return fmt.Errorf("Open: %v (side %v), want rank 1's remote failure", err, fault.SideOf(err))
 	}
 	return nil
 }

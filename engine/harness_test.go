@@ -332,6 +332,22 @@ func killedBySignal(err error, sig syscall.Signal) bool {
 	return ok && ws.Signaled() && ws.Signal() == sig
 }
 
+// killedVictim is spawnRanks' allow for a scenario whose rank victim is
+// killed by SIGKILL: that rank, ended by that signal, and nothing else.
+func killedVictim(victim int) func(r rankResult) bool {
+	return func(r rankResult) bool { return r.rank == victim && killedBySignal(r.err, syscall.SIGKILL) }
+}
+
+// exitedVictim is spawnRanks' allow for a scenario whose rank victim
+// exits with status code: that rank, exited with that status, and
+// nothing else (a rank that fails its checks exits 1).
+func exitedVictim(victim, code int) func(r rankResult) bool {
+	return func(r rankResult) bool {
+		ee, ok := r.err.(*exec.ExitError)
+		return r.rank == victim && ok && ee.Exited() && ee.ExitCode() == code
+	}
+}
+
 // ---- row patterns ----
 
 func splitmix64(x uint64) uint64 {

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"errors"
+	"fmt"
 	"math/rand"
 	"strings"
 	"testing"
@@ -68,19 +69,32 @@ func TestOptionsValidate(t *testing.T) {
 	if err := set.Validate(); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "NodeMode") {
 		t.Fatalf("Validate of NodeMode cluster: %v", err)
 	}
-	for _, bad := range []func(*Options){
-		func(o *Options) { o.NodeMode = "cluster" },
-		func(o *Options) { o.Width = -1 },
-		func(o *Options) { o.Timeout = -time.Second },
-		func(o *Options) { o.ReadMode = "osmosis" },
-		func(o *Options) { o.Fabric.GatherMaxBytes = 100 },
+	// Each bad option is ErrInvalid naming the field and its value.
+	for _, c := range []struct {
+		set  func(*Options)
+		want string
+	}{
+		{func(o *Options) { o.NodeMode = "cluster" }, `NodeMode "cluster"`},
+		{func(o *Options) { o.Width = -1 }, "Width -1"},
+		{func(o *Options) { o.Timeout = -time.Second }, "Timeout -1s"},
+		{func(o *Options) { o.ReadMode = "osmosis" }, `ReadMode "osmosis"`},
+		{func(o *Options) { o.Fabric.GatherMaxBytes = 100 }, "GatherMaxBytes 100"},
 	} {
 		o := DefaultOptions()
-		bad(&o)
-		if err := o.Validate(); err == nil {
-			t.Errorf("Validate accepted %+v", o)
+		c.set(&o)
+		if err := wantInvalid(o.Validate(), c.want); err != nil {
+			t.Error(err)
 		}
 	}
+}
+
+// wantInvalid returns nil when err is an ErrInvalid whose text names
+// field (an option and its value), else an error saying what err was.
+func wantInvalid(err error, field string) error {
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), field) {
+		return fmt.Errorf("Validate: %v, want ErrInvalid naming %s", err, field)
+	}
+	return nil
 }
 
 // A bad named value is refused with a message naming the field, the value
