@@ -149,36 +149,38 @@ func checkFrame(t *testing.T, b, orig []byte) {
 		t.Fatalf("a frame cut to %d of its %d bytes was read (type %d)", len(b), len(orig), typ)
 	}
 	read := b[:4+binary.LittleEndian.Uint32(b)]
-	var again []byte
-	var got string
-	switch typ {
-	case fHello:
-		h, err := parseHello(d)
-		if err == nil {
-			again, got = h.frame(), fmt.Sprintf("%+v", h)
-		}
-	case fGather:
-		seq, tag, blob, err := parseGatherFrame(d)
-		if err == nil {
-			again, got = gatherFrame(seq, tag, blob), fmt.Sprintf("gather(%d, %q, %q)", seq, tag, blob)
-		}
-	case fResult:
-		seq, blobs, err := parseResultFrame(d)
-		if err == nil {
-			again, got = resultFrame(seq, blobs), fmt.Sprintf("result(%d, %q)", seq, blobs)
-		}
-	case fReject, fAbort:
-		code, ranks, detail, err := parseVerdictFrame(d)
-		if err == nil {
-			again, got = verdictCodeFrame(typ, code, ranks, detail), fmt.Sprintf("verdict(%d, %v, %q)", code, ranks, detail)
-		}
-	default:
-		return // accept, ready, bye: no body to decode
-	}
-	if again != nil && !bytes.Equal(again, read) {
+	if again, got := reencode(typ, d); again != nil && !bytes.Equal(again, read) {
 		t.Fatalf("frame %x decoded to %s, which encodes to %x", read, got, again)
 	}
 }
+
+// reencode decodes the body d of a frame of type typ and encodes what it
+// found again: the frame that makes, and the values as showFrame prints
+// them; nil for a body that does not decode or a type without one.
+func reencode(typ byte, d *dec) (again []byte, got string) {
+	switch typ {
+	case fHello:
+		if h, err := parseHello(d); err == nil {
+			return h.frame(), showFrame(typ, h)
+		}
+	case fGather:
+		if seq, tag, blob, err := parseGatherFrame(d); err == nil {
+			return gatherFrame(seq, tag, blob), showFrame(typ, seq, tag, blob)
+		}
+	case fResult:
+		if seq, blobs, err := parseResultFrame(d); err == nil {
+			return resultFrame(seq, blobs), showFrame(typ, seq, blobs)
+		}
+	case fReject, fAbort:
+		if code, ranks, detail, err := parseVerdictFrame(d); err == nil {
+			return verdictCodeFrame(typ, code, ranks, detail), showFrame(typ, code, ranks, detail)
+		}
+	}
+	return nil, ""
+}
+
+// showFrame prints a frame's type and fields in Go syntax.
+func showFrame(typ byte, fields ...any) string { return fmt.Sprintf("%d %#v", typ, fields) }
 
 // checkDirRecord: a dir record that decodes holds fields that encode to
 // exactly the record's bytes: decodeDirFile reads them from the record,
