@@ -57,7 +57,7 @@ func TestLoadConfigEnvOverrides(t *testing.T) {
 	clearConfigEnv(t)
 	t.Setenv("DDSTORE_BATCH_GET", "0")
 	t.Setenv("DDSTORE_THREAD_READERS", "false")
-	t.Setenv("DDSTORE_FAST_COLLATE", "1")
+	t.Setenv("DDSTORE_FAST_COLLATE", "0") // frontier.yaml says true
 	t.Setenv("DDSTORE_PROFILE", "TRUE")
 	t.Setenv("DDSTORE_FABRIC", "shm")
 	t.Setenv("FABRIC_IFACE", "hsn0")
@@ -70,7 +70,7 @@ func TestLoadConfigEnvOverrides(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Reads.BatchGet || c.Reads.ThreadReaders || !c.Reads.FastCollate || !c.Profile ||
+	if c.Reads.BatchGet || c.Reads.ThreadReaders || c.Reads.FastCollate || !c.Profile ||
 		c.Fabric.Provider != "shm" || c.Fabric.Iface != "hsn0" || c.Exchange.AlltoallMaxBytes != 8<<20 ||
 		c.Telemetry.Enabled || c.Telemetry.Dir != "/tmp/x" || c.Fabric.Timeout != 2500*time.Millisecond || c.Reads.Mode != "rma" {
 		t.Fatalf("env overrides not applied: %+v", c)
@@ -82,7 +82,7 @@ func TestLoadConfigEnvOverrides(t *testing.T) {
 		t.Fatalf("StoreOptions ignores overrides: %+v", o)
 	}
 	lo := c.LoaderOptions([]string{"x"}, 32, 5)
-	if lo.BatchGet || lo.ThreadReaders || !lo.FastCollate || lo.Workers != 1 || lo.Prefetch != 2 || lo.BatchSize != 32 || lo.Seed != 5 {
+	if lo.BatchGet || lo.ThreadReaders || lo.FastCollate || lo.Workers != 1 || lo.Prefetch != 2 || lo.BatchSize != 32 || lo.Seed != 5 {
 		t.Fatalf("LoaderOptions mapping: %+v", lo)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -118,7 +119,7 @@ func scenarioStorageTrain(w *worker) error {
 			// Ask the test to kill a storage rank, then read on.
 			os.WriteFile(filepath.Join(dir, "kill-now"), nil, 0o600)
 			for t0 := time.Now(); !s.PeerDead(T + kill); time.Sleep(2 * time.Millisecond) {
-				if time.Since(t0) > 20*time.Second {
+				if time.Since(t0) > 20*time.Second*hangGuardScale*raceScale {
 					return fmt.Errorf("storage rank %d's death not seen", kill)
 				}
 			}
@@ -145,6 +146,18 @@ func scenarioStorageTrain(w *worker) error {
 		f := s.Failovers()
 		if f.From[T+kill] == 0 {
 			return fmt.Errorf("no read moved from dead storage rank %d: %+v", kill, f)
+		}
+		// Its replica is the same position in the next group: every read
+		// moved away from it must have been served there.
+		if mirror := T + (kill+width)%S; f.To[mirror] < f.From[T+kill] {
+			return fmt.Errorf("%d reads moved from dead storage rank %d but only %d served by its replica %d: %+v",
+				f.From[T+kill], kill, f.To[mirror], mirror-T, f)
+		}
+		if !slices.Contains(f.Dead, T+kill) {
+			return fmt.Errorf("storage rank %d not reported dead: %+v", kill, f)
+		}
+		if d, err := time.ParseDuration(w.params["FAILOVER"]); err != nil || s.repl.after != d {
+			return fmt.Errorf("failover deadline %v, want DDT_FAILOVER=%q", s.repl.after, w.params["FAILOVER"])
 		}
 		w.logf("storage rank %d dead: %d row reads failed over (%v)", kill, f.From[T+kill], f.To)
 	}
@@ -234,7 +247,7 @@ func storageJob(t *testing.T, mode string, T, S, width, killStorage int, extra .
 		"DDT_MODE=" + mode, "DDT_TELDIR=" + teldir, "DDT_SRANKS=" + strconv.Itoa(S), "DDT_SWIDTH=" + strconv.Itoa(width),
 		"DDT_KILL=" + strconv.Itoa(killStorage), "DDT_FTIMEOUT=5s", "DDT_TIMEOUT=20s"}
 	env = append(env, extra...)
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second*hangGuardScale*raceScale)
 	defer cancel()
 	tr := startLaunch(t, ctx, T, "storage-train", env)
 	sr := startLaunch(t, ctx, S, "storage-serve", env)
@@ -243,7 +256,7 @@ func storageJob(t *testing.T, mode string, T, S, width, killStorage int, extra .
 			if _, err := os.Stat(filepath.Join(teldir, "kill-now")); err == nil {
 				break
 			}
-			if time.Since(t0) > 60*time.Second {
+			if time.Since(t0) > 60*time.Second*hangGuardScale*raceScale {
 				t.Fatal("trainer 0 never asked for the kill")
 			}
 		}
@@ -283,7 +296,7 @@ func TestStorageRanks(t *testing.T) {
 // SIGKILLed while the trainers read; every later read of its shard comes
 // from storage rank 3, every row checked.
 func TestStorageRankKilled(t *testing.T) {
-	storageJob(t, "tcp", 2, 4, 2, 1, "DDT_ROUNDS=3", "DDSTORE_FAILOVER_AFTER=500ms")
+	storageJob(t, "tcp", 2, 4, 2, 1, "DDT_ROUNDS=3", "DDT_FAILOVER=500ms")
 }
 
 // A storage rank that never comes: the trainers' Open fails after the
@@ -292,7 +305,7 @@ func TestStorageRankMissing(t *testing.T) {
 	dir := t.TempDir()
 	env := []string{"DDSTORE_STORAGE_RANKS=2", "DDSTORE_STORAGE_JOB=" + testJob("missing"),
 		"DDSTORE_STORAGE_ADDR=127.0.0.1:" + strconv.Itoa(freePort(t)), "DDT_TIMEOUT=3s", "DDT_TELDIR=" + dir}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second*hangGuardScale*raceScale)
 	defer cancel()
 	tr := startLaunch(t, ctx, 2, "storage-train", env)
 	for r, cmd := range tr.cmds {

@@ -400,7 +400,27 @@ func TestRecordAndReport(t *testing.T) {
 	}()
 	out := t.TempDir()
 	rec := out + "/run.ddrec"
-	msg, err := run(t, "record", "--dir", dir, "-o", rec, "--interval", "50ms", "--until", "200ms", "--nice", "0")
+	// record runs in-process and only stops on --until or a signal (its
+	// context is not the command's): bound it here.
+	type result struct {
+		msg string
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		msg, err := run(t, "record", "--dir", dir, "-o", rec, "--interval", "50ms", "--until", "200ms", "--nice", "0")
+		done <- result{msg, err}
+	}()
+	var (
+		msg string
+		err error
+	)
+	select {
+	case r := <-done:
+		msg, err = r.msg, r.err
+	case <-time.After(60 * time.Second):
+		t.Fatal("record --until 200ms still running 60 s after the job ended")
+	}
 	if err != nil || !strings.Contains(msg, "snapshots in "+rec) {
 		t.Fatalf("record: %v %q", err, msg)
 	}

@@ -236,7 +236,11 @@ func TestGateBoundsPendingAndAdmitsTheJob(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	<-ok
+	select {
+	case <-ok:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the gate admitted the job's peer but never called then()")
+	}
 	if g.Refused() < 16 || g.Admitted() != 1 {
 		t.Fatalf("refused %d (want ≥ 16), admitted %d (want 1)", g.Refused(), g.Admitted())
 	}

@@ -2,6 +2,7 @@ package report
 
 import (
 	"bytes"
+	"context"
 	"image/color"
 	"image/png"
 	"os"
@@ -127,10 +128,16 @@ func TestReportInBrowser(t *testing.T) {
 	}
 	path, _ := writeReport(t)
 	shot := filepath.Join(t.TempDir(), "shot.png")
-	cmd := exec.Command(browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
 		"--window-size=1200,3000", "--screenshot="+shot, "file://"+path)
 	cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
+	cmd.WaitDelay = 5 * time.Second // its helpers may hold the output open
 	if out, err := cmd.CombinedOutput(); err != nil {
+		if ctx.Err() != nil {
+			t.Fatalf("%s did not finish the screenshot within 90 s: %v\n%s", browser, err, out)
+		}
 		t.Fatalf("%s: %v\n%s", browser, err, out)
 	}
 	f, err := os.Open(shot)

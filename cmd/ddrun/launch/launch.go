@@ -251,7 +251,9 @@ func Run(ctx context.Context, s Spec) error {
 	}
 	prog, err := exec.LookPath(s.Prog)
 	if err != nil {
-		return fmt.Errorf("launch: %w", err)
+		// No rank can start: report it as rank 0's start error, as c.Start
+		// would (errors.Is fs.ErrNotExist / fs.ErrPermission hold).
+		return &RankError{Rank: 0, Code: -1, Err: err}
 	}
 	port, err := FreePort(s.Host)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"os/signal"
@@ -205,12 +206,14 @@ func TestRunForwardsSignals(t *testing.T) {
 
 func TestValidate(t *testing.T) {
 	for _, s := range []Spec{{N: 0, Prog: "x"}, {N: 1}, {N: 1, Prog: "x", Env: []string{"NOEQUALS"}}, {N: 1, Prog: "x", Timeout: -1}} {
-		if err := s.Validate(); err == nil {
-			t.Errorf("%+v: no error", s)
+		if err := s.Validate(); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%+v: err = %v, want ErrInvalid", s, err)
 		}
 	}
-	if err := Run(context.Background(), Spec{N: 1, Prog: "/nonexistent/prog"}); err == nil {
-		t.Error("missing program: no error")
+	err := Run(context.Background(), Spec{N: 1, Prog: "/nonexistent/prog"})
+	var re *RankError
+	if !errors.As(err, &re) || re.Rank != 0 || !errors.Is(err, ErrRankFailed) || !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("missing program: err = %v (%T), want rank 0's RankError wrapping fs.ErrNotExist", err, err)
 	}
 }
 

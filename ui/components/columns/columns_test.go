@@ -245,14 +245,15 @@ func TestMatchesBubbles(t *testing.T) {
 	for _, c := range []struct {
 		size   [2]int
 		header string // trailing blanks (the flex column's padding) trimmed
+		widths []int  // each column's width, worked out by hand (0: dropped)
 	}{
-		{[2]int{80, 11}, full}, // PHASES gets the spare 80-39 = 41: 46 wide
-		{[2]int{80, 5}, full},
-		{[2]int{40, 11}, full}, // PHASES 6 wide: the title just fits
+		{[2]int{80, 11}, full, []int{12, 8, 3, 6, 46}}, // PHASES gets the spare 80-39 = 41: 46 wide
+		{[2]int{80, 5}, full, []int{12, 8, 3, 6, 46}},
+		{[2]int{40, 11}, full, []int{12, 8, 3, 6, 6}}, // PHASES 6 wide: the title just fits
 		// 39 > 30: µS/ROW (Drop 2) goes; 12+8+3+5 + 4 = 32 cells are cut
 		// to 30, leaving 3 of PHASES.
-		{[2]int{30, 4}, " TIME         VARIABLE RD▼ PHA"},
-		{[2]int{120, 3}, full},
+		{[2]int{30, 4}, " TIME         VARIABLE RD▼ PHA", []int{12, 8, 3, 0, 5}},
+		{[2]int{120, 3}, full, []int{12, 8, 3, 6, 86}}, // spare 81
 	} {
 		size := c.size
 		for _, mode := range []string{"unfocused", "static", "focused"} {
@@ -276,7 +277,7 @@ func TestMatchesBubbles(t *testing.T) {
 			if h := strings.TrimRight(ansi.Strip(hdr), " "); h != c.header || ansi.StringWidth(hdr) != size[0] {
 				t.Errorf("size %v %s: header %q (%d wide), want %q padded to %d", size, mode, hdr, ansi.StringWidth(hdr), c.header, size[0])
 			}
-			want := bubblesView(tb, titles, rows, mode == "focused", cursor)
+			want := bubblesView(tb, c.widths, titles, rows, mode == "focused", cursor)
 			if got != want {
 				t.Errorf("size %v %s: our view\n%q\nbubbles view\n%q", size, mode, got, want)
 			}
@@ -292,13 +293,20 @@ func TestMatchesBubbles(t *testing.T) {
 	}
 }
 
-// bubblesView is what a bubbles table draws for tb's layout, the given
+// bubblesView is what a bubbles table draws for the given column widths,
 // titles (sort arrow included) and rows (cells aligned, one cell of left
 // padding, a bold header, the selected row reversed with the Mark in its
 // gutter when focused), its blank lines below the last row dropped and
 // lines cut to the width.
-func bubblesView(tb Table, titles []string, rows [][]string, focused bool, cursor int) string {
-	widths := tb.Layout()
+func bubblesView(tb Table, widths []int, titles []string, rows [][]string, focused bool, cursor int) string {
+	// Right-aligned cells are padded on the left to the column's width in
+	// display cells (µ and █ are one cell but several bytes).
+	pad := func(s string, w int, right bool) string {
+		if n := ansi.StringWidth(s); right && n < w {
+			return fmt.Sprintf("%*s%s", w-n, "", s)
+		}
+		return s
+	}
 	st := table.Styles{Header: styles.Header.PaddingLeft(1), Cell: lipgloss.NewStyle().PaddingLeft(1), Selected: lipgloss.NewStyle()}
 	if focused {
 		st.Selected = styles.Selected.Transform(func(row string) string {
@@ -310,14 +318,14 @@ func bubblesView(tb Table, titles []string, rows [][]string, focused bool, curso
 	}
 	tc := make([]table.Column, len(tb.cols))
 	for i, c := range tb.cols {
-		tc[i] = table.Column{Title: align(titles[i], widths[i], c.Right), Width: widths[i]}
+		tc[i] = table.Column{Title: pad(titles[i], widths[i], c.Right), Width: widths[i]}
 	}
 	br := make([]table.Row, len(rows))
 	for i, r := range rows {
 		br[i] = make(table.Row, len(r))
 		for j, cell := range r {
 			if widths[j] > 0 {
-				br[i][j] = align(cell, widths[j], tb.cols[j].Right)
+				br[i][j] = pad(cell, widths[j], tb.cols[j].Right)
 			}
 		}
 	}
