@@ -135,9 +135,28 @@ func (j *job) report() string {
 	return b.String()
 }
 
-// lossesOf returns the per-epoch loss, checking that every rank agrees.
-func lossesOf(t testing.TB, what string, res []epochResult, epochs int) []float64 {
+// onePerRankEpoch fails unless res holds exactly one line for each of
+// ranks ranks and epochs epochs.
+func onePerRankEpoch(t testing.TB, what string, res []epochResult, ranks, epochs int) {
 	t.Helper()
+	if len(res) != ranks*epochs {
+		t.Fatalf("%s: %d JSON lines, want %d (%d ranks × %d epochs): %+v", what, len(res), ranks*epochs, ranks, epochs, res)
+	}
+	seen := map[[2]int]bool{}
+	for _, e := range res {
+		k := [2]int{e.Rank, e.Epoch}
+		if e.Rank < 0 || e.Rank >= ranks || e.Epoch < 0 || e.Epoch >= epochs || seen[k] {
+			t.Fatalf("%s: unexpected or repeated line for rank %d epoch %d: %+v", what, e.Rank, e.Epoch, res)
+		}
+		seen[k] = true
+	}
+}
+
+// lossesOf returns the per-epoch loss, checking that there is one line
+// per rank and epoch and that every rank agrees.
+func lossesOf(t testing.TB, what string, res []epochResult, ranks, epochs int) []float64 {
+	t.Helper()
+	onePerRankEpoch(t, what, res, ranks, epochs)
 	l := make([]float64, epochs)
 	for _, e := range res {
 		if e.Epoch < 0 || e.Epoch >= epochs {
@@ -155,7 +174,7 @@ func lossesOf(t testing.TB, what string, res []epochResult, epochs int) []float6
 // A stalled owner inside a training job: 4 ranks in 2 replica groups
 // (store.width 2), every read through the fabric (a mapped shard would
 // stay readable while its owner is stopped). Rank 1 is stopped (SIGSTOP)
-// for 3 s in the middle of the job, then resumed. Rank 0, whose group's
+// for 3 s (×raceScale) in the middle of the job, then resumed. Rank 0, whose group's
 // member 1 it is, reads those rows from rank 3 meanwhile (failover after
 // 1 s); the collectives wait for rank 1; the job completes with the
 // loss of an undisturbed run, every row of every batch checked against its
@@ -167,10 +186,19 @@ func TestStalledOwnerFailsOver(t *testing.T) {
 	const epochs = 3
 	args := fmt.Sprintf("--epochs %d --rows-per-rank 4096 --batch-size 16 --hidden 8 --lr 0.01 --seed 7 "+
 		"--workers 1 --prefetch 2 --sync-every 0 --check --node-mode fabric", epochs)
-	env := []string{"DDSTORE_WIDTH=2", "DDSTORE_FAILOVER_AFTER=1s", "DDSTORE_FABRIC=tcp;ofi_rxm", "FABRIC_IFACE=lo"}
+	// Rank 1 is stopped for 3 s (12 s under -race, whose ranks read
+	// several times slower): well past the 1 s failover deadline, and well
+	// under the deadlines after which rank 1 would be declared dead, set
+	// here to 10 s (40 s under -race): Liveness (a silent plain rank) and
+	// the tree ring's dead-after (each rank is its own node's agent here;
+	// the ring's default 3.6 s would be shorter than a scaled stop).
+	stop, dead := 3*time.Second*raceScale, 10*time.Second*raceScale
+	env := []string{"DDSTORE_WIDTH=2", "DDSTORE_FAILOVER_AFTER=1s", "DDSTORE_FABRIC=tcp;ofi_rxm", "FABRIC_IFACE=lo",
+		"DDSTORE_LIVENESS=" + dead.String(), "DDSTORE_CTRL_PERIOD=1s",
+		"DDSTORE_CTRL_SUSPECT_AFTER=" + (dead / 2).String(), "DDSTORE_CTRL_DEAD_AFTER=" + dead.String()}
 
 	ref := startJob(t, 4, args, env...).wait(t, "undisturbed")
-	refLoss := lossesOf(t, "undisturbed", ref, epochs)
+	refLoss := lossesOf(t, "undisturbed", ref, 4, epochs)
 	for _, e := range ref {
 		// A healthy read may still miss the deadline on a loaded machine
 		// (and move to a replica, correctly): failovers are not checked here.
@@ -190,12 +218,12 @@ func TestStalledOwnerFailsOver(t *testing.T) {
 	if err := j.cmds[1].Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(3 * time.Second)
+	time.Sleep(stop)
 	if err := j.cmds[1].Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 	res := j.wait(t, "rank 1 stopped")
-	loss := lossesOf(t, "rank 1 stopped", res, epochs)
+	loss := lossesOf(t, "rank 1 stopped", res, 4, epochs)
 	if !slices.Equal(loss, refLoss) {
 		t.Fatalf("loss with rank 1 stopped %v, undisturbed %v", loss, refLoss)
 	}

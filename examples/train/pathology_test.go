@@ -1,7 +1,7 @@
 package main
 
 import (
-	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -37,7 +37,9 @@ func tools(t *testing.T) (ddtop, ddrun string) {
 	if err != nil {
 		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
 	}
-	cmd := exec.Command(goTool, "build", "-o", dir+"/", "github.com/ddstore/ddstore/cmd/ddtop", "github.com/ddstore/ddstore/cmd/ddrun")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, goTool, "build", "-o", dir+"/", "github.com/ddstore/ddstore/cmd/ddtop", "github.com/ddstore/ddstore/cmd/ddrun")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build ddtop ddrun: %v\n%s", err, out)
 	}
@@ -72,12 +74,13 @@ type pjob struct {
 	dir   string
 	ddtop string
 	cmd   *exec.Cmd
-	out   bytes.Buffer
+	out   syncBuffer    // ddrun's stderr, written while the test reads it
+	done  chan struct{} // closed once ddrun has exited (cmd.Wait returned)
 }
 
 func startPJob(t *testing.T, ddtop, ddrun, args string, env ...string) *pjob {
 	t.Helper()
-	j := &pjob{t: t, dir: t.TempDir(), ddtop: ddtop}
+	j := &pjob{t: t, dir: t.TempDir(), ddtop: ddtop, done: make(chan struct{})}
 	a := []string{"-n", "3", "--timeout", "60s",
 		"--env", envArgs + "=--epochs 100000 --rows-per-rank 512 --batch-size 32 --no-progress --json " + args,
 		"--env", "DDSTORE_TELEMETRY_DIR=" + j.dir}
@@ -89,29 +92,42 @@ func startPJob(t *testing.T, ddtop, ddrun, args string, env ...string) *pjob {
 	if err := j.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	go func() { j.cmd.Wait(); close(j.done) }()
 	t.Cleanup(j.stop)
 	return j
 }
 
 func (j *pjob) stop() {
-	if j.cmd.ProcessState != nil {
+	select {
+	case <-j.done:
 		return
+	default:
 	}
 	j.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { j.cmd.Wait(); close(done) }()
 	select {
-	case <-done:
+	case <-j.done:
 	case <-time.After(15 * time.Second):
 		j.cmd.Process.Kill()
-		<-done
+		<-j.done
+	}
+}
+
+// exited reports whether ddrun has exited (its ProcessState then set).
+func (j *pjob) exited() bool {
+	select {
+	case <-j.done:
+		return true
+	default:
+		return false
 	}
 }
 
 // probe runs ddtop --once --json over a window.
 func (j *pjob) probe(window time.Duration) *ddtopReport {
 	j.t.Helper()
-	out, err := exec.Command(j.ddtop, "--dir", j.dir, "--once", "--json", "--window", window.String()).Output()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, j.ddtop, "--dir", j.dir, "--once", "--json", "--window", window.String()).Output()
 	if err != nil {
 		j.t.Fatalf("ddtop: %v\njob output:\n%s", err, j.out.String())
 	}
@@ -128,8 +144,8 @@ func (j *pjob) reading() time.Time {
 	j.t.Helper()
 	deadline := time.Now().Add(45 * time.Second)
 	for time.Now().Before(deadline) {
-		if j.cmd.ProcessState != nil {
-			j.t.Fatalf("pjob ended early:\n%s", j.out.String())
+		if j.exited() {
+			j.t.Fatalf("pjob ended early (%v):\n%s", j.cmd.ProcessState, j.out.String())
 		}
 		r := j.probe(0)
 		n := 0

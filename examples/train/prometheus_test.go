@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -41,15 +42,34 @@ func TestPrometheus(t *testing.T) {
 	j.reading()
 
 	// ddtop serve on a free port; it prints where.
-	srv := exec.Command(ddtop, "serve", "--dir", j.dir, "--listen", "127.0.0.1:0", "--nice", "0")
+	// (The contexts are hang guards; the cleanups kill both servers.)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	srv := exec.CommandContext(ctx, ddtop, "serve", "--dir", j.dir, "--listen", "127.0.0.1:0", "--nice", "0")
 	so, _ := srv.StdoutPipe()
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Process.Kill(); srv.Wait() })
-	line, err := bufio.NewReader(so).ReadString('\n')
-	if err != nil {
-		t.Fatalf("ddtop serve: %v", err)
+	type readLine struct {
+		s   string
+		err error
+	}
+	addr := make(chan readLine, 1)
+	go func() {
+		s, err := bufio.NewReader(so).ReadString('\n')
+		addr <- readLine{s, err}
+	}()
+	var line string
+	select {
+	case l := <-addr:
+		if l.err != nil {
+			t.Fatalf("ddtop serve: %v", l.err)
+		}
+		line = l.s
+	case <-time.After(60 * time.Second):
+		srv.Process.Kill()
+		t.Fatal("ddtop serve printed no address line in 60 s")
 	}
 	target := strings.TrimSuffix(strings.TrimPrefix(line[strings.Index(line, "http://"):], "http://"), "/metrics\n")
 	go io.Copy(io.Discard, so)
@@ -61,7 +81,7 @@ func TestPrometheus(t *testing.T) {
 		t.Fatal(err)
 	}
 	web := "127.0.0.1:" + strconv.Itoa(freeTCPPort(t))
-	pc := exec.Command(prom, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
+	pc := exec.CommandContext(ctx, prom, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
 		"--web.listen-address="+web, "--log.level=warn")
 	var plog strings.Builder
 	pc.Stdout, pc.Stderr = &plog, &plog

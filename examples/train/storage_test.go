@@ -76,14 +76,16 @@ func shardDir(tb testing.TB, rowsPerShard int) string {
 // themselves; and a directory with that data set as shard files.
 func aloneAndShards(t *testing.T, epochs int) ([]float64, string) {
 	t.Helper()
-	ref := lossesOf(t, "trainers alone", startJob(t, 2, storageArgs).wait(t, "trainers alone"), epochs)
+	ref := lossesOf(t, "trainers alone", startJob(t, 2, storageArgs).wait(t, "trainers alone"), 2, epochs)
 	return ref, shardDir(t, 256)
 }
 
-// checkedAll fails unless every trainer checked every row it read: by
-// the end of epoch e, (e+1)·perEpoch rows.
-func checkedAll(t testing.TB, res []epochResult, perEpoch int64) {
+// checkedAll fails unless res holds one line per trainer (of ranks) and
+// epoch (of epochs), and every trainer checked every row it read: by the
+// end of epoch e, (e+1)·perEpoch rows.
+func checkedAll(t testing.TB, res []epochResult, ranks, epochs int, perEpoch int64) {
 	t.Helper()
+	onePerRankEpoch(t, "checked rows", res, ranks, epochs)
 	for _, e := range res {
 		if e.Checked != int64(e.Epoch+1)*perEpoch {
 			t.Fatalf("trainer %d checked %d rows by epoch %d", e.Rank, e.Checked, e.Epoch)
@@ -109,11 +111,11 @@ func TestStorageRanksLoss(t *testing.T) {
 		sr := storageLaunch(t, 2, env...)
 		res := tr.wait(t, "trainers, storage "+mode)
 		sr.wait(t, "storage ranks "+mode)
-		got := lossesOf(t, "with storage ranks", res, epochs)
+		got := lossesOf(t, "with storage ranks", res, 2, epochs)
 		if !slices.Equal(got, ref) {
 			t.Fatalf("node mode %s: loss with storage ranks %v, trainers alone %v", mode, got, ref)
 		}
-		checkedAll(t, res, 256)
+		checkedAll(t, res, 2, epochs, 256)
 	}
 	t.Logf("loss %v with and without storage ranks", ref)
 }
@@ -131,14 +133,14 @@ func TestStorageRankKilledLoss(t *testing.T) {
 	dir := shardDir(t, 2048)
 	run := func(kill bool) ([]float64, []epochResult) {
 		res := killJob(t, dir, args, kill, "DDSTORE_NODE_MODE=fabric", "DDSTORE_FAILOVER_AFTER=1s")
-		return lossesOf(t, "trainers", res, epochs), res
+		return lossesOf(t, "trainers", res, 2, epochs), res
 	}
 	ref, _ := run(false)
 	got, res := run(true)
 	if !slices.Equal(got, ref) {
 		t.Fatalf("loss with storage rank 1 killed %v, without %v", got, ref)
 	}
-	checkedAll(t, res, 2048)
+	checkedAll(t, res, 2, epochs, 2048)
 	var moved int64
 	for _, e := range res {
 		if e.Epoch == epochs-1 {
@@ -302,8 +304,8 @@ func TestStorageRanksTwoDdrunLaunches(t *testing.T) {
 		}
 		res = append(res, e)
 	}
-	checkedAll(t, res, 256)
-	if got := lossesOf(t, "two launches", res, epochs); !slices.Equal(got, ref) {
+	checkedAll(t, res, 2, epochs, 256)
+	if got := lossesOf(t, "two launches", res, 2, epochs); !slices.Equal(got, ref) {
 		t.Fatalf("loss with storage ranks of a second launch %v, trainers alone %v", got, ref)
 	}
 }

@@ -47,7 +47,7 @@ func TestLossIdenticalAcrossLoaderVariants(t *testing.T) {
 		t.Skip("multi-process test")
 	}
 	const epochs = 2
-	base := fmt.Sprintf("--epochs %d --rows-per-rank 96 --batch-size 16 --hidden 8 --lr 0.01 --seed 7", epochs)
+	base := fmt.Sprintf("--epochs %d --rows-per-rank 96 --batch-size 16 --hidden 8 --lr 0.01 --seed 7 --check", epochs)
 	variants := []string{
 		"--workers 0 --batch-get=true --fast-collate=true --node-mode auto",
 		"--workers 1 --prefetch 1 --batch-get=false --fast-collate=false --node-mode auto",
@@ -70,6 +70,11 @@ func TestLossIdenticalAcrossLoaderVariants(t *testing.T) {
 			// each rank reads 96 rows per epoch (384 rows over 4 ranks)
 			if e.Rows != 96 || e.FetchS <= 0 || e.ComputeS <= 0 || e.Loss <= 0 {
 				t.Fatalf("%s: implausible epoch result %+v", v, e)
+			}
+			// --check: every row of every batch compared with the pattern of
+			// its global index, 96 more by the end of each epoch
+			if e.Checked != int64(e.Epoch+1)*96 {
+				t.Fatalf("%s: rank %d checked %d rows by epoch %d, want %d", v, e.Rank, e.Checked, e.Epoch, (e.Epoch+1)*96)
 			}
 			if e.Rank == 0 {
 				losses[e.Epoch] = e.Loss

@@ -28,6 +28,31 @@ func TestDataDerivesFromIndex(t *testing.T) {
 			}
 		}
 	}
+	// Hand-computed from the definitions (splitmix64 of g^0x51ab mod 10;
+	// 0.6·template + 0.4·noise in float32), not from Label/Pixel.
+	img0 := make([]byte, 5*px*4)
+	FillImages(img0, 0, 1)
+	lab0 := make([]byte, 5*8)
+	FillLabels(lab0, 0)
+	for g, want := range []int64{3, 2, 1, 6, 2} {
+		if l := int64(binary.LittleEndian.Uint64(lab0[g*8:])); l != want {
+			t.Fatalf("label of row %d: %d, want %d", g, l, want)
+		}
+	}
+	// Rows 1 and 4 share label 2: their images still differ (a row's data
+	// depends on its index, not only on its class).
+	if string(img0[1*px*4:2*px*4]) == string(img0[4*px*4:5*px*4]) {
+		t.Fatal("rows 1 and 4 (both label 2) have the same image")
+	}
+	pix := func(g, p int) float32 { return math.Float32frombits(binary.LittleEndian.Uint32(img0[(g*px+p)*4:])) }
+	for _, w := range []struct {
+		g, p int
+		v    float32
+	}{{0, 0, 0.19395998}, {0, 1, 0.68706882}, {1, 0, 0.90894723}} {
+		if v := pix(w.g, w.p); math.Abs(float64(v-w.v)) > 1e-6 {
+			t.Fatalf("pixel %d of row %d: %v, want %v", w.p, w.g, v, w.v)
+		}
+	}
 	for g := range int64(10000) {
 		counts[Label(g)]++
 	}
