@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/ddstore/ddstore/fabric"
+	"github.com/ddstore/ddstore/internal/testkit"
 	"github.com/ddstore/ddstore/telemetry"
 	"github.com/ddstore/ddstore/ui/data"
 	"github.com/ddstore/ddstore/ui/diagnose"
@@ -126,9 +127,9 @@ func readAllChecked(r *Reader, s *Store, spec varSpec, salt uint64) error {
 // gkey, in the test binary re-executed) and checks that none of its calls
 // got data.
 func runGatherStranger(addr []byte, key, base, gkey uint64, calls int) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second*raceScale)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second*testkit.RaceScale)
 	defer cancel()
-	spec, err := json.Marshal(gstrangerSpec{addr, key, base, gkey, calls, time.Second * raceScale})
+	spec, err := json.Marshal(gstrangerSpec{addr, key, base, gkey, calls, time.Second * testkit.RaceScale})
 	if err != nil {
 		return err
 	}
@@ -184,7 +185,7 @@ func strangerFinding(w *worker, s *Store, want int) error {
 		return err
 	}
 	defer p.Close()
-	deadline := time.Now().Add(20 * time.Second * raceScale)
+	deadline := time.Now().Add(20 * time.Second * testkit.RaceScale)
 	var last string
 	for time.Now().Before(deadline) {
 		f, err := p.Poll()

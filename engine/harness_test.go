@@ -22,6 +22,7 @@ import (
 	"time"
 
 	launcher "github.com/ddstore/ddstore/cmd/ddrun/launch"
+	"github.com/ddstore/ddstore/internal/testkit"
 )
 
 const workerEnv = "DDSTORE_TEST_WORKER"
@@ -94,7 +95,7 @@ func storeOptions(mode string, params map[string]string) Options {
 	o := DefaultOptions()
 	o.Timeout = 30 * time.Second
 	o.Bootstrap.Timeout = 30 * time.Second
-	o.Fabric.Timeout = 10 * time.Second * raceScale
+	o.Fabric.Timeout = 10 * time.Second * testkit.RaceScale
 	switch mode {
 	case "tcp", "tcp-rma", "tcp-gather":
 		// tcp: the default read mode (auto: gather on tcp); tcp-rma and
@@ -122,7 +123,7 @@ func storeOptions(mode string, params map[string]string) Options {
 	}
 	if v := params["FTIMEOUT"]; v != "" {
 		if d, err := time.ParseDuration(v); err == nil {
-			o.Fabric.Timeout = d * raceScale
+			o.Fabric.Timeout = d * testkit.RaceScale
 		}
 	}
 	if v := params["TIMEOUT"]; v != "" {
@@ -220,7 +221,7 @@ func spawnRanks(t testing.TB, n int, scenario string, params map[string]string, 
 	port := freePort(t)
 	job := testJob(scenario)
 	teldir := t.TempDir()
-	timeout *= hangGuardScale * raceScale
+	timeout *= hangGuardScale * testkit.RaceScale
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cmds := make([]*exec.Cmd, n)

@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ddstore/ddstore/internal/testkit"
 )
 
 func init() {
@@ -20,7 +22,7 @@ func init() {
 // once": 2 s holds on a loaded 2-core machine, stretched under -race, and
 // stays under the fabric deadline (FTIMEOUT 5 s, stretched alike) that a
 // read sent to the frozen rank would wait for.
-const deadReadAtOnce = 2 * time.Second * raceScale
+const deadReadAtOnce = 2 * time.Second * testkit.RaceScale
 
 // scenarioSilent: the last rank freezes (SIGSTOP: its process and its
 // connections stay, it only stops answering, as behind a cut link). Every
@@ -52,7 +54,7 @@ func scenarioSilent(w *worker) error {
 	w.logf("barrier failed after %v (liveness %v): %v", took.Round(time.Millisecond), liveness, err)
 	// +1 s allowed, +1 s for a loaded machine, both stretched under -race;
 	// still well under the 20 s Timeout that a missed death would take.
-	if limit := liveness + 2*time.Second*raceScale; took > limit {
+	if limit := liveness + 2*time.Second*testkit.RaceScale; took > limit {
 		return fmt.Errorf("barrier failed after %v, liveness %v: want within %v", took, liveness, limit)
 	}
 	if s.Alive(victim) || fmt.Sprint(s.DeadRanks()) != fmt.Sprint([]int{victim}) {

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ddstore/ddstore/internal/testkit"
 )
 
 func init() {
@@ -119,7 +121,7 @@ func scenarioStorageTrain(w *worker) error {
 			// Ask the test to kill a storage rank, then read on.
 			os.WriteFile(filepath.Join(dir, "kill-now"), nil, 0o600)
 			for t0 := time.Now(); !s.PeerDead(T + kill); time.Sleep(2 * time.Millisecond) {
-				if time.Since(t0) > 20*time.Second*hangGuardScale*raceScale {
+				if time.Since(t0) > 20*time.Second*hangGuardScale*testkit.RaceScale {
 					return fmt.Errorf("storage rank %d's death not seen", kill)
 				}
 			}
@@ -247,7 +249,7 @@ func storageJob(t *testing.T, mode string, T, S, width, killStorage int, extra .
 		"DDT_MODE=" + mode, "DDT_TELDIR=" + teldir, "DDT_SRANKS=" + strconv.Itoa(S), "DDT_SWIDTH=" + strconv.Itoa(width),
 		"DDT_KILL=" + strconv.Itoa(killStorage), "DDT_FTIMEOUT=5s", "DDT_TIMEOUT=20s"}
 	env = append(env, extra...)
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second*hangGuardScale*raceScale)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second*hangGuardScale*testkit.RaceScale)
 	defer cancel()
 	tr := startLaunch(t, ctx, T, "storage-train", env)
 	sr := startLaunch(t, ctx, S, "storage-serve", env)
@@ -256,7 +258,7 @@ func storageJob(t *testing.T, mode string, T, S, width, killStorage int, extra .
 			if _, err := os.Stat(filepath.Join(teldir, "kill-now")); err == nil {
 				break
 			}
-			if time.Since(t0) > 60*time.Second*hangGuardScale*raceScale {
+			if time.Since(t0) > 60*time.Second*hangGuardScale*testkit.RaceScale {
 				t.Fatal("trainer 0 never asked for the kill")
 			}
 		}
@@ -305,7 +307,7 @@ func TestStorageRankMissing(t *testing.T) {
 	dir := t.TempDir()
 	env := []string{"DDSTORE_STORAGE_RANKS=2", "DDSTORE_STORAGE_JOB=" + testJob("missing"),
 		"DDSTORE_STORAGE_ADDR=127.0.0.1:" + strconv.Itoa(freePort(t)), "DDT_TIMEOUT=3s", "DDT_TELDIR=" + dir}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second*hangGuardScale*raceScale)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second*hangGuardScale*testkit.RaceScale)
 	defer cancel()
 	tr := startLaunch(t, ctx, 2, "storage-train", env)
 	for r, cmd := range tr.cmds {

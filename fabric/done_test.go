@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ddstore/ddstore/fault"
+	"github.com/ddstore/ddstore/internal/testkit"
 )
 
 // A batch over two targets, one of them stopped (SIGSTOP), fails at the
@@ -41,7 +42,7 @@ func TestDoneAfterStoppedPeer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tgs[1].cmd.Process.Signal(syscall.SIGCONT)
-	r.SetTimeout(700 * time.Millisecond * raceScale)
+	r.SetTimeout(700 * time.Millisecond * testkit.RaceScale)
 	first := true
 	for _, m := range []struct {
 		name string
@@ -55,8 +56,8 @@ func TestDoneAfterStoppedPeer(t *testing.T) {
 		if !errors.Is(err, fault.ErrTimeout) || fault.RankOf(err) != 2 || !fault.IsRemote(err) {
 			t.Fatalf("%s: want a timeout naming peer 2, got %v", m.name, err)
 		}
-		if el > 10*time.Second*raceScale {
-			t.Fatalf("%s: returned after %v: SetTimeout(%v) was not used", m.name, el, 700*time.Millisecond*raceScale)
+		if el > 10*time.Second*testkit.RaceScale {
+			t.Fatalf("%s: returned after %v: SetTimeout(%v) was not used", m.name, el, 700*time.Millisecond*testkit.RaceScale)
 		}
 		healthy := 0
 		for i, op := range ops {

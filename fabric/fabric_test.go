@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ddstore/ddstore/fault"
+	"github.com/ddstore/ddstore/internal/testkit"
 )
 
 func isNoProvider(err error) bool {
@@ -29,7 +30,7 @@ func setup(t *testing.T, o Options, size int, busy bool) (*Fabric, *Reader, *tar
 func setupRank(t *testing.T, o Options, timeout time.Duration, size int, busy bool, rank int) (Options, *Fabric, *Reader, *target, Peer) {
 	t.Helper()
 	if timeout != 0 {
-		o.Timeout = timeout * raceScale
+		o.Timeout = timeout * testkit.RaceScale
 	}
 	f := openOrSkip(t, o)
 	r, tgs, peers := readerWith(t, f, o, size, busy, rank)
@@ -250,13 +251,13 @@ func TestBusyTarget(t *testing.T) {
 // the endpoint's teardown after the deadline takes a second or more
 // (make test-stress saw 4.05 s for a 3 s deadline). A hang is what the
 // checks catch. Stretched under the race detector, as the deadlines are.
-const deadlineSlack = 5 * time.Second * raceScale
+const deadlineSlack = 5 * time.Second * testkit.RaceScale
 
 func TestKilledTarget(t *testing.T) {
 	for _, pc := range provCases {
 		t.Run(pc.name, func(t *testing.T) {
 			o := pc.opts
-			o.Timeout = 3 * time.Second * raceScale
+			o.Timeout = 3 * time.Second * testkit.RaceScale
 			f := openOrSkip(t, o)
 			k := newKillRig(t, f, o, 1<<20) // 64 rows in the 64 MiB region
 			r := k.r
@@ -729,7 +730,7 @@ func TestLocalFailureIsLocal(t *testing.T) {
 // even once the target resumes; a later batch for that rank fails at once,
 // while one for another rank of the same reader reads.
 func TestPeerDeadCutsReadShort(t *testing.T) {
-	o := Options{Provider: "tcp;ofi_rxm", Domain: "lo", Timeout: 30 * time.Second * raceScale}
+	o := Options{Provider: "tcp;ofi_rxm", Domain: "lo", Timeout: 30 * time.Second * testkit.RaceScale}
 	f := openOrSkip(t, o)
 	r, tgs, peers := readerWith(t, f, o, 8<<20, false, 9, 4)
 	tg, p := tgs[0], peers[0]
@@ -808,7 +809,7 @@ func TestAddPeers(t *testing.T) {
 	for _, pc := range provCases {
 		t.Run(pc.name, func(t *testing.T) {
 			o := pc.opts
-			o.Timeout = 10 * time.Second * raceScale
+			o.Timeout = 10 * time.Second * testkit.RaceScale
 			f := openOrSkip(t, o)
 			ranks := []int{7, 8, 9}
 			tgs := make([]*target, len(ranks))

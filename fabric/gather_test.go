@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ddstore/ddstore/fault"
+	"github.com/ddstore/ddstore/internal/testkit"
 )
 
 // gatherOps builds n ops of row bytes at random rows of the targets'
@@ -44,7 +45,7 @@ func checkOps(t *testing.T, what string, ops []ReadOp, tgs []*target, peers []Pe
 func openGather(t *testing.T, timeout time.Duration) (Options, *Fabric) {
 	t.Helper()
 	o := provCases[0].opts // tcp
-	o.Timeout = timeout * raceScale
+	o.Timeout = timeout * testkit.RaceScale
 	f := openOrSkip(t, o)
 	needSoftRMA(t, f)
 	return o, f
@@ -271,7 +272,7 @@ func TestGatherConcurrentReaders(t *testing.T) {
 	// Far beyond what the rounds take on a loaded machine: a reader stuck
 	// past every read deadline fails here with a message, not at go test's
 	// timeout.
-	limit := 60 * time.Second * raceScale
+	limit := 60 * time.Second * testkit.RaceScale
 	deadline := time.After(limit)
 	for w := 0; w < readers; w++ {
 		select {

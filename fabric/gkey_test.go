@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ddstore/ddstore/internal/testkit"
 )
 
 // A stranger is a separate process that knows a live target's fabric
@@ -64,7 +66,7 @@ func startStranger(t *testing.T, addr []byte, key, base, gkey uint64, calls int,
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	limit := 30*time.Second*raceScale + time.Duration(calls)*timeout
+	limit := 30*time.Second*testkit.RaceScale + time.Duration(calls)*timeout
 	type result struct {
 		got  []strangerCall
 		bad  []string // lines that are no GatherTry
@@ -116,7 +118,7 @@ func TestGatherStrangers(t *testing.T) {
 	const job = 0x6a6f622d6b6579 // the job's gather key
 	o := provCases[0].opts
 	o.GatherKey = job
-	o.Timeout = 5 * time.Second * raceScale
+	o.Timeout = 5 * time.Second * testkit.RaceScale
 	f := openOrSkip(t, o)
 	needSoftRMA(t, f)
 	const size = 1 << 20
@@ -144,7 +146,7 @@ func TestGatherStrangers(t *testing.T) {
 
 	before := GatherStrangers()
 	const calls = 3
-	stTimeout := time.Second * raceScale
+	stTimeout := time.Second * testkit.RaceScale
 	strangers := map[string]uint64{"one bit off": job ^ 1<<17, "no key": 0}
 	waits := map[string]func() []strangerCall{}
 	for name, k := range strangers {
@@ -203,7 +205,7 @@ func TestGatherStrangers(t *testing.T) {
 		t.Fatalf("the job's reader: %v", jobErr)
 	}
 	want := uint64(len(strangers) * calls)
-	deadline := time.Now().Add(10 * time.Second * raceScale)
+	deadline := time.Now().Add(10 * time.Second * testkit.RaceScale)
 	for GatherStrangers()-before < want && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -213,7 +215,7 @@ func TestGatherStrangers(t *testing.T) {
 
 	// The same kind of process with the job's key gets its rows, and is
 	// no stranger.
-	own := startStranger(t, tg.addr, tg.key, tg.base, job, calls, 5*time.Second*raceScale)()
+	own := startStranger(t, tg.addr, tg.key, tg.base, job, calls, 5*time.Second*testkit.RaceScale)()
 	if len(own) != calls {
 		t.Errorf("with the job's key: %d calls reported, want %d", len(own), calls)
 	}

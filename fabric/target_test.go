@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ddstore/ddstore/internal/testkit"
 )
 
 // The test binary re-executes itself as a target process: it exports a
@@ -97,7 +99,7 @@ func startSaltedTarget(tb testing.TB, o Options, size int, busy bool, salt uint6
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s|%s|%d|%s|%s|%d|%d", envTarget, o.Provider, o.Domain, size, mode, o.Progress, o.GatherKey, salt))
 	cmd.Stderr = os.Stderr
-	wait := 20 * time.Second * raceScale
+	wait := 20 * time.Second * testkit.RaceScale
 	ctx, cancel := context.WithTimeoutCause(context.Background(), wait, fmt.Errorf("no READY line within %v", wait))
 	defer cancel()
 	tp, err := StartTarget(ctx, cmd)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/ddstore/ddstore/engine/auth"
 	"github.com/ddstore/ddstore/fault"
+	"github.com/ddstore/ddstore/internal/testkit"
 )
 
 // clearLauncherEnv unsets every variable Connect's defaults read.
@@ -49,6 +50,26 @@ func connectAll(t *testing.T, o Options, world int) []Exchanger {
 		}
 	}
 	return xs
+}
+
+// gatherChecked runs gatherAll and requires every rank to get every
+// rank's blob, exactly.
+func gatherChecked(t *testing.T, xs []Exchanger, tag string, timeout time.Duration, blob func(r int) []byte) {
+	t.Helper()
+	res, errs := gatherAll(xs, tag, timeout, blob)
+	for r := range xs {
+		if errs[r] != nil {
+			t.Fatalf("%s: rank %d: %v", tag, r, errs[r])
+		}
+		if len(res[r]) != len(xs) {
+			t.Fatalf("%s: rank %d got %d blobs, want %d", tag, r, len(res[r]), len(xs))
+		}
+		for p, b := range res[r] {
+			if !bytes.Equal(b, blob(p)) {
+				t.Fatalf("%s: rank %d got a wrong blob of rank %d (%d bytes)", tag, r, p, len(b))
+			}
+		}
+	}
 }
 
 // gatherAll runs one AllGather on every exchanger concurrently, each with
@@ -107,7 +128,7 @@ func TestTCPStrayClients(t *testing.T) {
 	clearLauncherEnv(t)
 	addr := "127.0.0.1:" + freePort(t)
 	secret := []byte("the-job-secret-0123456789")
-	within := 10 * time.Second * raceScale
+	within := 10 * time.Second * testkit.RaceScale
 	strangers := [][]byte{
 		[]byte("GET / HTTP/1.1\r\nHost: x\r\nUser-Agent: stray/1.0\r\n\r\n"),
 		append([]byte("\xff\xff\xff\x3f\x01"), bytes.Repeat([]byte{0}, auth.HelloLen)...),
@@ -196,20 +217,7 @@ func TestTCPStrayClients(t *testing.T) {
 		t.Errorf("rank 0 did not refuse the 1 GiB hello at the handshake cap; notes:\n%s", notes)
 	}
 	blob := func(r int) []byte { return bytes.Repeat([]byte{byte(r + 1)}, 1000*r) }
-	res, errs := gatherAll(xs, "after-strays", 30*time.Second, blob)
-	for r := range xs {
-		if errs[r] != nil {
-			t.Fatalf("rank %d: %v", r, errs[r])
-		}
-		if len(res[r]) != len(xs) {
-			t.Fatalf("rank %d got %d blobs, want %d", r, len(res[r]), len(xs))
-		}
-		for p, b := range res[r] {
-			if !bytes.Equal(b, blob(p)) {
-				t.Fatalf("rank %d got a wrong blob of rank %d", r, p)
-			}
-		}
-	}
+	gatherChecked(t, xs, "after-strays", 30*time.Second, blob)
 }
 
 func TestTCPBrokenAfterFailure(t *testing.T) {
@@ -384,19 +392,7 @@ func TestTCPRendezvous1024(t *testing.T) {
 	start := time.Now()
 	xs := connectAll(t, Options{Method: "tcp", Addr: "127.0.0.1:" + freePort(t), Token: "sim", Timeout: 2 * time.Minute}, world)
 	connected := time.Since(start)
-	res, errs := gatherAll(xs, "addr", 30*time.Second, func(r int) []byte { return []byte(fmt.Sprint("rank-", r)) })
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
-	for _, r := range []int{0, 1, world / 2, world - 1} {
-		for q := range world {
-			if string(res[r][q]) != fmt.Sprint("rank-", q) {
-				t.Fatalf("rank %d: blob of rank %d = %q", r, q, res[r][q])
-			}
-		}
-	}
+	gatherChecked(t, xs, "addr", 30*time.Second, func(r int) []byte { return []byte(fmt.Sprint("rank-", r)) })
 	var wg sync.WaitGroup
 	for _, x := range xs {
 		wg.Add(1)

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ddstore/ddstore/internal/testkit"
 )
 
 // pmi2Server is an in-test PMI-2 server as Slurm's mpi/pmi2 plugin speaks
@@ -193,8 +195,8 @@ func runPMI2(t *testing.T, srv *pmi2Server, role string, env ...string) map[int]
 	go func() { served.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(10 * time.Second * raceScale):
-		t.Fatalf("PMI-2 server: its goroutines still run %v after every rank exited", 10*time.Second*raceScale)
+	case <-time.After(10 * time.Second * testkit.RaceScale):
+		t.Fatalf("PMI-2 server: its goroutines still run %v after every rank exited", 10*time.Second*testkit.RaceScale)
 	}
 	srv.mu.Lock()
 	defer srv.mu.Unlock()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ddstore/ddstore/engine/auth"
 	"github.com/ddstore/ddstore/fault"
+	"github.com/ddstore/ddstore/internal/testkit"
 )
 
 func TestTokenFileCreatedPrivateAndReused(t *testing.T) {
@@ -191,14 +192,14 @@ func TestPMI2SecretFromRank0(t *testing.T) {
 
 // Strangers at rank 0's rendezvous: a wrong secret is refused at once
 // (goal 1 s; the limit adds 3 s of slack for a loaded machine, times
-// raceScale), the job's ranks meet anyway and their collectives are
+// testkit.RaceScale), the job's ranks meet anyway and their collectives are
 // intact. (A handshake that stalled would end at the gate's timeout with
 // the connection closed, not fault.ErrToken.)
 func TestTCPStrangerRefusedWithin1s(t *testing.T) {
 	clearLauncherEnv(t)
 	addr := "127.0.0.1:" + freePort(t)
 	secret := []byte("the-job-secret-0123456789")
-	limit := (1*time.Second + 3*time.Second) * raceScale
+	limit := (1*time.Second + 3*time.Second) * testkit.RaceScale
 	type try struct {
 		took time.Duration
 		err  error
@@ -206,7 +207,7 @@ func TestTCPStrangerRefusedWithin1s(t *testing.T) {
 	tries := make(chan try, 3)
 	go func() {
 		for _, s := range [][]byte{[]byte("a-wrong-secret-0123456789"), nil, secret[:20]} {
-			c, err := dialUntil(addr, 10*time.Second*raceScale)
+			c, err := dialUntil(addr, 10*time.Second*testkit.RaceScale)
 			if err != nil {
 				tries <- try{err: err}
 				continue
@@ -229,18 +230,5 @@ func TestTCPStrangerRefusedWithin1s(t *testing.T) {
 			t.Errorf("stranger: %v after %v, want fault.ErrToken within %v", tr.err, tr.took, limit)
 		}
 	}
-	res, errs := gatherAll(xs, "after", 20*time.Second, func(r int) []byte { return blobFor(r, 1) })
-	for r := range xs {
-		if errs[r] != nil {
-			t.Fatalf("rank %d: %v", r, errs[r])
-		}
-		if len(res[r]) != len(xs) {
-			t.Fatalf("rank %d got %d blobs, want %d", r, len(res[r]), len(xs))
-		}
-		for p, b := range res[r] {
-			if string(b) != string(blobFor(p, 1)) {
-				t.Fatalf("rank %d: wrong blob of rank %d", r, p)
-			}
-		}
-	}
+	gatherChecked(t, xs, "after", 20*time.Second, func(r int) []byte { return blobFor(r, 1) })
 }

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ddstore/ddstore/fault"
+	"github.com/ddstore/ddstore/internal/testkit"
 )
 
 // learned waits until every live rank but the dead ones knows all of dead,
@@ -60,11 +61,7 @@ func (cl *cluster) learned(t *testing.T, dead []int, within time.Duration) time.
 // needs (2 s), four times that under the race detector: a limit that
 // fails only when the goal is missed by more than the load explains.
 func withSlack(goal time.Duration) time.Duration {
-	slack := 2 * time.Second
-	if raceEnabled {
-		slack *= 4
-	}
-	return goal + slack
+	return goal + 2*time.Second*testkit.RaceScale
 }
 
 func TestKilledRankKnownEverywhere(t *testing.T) {

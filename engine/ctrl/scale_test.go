@@ -20,6 +20,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ddstore/ddstore/internal/testkit"
 )
 
 var (
@@ -410,7 +412,7 @@ func TestScale1024(t *testing.T) {
 		t.Skip("short")
 	}
 	patient := func(o *Options) { o.SuspectAfter, o.DeadAfter = 20*time.Second, 30*time.Second }
-	if raceEnabled {
+	if testkit.Race {
 		r := runScale(t, 256, 8, 0, 1, 0, patient)
 		t.Logf("\n%s\n%s", scaleHeader, r)
 		checkCounts(t, r)

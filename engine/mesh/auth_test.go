@@ -1,7 +1,6 @@
 package mesh
 
 import (
-	"bytes"
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/ddstore/ddstore/engine/auth"
 	"github.com/ddstore/ddstore/fault"
+	"github.com/ddstore/ddstore/internal/testkit"
 )
 
 // listenAll opens n ranks' listeners (Connect not yet called).
@@ -76,8 +76,8 @@ const strangerKinds = 7
 
 // refuseLimit bounds how long a rank may take to refuse a wrong secret:
 // the goal is 1 s, plus 3 s of slack for a loaded 2-core machine, times
-// raceScale.
-const refuseLimit = (1*time.Second + 3*time.Second) * raceScale
+// testkit.RaceScale.
+const refuseLimit = (1*time.Second + 3*time.Second) * testkit.RaceScale
 
 // stranger connects to addr and does one kind of mischief; it returns how
 // long until the rank closed on it or refused it, the handshake error for
@@ -88,7 +88,7 @@ const refuseLimit = (1*time.Second + 3*time.Second) * raceScale
 // timeout; kinds 5 and 6 know the secret and are refused above the
 // handshake, by the mesh's hello (its 64 KiB cap, the job token).
 func stranger(addr string, kind int) (time.Duration, error, error) {
-	c, err := net.DialTimeout("tcp", addr, 2*time.Second*raceScale)
+	c, err := net.DialTimeout("tcp", addr, 2*time.Second*testkit.RaceScale)
 	if err != nil {
 		return 0, err, nil
 	}
@@ -126,7 +126,7 @@ func stranger(addr string, kind int) (time.Duration, error, error) {
 		}
 		c.Write(helloFrame(1, 2, "another-job"))
 	}
-	c.SetReadDeadline(time.Now().Add(10 * time.Second * raceScale))
+	c.SetReadDeadline(time.Now().Add(10 * time.Second * testkit.RaceScale))
 	buf := make([]byte, 512)
 	for {
 		if _, err = c.Read(buf); err != nil {
@@ -173,7 +173,7 @@ func TestMeshStrangersCounted(t *testing.T) {
 	}
 	// A rank counts a refusal just after it closed the connection: wait
 	// for the count, then require it exact.
-	for deadline := time.Now().Add(10 * time.Second * raceScale); ms[0].Refused() < strangerKinds && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(10 * time.Second * testkit.RaceScale); ms[0].Refused() < strangerKinds && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 	}
 	if got := ms[0].Refused(); got != strangerKinds {
@@ -187,25 +187,7 @@ func TestMeshStrangersCounted(t *testing.T) {
 			t.Fatalf("rank %d: %v", r, err)
 		}
 	}
-	outsG := make([][][]byte, n)
-	gerrs := each(ms, func(r int, m *Mesh) error {
-		var err error
-		outsG[r], err = m.AllGather("after-strangers", blob(r, 1), 20*time.Second*raceScale)
-		return err
-	})
-	for r := range ms {
-		if gerrs[r] != nil {
-			t.Fatalf("rank %d: %v", r, gerrs[r])
-		}
-		if len(outsG[r]) != n {
-			t.Fatalf("rank %d got %d blobs, want %d", r, len(outsG[r]), n)
-		}
-		for p, b := range outsG[r] {
-			if !bytes.Equal(b, blob(p, 1)) {
-				t.Fatalf("rank %d: rank %d's blob of %d bytes is wrong", r, p, len(b))
-			}
-		}
-	}
+	gatherChecked(t, ms, "after-strangers", 1, 20*time.Second*testkit.RaceScale)
 }
 
 // Strangers flood every rank's mesh port while the ranks connect: wrong
@@ -257,26 +239,7 @@ func TestMeshStrangersDuringConnect(t *testing.T) {
 		t.Fatal("no stranger was refused")
 	}
 	t.Logf("refused %d strangers", refused)
-	blob := func(r int) []byte { return []byte(strconv.Itoa(r*7919) + "-payload") }
-	outs := make([][][]byte, n)
-	gerrs := each(ms, func(r int, m *Mesh) error {
-		var err error
-		outs[r], err = m.AllGather("after-flood", blob(r), 20*time.Second)
-		return err
-	})
-	for r := range ms {
-		if gerrs[r] != nil {
-			t.Fatalf("rank %d: %v", r, gerrs[r])
-		}
-		if len(outs[r]) != n {
-			t.Fatalf("rank %d got %d blobs, want %d", r, len(outs[r]), n)
-		}
-		for p, b := range outs[r] {
-			if string(b) != string(blob(p)) {
-				t.Fatalf("rank %d: rank %d's blob %q", r, p, b)
-			}
-		}
-	}
+	gatherChecked(t, ms, "after-flood", 2, 20*time.Second*testkit.RaceScale)
 }
 
 // A stranger is refused at once even while the rank has not yet called

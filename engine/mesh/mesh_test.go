@@ -68,24 +68,34 @@ func blob(r, k int) []byte {
 	return b
 }
 
+// gatherChecked runs AllGather(tag) on every rank with blob(r, k) and
+// requires each rank to get every rank's blob, exactly.
+func gatherChecked(t *testing.T, ms []*Mesh, tag string, k int, timeout time.Duration) {
+	t.Helper()
+	res := make([][][]byte, len(ms))
+	errs := each(ms, func(r int, m *Mesh) (err error) {
+		res[r], err = m.AllGather(tag, blob(r, k), timeout)
+		return
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("%s: rank %d: %v", tag, r, err)
+		}
+		if len(res[r]) != len(ms) {
+			t.Fatalf("%s: rank %d got %d blobs, want %d", tag, r, len(res[r]), len(ms))
+		}
+		for q, b := range res[r] {
+			if !bytes.Equal(b, blob(q, k)) {
+				t.Fatalf("%s: rank %d: blob of rank %d wrong (%d bytes)", tag, r, q, len(b))
+			}
+		}
+	}
+}
+
 func TestAllGather(t *testing.T) {
 	ms := world(t, 5, Options{Timeout: 10 * time.Second})
 	for k := range 4 {
-		res := make([][][]byte, len(ms))
-		errs := each(ms, func(r int, m *Mesh) (err error) {
-			res[r], err = m.AllGather(fmt.Sprint("round-", k), blob(r, k), 0)
-			return
-		})
-		for r, err := range errs {
-			if err != nil {
-				t.Fatalf("round %d rank %d: %v", k, r, err)
-			}
-			for q, b := range res[r] {
-				if !bytes.Equal(b, blob(q, k)) {
-					t.Fatalf("round %d rank %d: blob of rank %d wrong (%d bytes)", k, r, q, len(b))
-				}
-			}
-		}
+		gatherChecked(t, ms, fmt.Sprint("round-", k), k, 0)
 	}
 	if errs := each(ms, func(r int, m *Mesh) error { return m.Barrier("end", 0) }); errors.Join(errs...) != nil {
 		t.Fatal(errs)

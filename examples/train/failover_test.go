@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ddstore/ddstore/internal/testkit"
 )
 
 // syncBuffer is a bytes.Buffer safe for a writer and a concurrent reader.
@@ -174,7 +176,7 @@ func lossesOf(t testing.TB, what string, res []epochResult, ranks, epochs int) [
 // A stalled owner inside a training job: 4 ranks in 2 replica groups
 // (store.width 2), every read through the fabric (a mapped shard would
 // stay readable while its owner is stopped). Rank 1 is stopped (SIGSTOP)
-// for 3 s (×raceScale) in the middle of the job, then resumed. Rank 0, whose group's
+// for 3 s (×testkit.RaceScale) in the middle of the job, then resumed. Rank 0, whose group's
 // member 1 it is, reads those rows from rank 3 meanwhile (failover after
 // 1 s); the collectives wait for rank 1; the job completes with the
 // loss of an undisturbed run, every row of every batch checked against its
@@ -192,7 +194,7 @@ func TestStalledOwnerFailsOver(t *testing.T) {
 	// here to 10 s (40 s under -race): Liveness (a silent plain rank) and
 	// the tree ring's dead-after (each rank is its own node's agent here;
 	// the ring's default 3.6 s would be shorter than a scaled stop).
-	stop, dead := 3*time.Second*raceScale, 10*time.Second*raceScale
+	stop, dead := 3*time.Second*testkit.RaceScale, 10*time.Second*testkit.RaceScale
 	env := []string{"DDSTORE_WIDTH=2", "DDSTORE_FAILOVER_AFTER=1s", "DDSTORE_FABRIC=tcp;ofi_rxm", "FABRIC_IFACE=lo",
 		"DDSTORE_LIVENESS=" + dead.String(), "DDSTORE_CTRL_PERIOD=1s",
 		"DDSTORE_CTRL_SUSPECT_AFTER=" + (dead / 2).String(), "DDSTORE_CTRL_DEAD_AFTER=" + dead.String()}

@@ -1,5 +1,0 @@
-//go:build !race
-
-package ctrl
-
-const raceEnabled = false
