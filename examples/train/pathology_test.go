@@ -89,6 +89,7 @@ func startPJob(t *testing.T, ddtop, ddrun, args string, env ...string) *pjob {
 	}
 	j.cmd = exec.Command(ddrun, append(a, "--", os.Args[0])...)
 	j.cmd.Stderr = &j.out
+	j.cmd.WaitDelay = 10 * time.Second // a rank left holding stderr cannot keep Wait (and stop) waiting
 	if err := j.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
