@@ -70,12 +70,35 @@ int dd_close_fabric(struct fid_fabric *f) { return f ? fi_close(&f->fid) : 0; }
 int dd_close_domain(struct fid_domain *d) { return d ? fi_close(&d->fid) : 0; }
 int dd_close_mr(struct fid_mr *m) { return m ? fi_close(&m->fid) : 0; }
 
+// stale_region_tries bounds dd_endpoint's tries past regions of dead
+// processes (a rank opens two or three endpoints).
+enum { stale_region_tries = 8 };
+
+static int endpoint_once(struct fid_domain *dom, struct fi_info *info, size_t cq_size, size_t av_count,
+		int wait_fd, int cq_format, struct fid_ep **ep, struct fid_cq **cq, struct fid_av **av, int *got_fd, const char **stage);
+
 // dd_endpoint opens an endpoint with its own CQ and AV. wait_fd asks for a
 // CQ with an FI_WAIT_FD wait object; if the provider refuses (shm: -38) the
 // CQ is opened without one and *got_fd is left 0. cq_format is
 // FI_CQ_FORMAT_CONTEXT (readers) or FI_CQ_FORMAT_TAGGED (the server, whose
 // gather receives need the received length).
+//
+// shm names an endpoint's region /dev/shm/<pid>:<uid>:<n>, n counting the
+// process's endpoints. A killed process leaves its regions behind; a later
+// process given the same pid finds one under the name it wants, stamped
+// with a live pid (its own), so fi_enable fails with -FI_EBUSY and the
+// provider removes that file. The next try takes the next name.
 int dd_endpoint(struct fid_domain *dom, struct fi_info *info, size_t cq_size, size_t av_count,
+		int wait_fd, int cq_format, struct fid_ep **ep, struct fid_cq **cq, struct fid_av **av, int *got_fd, const char **stage) {
+	int rc, tries;
+	for (tries = 0; tries < stale_region_tries; tries++) {
+		rc = endpoint_once(dom, info, cq_size, av_count, wait_fd, cq_format, ep, cq, av, got_fd, stage);
+		if (rc != -FI_EBUSY || strcmp(*stage, "fi_enable") != 0) break;
+	}
+	return rc;
+}
+
+static int endpoint_once(struct fid_domain *dom, struct fi_info *info, size_t cq_size, size_t av_count,
 		int wait_fd, int cq_format, struct fid_ep **ep, struct fid_cq **cq, struct fid_av **av, int *got_fd, const char **stage) {
 	struct fi_cq_attr cqa;
 	struct fi_av_attr ava;

@@ -41,6 +41,9 @@
 //     the provider 250ms past its deadline: fault.ErrTimeout naming the peer, and
 //     the reader is quarantined (QuarantinedReaders). An endpoint whose close
 //     fails keeps its destinations pinned and registered (LeakedEndpoints).
+//     shm names each endpoint's region after the process's pid; a killed
+//     rank leaves its regions, and an endpoint of a later process given
+//     that pid takes the next name instead (dd_endpoint, dd_info.c).
 //   - Errors: every error is a *fault.Error with the libfabric call, the
 //     peer, Side Local or Remote and an Errno carrying fi_strerror's text.
 //   - Gather reads (Reader.ReadGather) for software-RMA providers

@@ -3,8 +3,10 @@ package fabric
 import (
 	"debug/elf"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -95,4 +97,76 @@ func noLibChild(t *testing.T) {
 		t.Fatalf("Errno text without libfabric: %q", s)
 	}
 	t.Log("no-libfabric checks passed")
+}
+
+// envStale, in a child of TestShmStaleRegionOfReusedPid, is "leave" (open
+// shm, then exit without closing, as a killed rank does) or "open" (open
+// shm and close).
+const envStale = "DDSTORE_TEST_STALE"
+
+// TestShmStaleRegionOfReusedPid: shm names a region after its process's
+// pid, and a killed rank leaves its regions in /dev/shm. A later rank that
+// is given the same pid must still open. Each child runs as pid 1 of its
+// own pid namespace, so the second reuses the first one's pid for certain.
+func TestShmStaleRegionOfReusedPid(t *testing.T) {
+	if mode := os.Getenv(envStale); mode != "" {
+		staleChild(t, mode)
+		return
+	}
+	openOrSkip(t, Options{Provider: "shm"}).Close()
+	if out, err := exec.Command("unshare", "--pid", "--fork", "true").CombinedOutput(); err != nil {
+		skipOrRequireRoot(t, "cannot create a pid namespace here (%v: %s)", err, out)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Regions of pid 1 are this test's alone: the host's pid 1 never opens shm.
+	regions := fmt.Sprintf("/dev/shm/1:%d:*", os.Getuid())
+	removeAll := func() {
+		left, _ := filepath.Glob(regions)
+		for _, f := range left {
+			os.Remove(f)
+		}
+	}
+	removeAll()
+	t.Cleanup(removeAll)
+	child := func(mode string) (string, error) {
+		cmd := exec.Command("unshare", "--pid", "--fork", exe, "-test.run", "^TestShmStaleRegionOfReusedPid$", "-test.v")
+		cmd.Env = append(os.Environ(), envStale+"="+mode)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	if out, err := child("leave"); err != nil {
+		t.Fatalf("first child: %v\n%s", err, out)
+	}
+	left, _ := filepath.Glob(regions)
+	if len(left) == 0 {
+		t.Fatalf("the first child left no region matching %s: nothing to reuse", regions)
+	}
+	t.Logf("left by the first child: %v", left)
+	out, err := child("open")
+	if err != nil || !strings.Contains(out, "opened as pid 1") {
+		t.Fatalf("a rank given a dead rank's pid cannot open shm: %v\n%s", err, out)
+	}
+}
+
+func staleChild(t *testing.T, mode string) {
+	if os.Getpid() != 1 {
+		t.Fatalf("child runs as pid %d, want 1", os.Getpid())
+	}
+	f, err := Open(Options{Provider: "shm"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := f.NewReader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Println("opened as pid 1")
+	if mode == "leave" {
+		os.Exit(0)
+	}
+	r.Close()
+	f.Close()
 }
