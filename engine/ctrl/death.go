@@ -163,12 +163,29 @@ func (c *Ctrl) giveUpOn(rank int) bool {
 // collective for which the ranks had done their part (0: none known):
 // collectives up to it go on (goneAt).
 func (c *Ctrl) learnDead(ranks []int, done uint64, via *link, detail string) {
-	if fresh := c.learnDeadLocal(ranks, done, detail); len(fresh) > 0 && c.o.agent() {
-		c.flood(header{typ: tDead}, deadBody(fresh, done, detail), via)
-	}
+	c.noteDead(ranks, done, detail, func(fresh []int) {
+		if c.o.agent() {
+			c.flood(header{typ: tDead}, deadBody(fresh, done, detail), via)
+		}
+	})
 }
 
+// learnDeadLocal records ranks as dead here only (MarkDead).
 func (c *Ctrl) learnDeadLocal(ranks []int, done uint64, detail string) []int {
+	return c.noteDead(ranks, done, detail, nil)
+}
+
+// beforeSpread, when set (tests), runs before a rank spreads news it
+// learnt: a descheduled goroutine there is what it stands for.
+var beforeSpread func(c *Ctrl)
+
+// noteDead records the fresh ones of ranks as dead and returns them.
+// spread, when given, is queued before any collective of this rank can
+// see the deaths: an agent that fails on a death and closes at once
+// (Close waits for what is queued, then says goodbye) has told its local
+// ranks first, which then fail naming the dead rank, not their agent's
+// goodbye (make test-slurm, once in CI).
+func (c *Ctrl) noteDead(ranks []int, done uint64, detail string, spread func(fresh []int)) []int {
 	c.deadMu.Lock()
 	var fresh []int
 	for _, r := range ranks {
@@ -183,6 +200,12 @@ func (c *Ctrl) learnDeadLocal(ranks []int, done uint64, detail string) []int {
 	c.deadMu.Unlock()
 	if len(fresh) == 0 {
 		return nil
+	}
+	if spread != nil {
+		if beforeSpread != nil {
+			beforeSpread(c)
+		}
+		spread(fresh)
 	}
 	c.firstDead.CompareAndSwap(0, time.Now().UnixNano())
 	// OnDead before collectives see the death (deadN, which gone reads): a
@@ -384,10 +407,6 @@ func (c *Ctrl) learnAbort(body []byte, via *link) {
 		return
 	}
 	c.abortSeen[origin] = true
-	if c.aborted == nil {
-		c.aborted = note.err
-		c.abortNote = note
-	}
 	// One abort per collective is enough for every rank to fail it: an
 	// agent floods the first (many ranks may give up on one collective).
 	first := note.seq == 0 || !c.abortFlooded[note.seq]
@@ -395,7 +414,10 @@ func (c *Ctrl) learnAbort(body []byte, via *link) {
 		c.abortFlooded[note.seq] = true
 	}
 	c.deadMu.Unlock()
-	c.signal()
+	// Spread before this rank's collectives see it (noteDead says why).
+	if beforeSpread != nil {
+		beforeSpread(c)
+	}
 	if c.o.agent() {
 		if first {
 			c.flood(header{typ: tAbort}, body, via)
@@ -403,6 +425,13 @@ func (c *Ctrl) learnAbort(body []byte, via *link) {
 	} else if via == nil && c.up != nil {
 		c.goBg(func() { c.up.send(header{typ: tAbort}, body, time.Now().Add(time.Second)) })
 	}
+	c.deadMu.Lock()
+	if c.aborted == nil {
+		c.aborted = note.err
+		c.abortNote = note
+	}
+	c.deadMu.Unlock()
+	c.signal()
 }
 
 // abort tells every rank of this rank's failure (of collective seq).

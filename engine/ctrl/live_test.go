@@ -101,6 +101,50 @@ func TestKilledRankKnownEverywhere(t *testing.T) {
 	}
 }
 
+// TestAgentTellsBeforeItCloses: an agent that fails a collective on a
+// local rank's death and closes at once has told its other local ranks of
+// the death first: they fail naming the dead rank, not their agent's
+// goodbye. The agent is slowed (beforeSpread) between learning the death
+// and telling it, as a descheduled goroutine would be (make test-slurm
+// failed so once in CI: 3 of 15 ranks named the agent).
+func TestAgentTellsBeforeItCloses(t *testing.T) {
+	cl, errs := startCluster(t, 4, 4, fast, nil) // one node: agent 0, locals 1-3
+	if err := firstErr(errs); err != nil {
+		t.Fatal(err)
+	}
+	if err := firstErr(cl.each(func(k *Ctrl) error { return k.Barrier("warm", 0) })); err != nil {
+		t.Fatal(err)
+	}
+	beforeSpread = func(c *Ctrl) {
+		if c.Rank() == 0 {
+			time.Sleep(300 * time.Millisecond)
+		}
+	}
+	t.Cleanup(func() { beforeSpread = nil })
+	const victim = 3
+	res := make([]error, 3)
+	var wg sync.WaitGroup
+	for r := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			k := cl.rank(r)
+			res[r] = k.Barrier("after", 0)
+			if r == 0 && res[r] != nil {
+				k.Close() // as a trainer that fails does
+			}
+		}()
+	}
+	time.Sleep(200 * time.Millisecond) // the three wait for the victim's part
+	cl.rank(victim).kill()
+	wg.Wait()
+	for r, err := range res {
+		if !errors.Is(err, fault.ErrPeerDead) || fault.RankOf(err) != victim {
+			t.Errorf("rank %d: %v; want ErrPeerDead naming rank %d", r, err, victim)
+		}
+	}
+}
+
 // TestSilentAgentDeclaredDead: an agent stopped for good (its process
 // frozen, its sockets open) is found by its ring predecessor through
 // suspicion and indirect probes within 5 s, and known by every rank
