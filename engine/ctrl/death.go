@@ -16,15 +16,16 @@ import (
 	"github.com/ddstore/ddstore/fault"
 )
 
-// ExitGrace is how long a collective waits, once a send to a peer failed
-// on a broken connection (closed, reset; not a timeout), before it fails
-// with the peer's death: long enough for a signal that the launcher
-// forwards to every rank (Ctrl-C) to reach this one too, so that an
-// interrupted job ends by its signal. As engine/mesh's ExitGrace.
+// ExitGrace is how long a rank waits, once a connection broke (closed
+// without goodbye, reset; not a timeout) or a send on it failed, before
+// its collectives fail with the peer's death: long enough for a signal
+// that the launcher forwards to every rank (Ctrl-C, scancel's SIGTERM) to
+// reach this one too, so that an interrupted job ends by its signal. As
+// engine/mesh's ExitGrace.
 var ExitGrace = 500 * time.Millisecond
 
-// sendGrace sleeps ExitGrace after a failed send unless err is a timeout
-// (or the control plane closes meanwhile).
+// sendGrace sleeps ExitGrace after a failed send or a lost link unless err
+// is a timeout (or the control plane closes meanwhile).
 func (c *Ctrl) sendGrace(err error) {
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {

@@ -178,6 +178,17 @@ func (c *Ctrl) linkLost(l *link, err error) {
 	}
 	var ne net.Error
 	silent := errors.As(err, &ne) && ne.Timeout()
+	if !silent {
+		// A launcher passes a signal on to the ranks one after another:
+		// the far end may have ended by it before this rank gets its own.
+		// The death counts after ExitGrace, so that the job ends by its
+		// signal, not with this rank's error (engine/mesh does the same;
+		// make test-life, SIGTERM under srun, once in CI).
+		c.sendGrace(err)
+		if c.closing.Load() || c.killed.Load() || l.left.Load() {
+			return
+		}
+	}
 	switch {
 	case l.local && c.o.agent():
 		d := fmt.Sprintf("rank %d (node %d) closed its control connection without leaving", l.peer, c.o.Node)

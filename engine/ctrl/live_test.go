@@ -19,6 +19,20 @@ import (
 	"github.com/ddstore/ddstore/internal/testkit"
 )
 
+// warmCluster starts world ranks, ppn a node, and runs one barrier on
+// every rank (links up, every rank past its bootstrap).
+func warmCluster(t *testing.T, world, ppn int) *cluster {
+	t.Helper()
+	cl, errs := startCluster(t, world, ppn, fast, nil)
+	if err := firstErr(errs); err != nil {
+		t.Fatal(err)
+	}
+	if err := firstErr(cl.each(func(k *Ctrl) error { return k.Barrier("warm", 0) })); err != nil {
+		t.Fatal(err)
+	}
+	return cl
+}
+
 // learned waits until every live rank but the dead ones knows all of dead,
 // and returns when the last one learned (its FirstDeath).
 func (cl *cluster) learned(t *testing.T, dead []int, within time.Duration) time.Time {
@@ -67,13 +81,7 @@ func withSlack(goal time.Duration) time.Duration {
 func TestKilledRankKnownEverywhere(t *testing.T) {
 	for _, victim := range []int{10, 9, 0} { // a plain rank, an agent, the root agent
 		t.Run(fmt.Sprint(victim), func(t *testing.T) {
-			cl, errs := startCluster(t, 24, 3, fast, nil)
-			if err := firstErr(errs); err != nil {
-				t.Fatal(err)
-			}
-			if err := firstErr(cl.each(func(k *Ctrl) error { return k.Barrier("warm", 0) })); err != nil {
-				t.Fatal(err)
-			}
+			cl := warmCluster(t, 24, 3)
 			t0 := time.Now()
 			cl.rank(victim).kill()
 			limit := withSlack(6 * time.Second)
@@ -108,13 +116,7 @@ func TestKilledRankKnownEverywhere(t *testing.T) {
 // and telling it, as a descheduled goroutine would be (make test-slurm
 // failed so once in CI: 3 of 15 ranks named the agent).
 func TestAgentTellsBeforeItCloses(t *testing.T) {
-	cl, errs := startCluster(t, 4, 4, fast, nil) // one node: agent 0, locals 1-3
-	if err := firstErr(errs); err != nil {
-		t.Fatal(err)
-	}
-	if err := firstErr(cl.each(func(k *Ctrl) error { return k.Barrier("warm", 0) })); err != nil {
-		t.Fatal(err)
-	}
+	cl := warmCluster(t, 4, 4) // one node: agent 0, locals 1-3
 	beforeSpread = func(c *Ctrl) {
 		if c.Rank() == 0 {
 			time.Sleep(300 * time.Millisecond)
@@ -145,18 +147,38 @@ func TestAgentTellsBeforeItCloses(t *testing.T) {
 	}
 }
 
+// TestLostLinkWaitsExitGrace: a rank whose agent ended without goodbye
+// (the agent got the launcher's SIGTERM first) fails its collective on the
+// agent's death only after ExitGrace, time for its own signal to come
+// (make test-life: a Python rank blocked in a barrier raised PeerDeadError
+// before its SIGTERM arrived). The barrier's error names the agent.
+func TestLostLinkWaitsExitGrace(t *testing.T) {
+	cl := warmCluster(t, 4, 4)
+	done := make(chan error, 1)
+	go func() { done <- cl.rank(1).Barrier("after", 0) }()
+	time.Sleep(100 * time.Millisecond) // rank 1 waits for its agent
+	t0 := time.Now()
+	cl.rank(0).kill()
+	select {
+	case err := <-done:
+		took := time.Since(t0)
+		if took < ExitGrace {
+			t.Errorf("rank 1 failed %v after its agent ended: before ExitGrace (%v)", took, ExitGrace)
+		}
+		if !errors.Is(err, fault.ErrPeerDead) || fault.RankOf(err) != 0 {
+			t.Errorf("rank 1: %v; want ErrPeerDead naming rank 0", err)
+		}
+	case <-time.After(withSlack(10 * time.Second)):
+		t.Fatal("rank 1 still waits 10 s after its agent ended")
+	}
+}
+
 // TestSilentAgentDeclaredDead: an agent stopped for good (its process
 // frozen, its sockets open) is found by its ring predecessor through
 // suspicion and indirect probes within 5 s, and known by every rank
 // within 6 s; its whole node is declared dead.
 func TestSilentAgentDeclaredDead(t *testing.T) {
-	cl, errs := startCluster(t, 24, 3, fast, nil)
-	if err := firstErr(errs); err != nil {
-		t.Fatal(err)
-	}
-	if err := firstErr(cl.each(func(k *Ctrl) error { return k.Barrier("warm", 0) })); err != nil {
-		t.Fatal(err)
-	}
+	cl := warmCluster(t, 24, 3)
 	victim := cl.rank(12) // agent of node 4
 	// Goals 5 s and 6 s; the limits add the slack of a loaded machine, and
 	// the agent stays stopped for longer than the test waits.
@@ -191,13 +213,7 @@ func TestSilentAgentDeclaredDead(t *testing.T) {
 // 8.2 s; with the store's 10 s liveness 11.25 s, where it was 22.8 s):
 // within the goals, 5 s, and every rank knows within 6 s.
 func TestFrozenPlainRankDeclaredDead(t *testing.T) {
-	cl, errs := startCluster(t, 24, 3, fast, nil)
-	if err := firstErr(errs); err != nil {
-		t.Fatal(err)
-	}
-	if err := firstErr(cl.each(func(k *Ctrl) error { return k.Barrier("warm", 0) })); err != nil {
-		t.Fatal(err)
-	}
+	cl := warmCluster(t, 24, 3)
 	_, silence := LocalTiming(DefaultPeriod, DefaultDeadAfter)
 	victim := cl.rank(13) // a plain rank of node 4 (agent: rank 12)
 	firstLimit, lastLimit := withSlack(5*time.Second), withSlack(6*time.Second)
@@ -275,13 +291,7 @@ func TestLocalTiming(t *testing.T) {
 // by SIGSTOP, then SIGCONT) are never declared dead, and collectives go
 // on afterwards; liveness costs at most 2 messages per agent per second.
 func TestStoppedRankNotDead(t *testing.T) {
-	cl, errs := startCluster(t, 24, 3, fast, nil)
-	if err := firstErr(errs); err != nil {
-		t.Fatal(err)
-	}
-	if err := firstErr(cl.each(func(k *Ctrl) error { return k.Barrier("warm", 0) })); err != nil {
-		t.Fatal(err)
-	}
+	cl := warmCluster(t, 24, 3)
 	time.Sleep(1500 * time.Millisecond) // ring links up, pings flowing
 	before := make([]Stats, len(cl.ctrls))
 	for i, c := range cl.ctrls {
