@@ -11,6 +11,7 @@ import (
 	"math"
 	"net"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	"github.com/ddstore/ddstore/fault"
@@ -178,7 +179,13 @@ func (c *Ctrl) learnDeadLocal(ranks []int, done uint64, detail string) []int {
 
 // beforeSpread, when set (tests), runs before a rank spreads news it
 // learnt: a descheduled goroutine there is what it stands for.
-var beforeSpread func(c *Ctrl)
+var beforeSpread atomic.Pointer[func(c *Ctrl)]
+
+func (c *Ctrl) pauseBeforeSpread() {
+	if f := beforeSpread.Load(); f != nil {
+		(*f)(c)
+	}
+}
 
 // noteDead records the fresh ones of ranks as dead and returns them.
 // spread, when given, is queued before any collective of this rank can
@@ -203,9 +210,7 @@ func (c *Ctrl) noteDead(ranks []int, done uint64, detail string, spread func(fre
 		return nil
 	}
 	if spread != nil {
-		if beforeSpread != nil {
-			beforeSpread(c)
-		}
+		c.pauseBeforeSpread()
 		spread(fresh)
 	}
 	c.firstDead.CompareAndSwap(0, time.Now().UnixNano())
@@ -416,9 +421,7 @@ func (c *Ctrl) learnAbort(body []byte, via *link) {
 	}
 	c.deadMu.Unlock()
 	// Spread before this rank's collectives see it (noteDead says why).
-	if beforeSpread != nil {
-		beforeSpread(c)
-	}
+	c.pauseBeforeSpread()
 	if c.o.agent() {
 		if first {
 			c.flood(header{typ: tAbort}, body, via)

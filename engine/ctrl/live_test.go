@@ -117,12 +117,13 @@ func TestKilledRankKnownEverywhere(t *testing.T) {
 // failed so once in CI: 3 of 15 ranks named the agent).
 func TestAgentTellsBeforeItCloses(t *testing.T) {
 	cl := warmCluster(t, 4, 4) // one node: agent 0, locals 1-3
-	beforeSpread = func(c *Ctrl) {
+	slowAgent := func(c *Ctrl) {
 		if c.Rank() == 0 {
 			time.Sleep(300 * time.Millisecond)
 		}
 	}
-	t.Cleanup(func() { beforeSpread = nil })
+	beforeSpread.Store(&slowAgent)
+	t.Cleanup(func() { beforeSpread.Store(nil) })
 	const victim = 3
 	res := make([]error, 3)
 	var wg sync.WaitGroup
