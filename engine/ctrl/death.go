@@ -25,9 +25,9 @@ import (
 // engine/mesh's ExitGrace.
 var ExitGrace = 500 * time.Millisecond
 
-// sendGrace sleeps ExitGrace after a failed send or a lost link unless err
+// exitGrace sleeps ExitGrace after a failed send or a lost link unless err
 // is a timeout (or the control plane closes meanwhile).
-func (c *Ctrl) sendGrace(err error) {
+func (c *Ctrl) exitGrace(err error) {
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
 		return
@@ -40,14 +40,14 @@ func (c *Ctrl) sendGrace(err error) {
 	}
 }
 
-// grace is sendGrace once per collective: an agent that sends the
+// grace is exitGrace once per collective: an agent that sends the
 // result down to its local ranks after one died finds the others that
 // failed on it (and exited) dead too, and must not wait ExitGrace for
 // each (make test-slurm under tree: 11 waits, the agent failed 5.5 s
 // after the kill).
 func (k *coll) grace(err error) {
 	if k.graced.CompareAndSwap(false, true) {
-		k.c.sendGrace(err)
+		k.c.exitGrace(err)
 	}
 }
 

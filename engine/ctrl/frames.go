@@ -184,7 +184,7 @@ func (c *Ctrl) linkLost(l *link, err error) {
 		// The death counts after ExitGrace, so that the job ends by its
 		// signal, not with this rank's error (engine/mesh does the same;
 		// make test-life, SIGTERM under srun, once in CI).
-		c.sendGrace(err)
+		c.exitGrace(err)
 		if c.closing.Load() || c.killed.Load() || l.left.Load() {
 			return
 		}
