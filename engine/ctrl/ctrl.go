@@ -32,6 +32,7 @@ type Ctrl struct {
 
 	deadMu       sync.Mutex
 	dead         bitset // ranks
+	told         bitset // ranks OnDead ran for (tellOnce)
 	nodeDead     bitset // nodes whose agent is dead
 	nodeLeft     bitset // nodes whose agent closed cleanly
 	deadN        int
@@ -109,7 +110,7 @@ func Start(o Options) (*Ctrl, error) {
 	}
 	c := &Ctrl{o: o, start: time.Now(), agents: map[int]*link{}, locals: map[int]*link{}, linkCh: make(chan struct{}),
 		dialing: map[int]bool{}, mb: map[mkey]msg{}, wake: make(chan struct{}, 1), dead: newBitset(o.World),
-		nodeDead: newBitset(o.Nodes), nodeLeft: newBitset(o.Nodes), abortSeen: map[int]bool{},
+		told: newBitset(o.World), nodeDead: newBitset(o.Nodes), nodeLeft: newBitset(o.Nodes), abortSeen: map[int]bool{},
 		abortFlooded: map[uint64]bool{}, stop: make(chan struct{})}
 	c.live.target, c.live.probes = -1, map[int][]*link{}
 	deadline := c.start.Add(o.Timeout)

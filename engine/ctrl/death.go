@@ -217,12 +217,7 @@ func (c *Ctrl) noteDead(ranks []int, done uint64, detail string, spread func(fre
 	// OnDead before collectives see the death (deadN, which gone reads): a
 	// collective that fails with it finds it recorded where its caller
 	// looks (the store's health).
-	if c.o.OnDead != nil {
-		for _, r := range fresh {
-			c.o.OnDead(r, &fault.Error{Op: "ctrl", Ranks: []int{r}, Side: fault.Remote, Kind: fault.ErrPeerDead, Detail: detail})
-		}
-		c.nodeOut(fresh, detail)
-	}
+	c.tellDead(fresh, detail)
 	c.deadMu.Lock()
 	if c.deadN == 0 || done < c.minDone {
 		c.minDone = done
@@ -242,26 +237,39 @@ func (c *Ctrl) noteDead(ranks []int, done uint64, detail string, spread func(fre
 	return fresh
 }
 
-// nodeOut tells OnDead of the other ranks of each dead agent's node: with
-// their agent gone they can take part in no collective, and when the node
-// itself died (a cut host) nothing else would name them, so that reads in
-// flight to them would wait for the fabric's deadline. Their deaths are
-// not the collectives' (those name the agent, and stop when it does).
-func (c *Ctrl) nodeOut(dead []int, detail string) {
-	if c.table == nil {
+// tellDead runs OnDead for each of dead and, for a dead agent, for the
+// other ranks of its node: with their agent gone they can take part in no
+// collective, and when the node itself died (a cut host) nothing else
+// would name them, so that reads in flight to them would wait for the
+// fabric's deadline. Their deaths are not the collectives' (those name
+// the agent, and stop when it does). OnDead runs once per rank: a lost
+// link tells it at once, and the death, after ExitGrace, again (linkLost).
+func (c *Ctrl) tellDead(dead []int, detail string) {
+	if c.o.OnDead == nil {
 		return
 	}
 	for _, a := range dead {
-		if c.table.Local(a) != 0 {
+		c.tellOnce(a, detail)
+		if c.table == nil || c.table.Local(a) != 0 {
 			continue
 		}
 		node := c.table.Node(a)
 		for r := range c.o.World {
-			if r != a && r != c.o.Rank && c.table.Node(r) == node && !c.Dead(r) {
-				c.o.OnDead(r, &fault.Error{Op: "ctrl", Ranks: []int{r}, Side: fault.Remote, Kind: fault.ErrPeerDead,
-					Detail: fmt.Sprintf("rank %d: its node's agent, rank %d, died (node %d is out of the job): %s", r, a, node, detail)})
+			if r != a && r != c.o.Rank && c.table.Node(r) == node {
+				c.tellOnce(r, fmt.Sprintf("rank %d: its node's agent, rank %d, died (node %d is out of the job): %s", r, a, node, detail))
 			}
 		}
+	}
+}
+
+// tellOnce runs OnDead for rank unless it ran for it before.
+func (c *Ctrl) tellOnce(rank int, detail string) {
+	c.deadMu.Lock()
+	told := c.told.has(rank)
+	c.told.set(rank)
+	c.deadMu.Unlock()
+	if !told {
+		c.o.OnDead(rank, &fault.Error{Op: "ctrl", Ranks: []int{rank}, Side: fault.Remote, Kind: fault.ErrPeerDead, Detail: detail})
 	}
 }
 

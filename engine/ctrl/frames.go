@@ -178,35 +178,51 @@ func (c *Ctrl) linkLost(l *link, err error) {
 	}
 	var ne net.Error
 	silent := errors.As(err, &ne) && ne.Timeout()
+	rank, detail := c.lostRank(l, silent)
+	if rank < 0 {
+		return
+	}
 	if !silent {
 		// A launcher passes a signal on to the ranks one after another:
 		// the far end may have ended by it before this rank gets its own.
-		// The death counts after ExitGrace, so that the job ends by its
-		// signal, not with this rank's error (engine/mesh does the same;
-		// make test-life, SIGTERM under srun, once in CI).
+		// Reads avoid the rank at once (OnDead), but its death counts for
+		// collectives after ExitGrace, so that the job ends by its signal,
+		// not with this rank's error (engine/mesh does the same; make
+		// test-life, SIGTERM under srun, once in CI).
+		c.tellDead([]int{rank}, detail)
 		c.exitGrace(err)
 		if c.closing.Load() || c.killed.Load() || l.left.Load() {
 			return
 		}
 	}
+	var done uint64
 	switch {
 	case l.local && c.o.agent():
-		d := fmt.Sprintf("rank %d (node %d) closed its control connection without leaving", l.peer, c.o.Node)
-		if silent {
-			d = fmt.Sprintf("rank %d (node %d) silent for %v", l.peer, c.o.Node, c.localSilence())
-		}
-		c.learnDead([]int{l.peer}, l.done(), nil, d)
-	case l.local:
-		c.learnDead([]int{l.peer}, 0, nil, fmt.Sprintf("rank %d (this node's agent) closed the connection", l.peer))
-	default:
+		done = l.done()
+	case !l.local:
 		// An agent whose connection ended (its process exited; a silent
 		// one is SWIM's) may have sent its every part of the collectives
 		// up to the one this rank is in: those go on unless they wait for
 		// it (goneSource), and every later one fails.
-		if r := c.agentRank(l.peer); r >= 0 {
-			c.learnDead([]int{r}, c.began.Load(), nil, fmt.Sprintf("rank %d (agent of node %d) closed its connection without leaving", r, l.peer))
-		}
+		done = c.began.Load()
 	}
+	c.learnDead([]int{rank}, done, nil, detail)
+}
+
+// lostRank is the rank whose death a lost link l means, and why; -1 if
+// none (an agent link of a node not in the table).
+func (c *Ctrl) lostRank(l *link, silent bool) (int, string) {
+	switch {
+	case l.local && c.o.agent():
+		if silent {
+			return l.peer, fmt.Sprintf("rank %d (node %d) silent for %v", l.peer, c.o.Node, c.localSilence())
+		}
+		return l.peer, fmt.Sprintf("rank %d (node %d) closed its control connection without leaving", l.peer, c.o.Node)
+	case l.local:
+		return l.peer, fmt.Sprintf("rank %d (this node's agent) closed the connection", l.peer)
+	}
+	r := c.agentRank(l.peer)
+	return r, fmt.Sprintf("rank %d (agent of node %d) closed its connection without leaving", r, l.peer)
 }
 
 func (c *Ctrl) put(k mkey, m msg) {

@@ -23,7 +23,13 @@ import (
 // every rank (links up, every rank past its bootstrap).
 func warmCluster(t *testing.T, world, ppn int) *cluster {
 	t.Helper()
-	cl, errs := startCluster(t, world, ppn, fast, nil)
+	return warmClusterWith(t, world, ppn, fast)
+}
+
+// warmClusterWith is warmCluster with each rank's Options set by tune.
+func warmClusterWith(t *testing.T, world, ppn int, tune func(*Options)) *cluster {
+	t.Helper()
+	cl, errs := startCluster(t, world, ppn, tune, nil)
 	if err := firstErr(errs); err != nil {
 		t.Fatal(err)
 	}
@@ -152,9 +158,23 @@ func TestAgentTellsBeforeItCloses(t *testing.T) {
 // (the agent got the launcher's SIGTERM first) fails its collective on the
 // agent's death only after ExitGrace, time for its own signal to come
 // (make test-life: a Python rank blocked in a barrier raised PeerDeadError
-// before its SIGTERM arrived). The barrier's error names the agent.
+// before its SIGTERM arrived). The barrier's error names the agent. Its
+// reads need not wait: OnDead hears of the agent (and of the other ranks
+// of its node, out of the job with it) at once, ExitGrace before the
+// barrier fails, and once per rank, as under engine/mesh.
 func TestLostLinkWaitsExitGrace(t *testing.T) {
-	cl := warmCluster(t, 4, 4)
+	var mu sync.Mutex
+	told := map[int][]time.Time{} // rank 1's OnDead calls
+	cl := warmClusterWith(t, 4, 4, func(o *Options) {
+		fast(o)
+		if o.Rank == 1 {
+			o.OnDead = func(r int, cause error) {
+				mu.Lock()
+				told[r] = append(told[r], time.Now())
+				mu.Unlock()
+			}
+		}
+	})
 	done := make(chan error, 1)
 	go func() { done <- cl.rank(1).Barrier("after", 0) }()
 	time.Sleep(100 * time.Millisecond) // rank 1 waits for its agent
@@ -162,12 +182,26 @@ func TestLostLinkWaitsExitGrace(t *testing.T) {
 	cl.rank(0).kill()
 	select {
 	case err := <-done:
-		took := time.Since(t0)
+		failed := time.Now()
+		took := failed.Sub(t0)
 		if took < ExitGrace {
 			t.Errorf("rank 1 failed %v after its agent ended: before ExitGrace (%v)", took, ExitGrace)
 		}
 		if !errors.Is(err, fault.ErrPeerDead) || fault.RankOf(err) != 0 {
 			t.Errorf("rank 1: %v; want ErrPeerDead naming rank 0", err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if got := slices.Sorted(maps.Keys(told)); !slices.Equal(got, []int{0, 2, 3}) {
+			t.Fatalf("rank 1's OnDead heard of ranks %v, want [0 2 3]", got)
+		}
+		for r, at := range told {
+			if len(at) != 1 {
+				t.Errorf("rank 1's OnDead ran %d times for rank %d, want once", len(at), r)
+			}
+		}
+		if lead := failed.Sub(told[0][0]); lead < ExitGrace {
+			t.Errorf("rank 1's OnDead heard of its agent only %v before the barrier failed, want at once (ExitGrace, %v, before)", lead, ExitGrace)
 		}
 	case <-time.After(withSlack(10 * time.Second)):
 		t.Fatal("rank 1 still waits 10 s after its agent ended")
