@@ -41,6 +41,8 @@
 //     the provider 250ms past its deadline: fault.ErrTimeout naming the peer, and
 //     the reader is quarantined (QuarantinedReaders). An endpoint whose close
 //     fails keeps its destinations pinned and registered (LeakedEndpoints).
+//     The shm region files of such readers (never closed) are removed by
+//     Fabric.Close, so a job that recovered from a stuck peer leaves none.
 //     shm names each endpoint's region after the process's pid; a killed
 //     rank leaves its regions, and an endpoint of a later process given
 //     that pid takes the next name instead (dd_endpoint, dd_info.c).

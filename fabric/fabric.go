@@ -301,6 +301,9 @@ type Fabric struct {
 	dead     *cDdDeadset // ranks declared dead (PeerDead); read by the batches
 	keepDead atomic.Bool // a reader was quarantined: dead is never freed
 	lastWake uint64      // ProgressWakeups once closed
+	// leftRegions: shm region files of readers never closed (quarantined,
+	// or their close failed), removed by Close (see removeLeftRegions).
+	leftRegions []string
 
 	// forceLocalMR makes readers register destinations as if the provider
 	// required FI_MR_LOCAL (tests exercise the registration cache with it).
@@ -495,6 +498,7 @@ func (f *Fabric) Close() error {
 		err = fiErr("fi_close(server endpoint)", rc)
 	}
 	f.closeBase()
+	f.removeLeftRegions()
 	if !f.keepDead.Load() {
 		cFree(unsafe.Pointer(f.dead))
 	}
@@ -543,4 +547,29 @@ func (f *Fabric) ProgressWakeups() uint64 {
 		return f.lastWake
 	}
 	return uint64(ddServerWakeups(f.srv))
+}
+
+// leaveRegion notes the region file (shmRegion) of a reader that is never
+// closed: a process that goes on after Close would otherwise leave 16 MiB
+// of /dev/shm behind per such reader, after every job on the node.
+func (f *Fabric) leaveRegion(path string) {
+	if path == "" {
+		return
+	}
+	f.mu.Lock()
+	f.leftRegions = append(f.leftRegions, path)
+	f.mu.Unlock()
+}
+
+// removeLeftRegions removes the files of leaveRegion's regions. Only the
+// name goes: the memory stays mapped for a provider call still inside it,
+// and a peer that mapped the region keeps its mapping.
+func (f *Fabric) removeLeftRegions() {
+	f.mu.Lock()
+	left := f.leftRegions
+	f.leftRegions = nil
+	f.mu.Unlock()
+	for _, path := range left {
+		os.Remove(path)
+	}
 }

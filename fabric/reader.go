@@ -1,10 +1,12 @@
 package fabric
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -120,6 +122,7 @@ func (r *Reader) Close() error {
 	var err error
 	if rc := ddReaderTeardown(r.c); rc != 0 {
 		err = fiErr("fi_close(reader endpoint)", rc)
+		r.f.leaveRegion(r.shmRegion())
 	}
 	ddReaderFree(r.c)
 	r.c = nil
@@ -573,9 +576,31 @@ func (r *Reader) quarantine() {
 	r.closed = true          // every later call fails (closedErr); Close frees nothing
 	r.broken = true
 	r.leakBuffers()
+	r.f.leaveRegion(r.shmRegion())
 	r.f.mu.Lock()
 	delete(r.f.readers, r)
 	r.f.mu.Unlock()
+}
+
+// shmPrefix begins the endpoint names of the shm provider
+// ("fi_shm://<pid>:<uid>:<n>"), whose regions are /dev/shm/<pid>:<uid>:<n>.
+const shmPrefix = "fi_shm://"
+
+// shmRegion is the file of the shm provider's region behind the reader's
+// endpoint; "" on other providers.
+func (r *Reader) shmRegion() string {
+	return shmRegionOf(cGoBytes(unsafe.Pointer(&r.c.name[0]), cInt(r.c.namelen)))
+}
+
+// shmRegionOf is the region file of the shm endpoint named name (as
+// fi_getname gives it, NUL-terminated or not); "" if name is not shm's.
+func shmRegionOf(name []byte) string {
+	s := string(bytes.TrimRight(name, "\x00"))
+	rest, ok := strings.CutPrefix(s, shmPrefix)
+	if !ok || rest == "" || strings.ContainsAny(rest, "/\x00") {
+		return ""
+	}
+	return "/dev/shm/" + rest
 }
 
 // QuarantinedReaders counts the readers of this process abandoned inside a

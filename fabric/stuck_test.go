@@ -2,6 +2,8 @@ package fabric
 
 import (
 	"errors"
+	"io/fs"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -68,6 +70,60 @@ func TestStuckCallQuarantined(t *testing.T) {
 	}
 	forgetStuck()
 	readChecked(t, "new reader", r2.ReadBatch, []ReadOp{op}, tgs, []Peer{p2})
+}
+
+// TestQuarantinedRegionRemoved: on shm, a quarantined reader's endpoint
+// is never closed, so the provider never removes its region file
+// (/dev/shm/<pid>:<uid>:<n>, 16 MiB); the Fabric's Close does, and leaves
+// the live readers' regions to the provider. (CI's /dev/shm here held one
+// such file per run, from the stuck-peer tests' ranks.)
+func TestQuarantinedRegionRemoved(t *testing.T) {
+	o := Options{Provider: "shm"}
+	f := openOrSkip(t, o)
+	f.guarded = true
+	r, tgs, peers := readerWith(t, f, o, 1<<20, false, 3)
+	op := ReadOp{Dst: make([]byte, 4096), Peer: peers[0], Addr: tgs[0].base, Key: tgs[0].key}
+	readChecked(t, "before", r.ReadBatch, []ReadOp{op}, tgs, peers)
+	region := r.shmRegion()
+	if _, err := os.Stat(region); err != nil {
+		t.Fatalf("the reader's region %q: %v", region, err)
+	}
+	t.Cleanup(func() { os.Remove(region) }) // should the test fail
+	r.SetTimeout(300 * time.Millisecond)
+	setTestStuck(true)
+	_, err := r.Read(op)
+	setTestStuck(false)
+	defer forgetStuck()
+	if !errors.Is(err, fault.ErrTimeout) || !strings.Contains(err.Error(), "quarantined") {
+		t.Fatalf("want the reader quarantined, got %v", err)
+	}
+	r.Close() // closes nothing: quarantined
+	if _, err := os.Stat(region); err != nil {
+		t.Fatalf("the quarantined reader's region went before the Fabric's Close: %v", err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(region); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the quarantined reader's region %s is still there after Close (%v)", region, err)
+	}
+}
+
+// TestShmRegionOf: which endpoint names are shm's, and their region files.
+func TestShmRegionOf(t *testing.T) {
+	region := func(name string) string { return shmRegionOf([]byte(name)) }
+	if got := region("fi_shm://8971:0:1\x00"); got != "/dev/shm/8971:0:1" {
+		t.Errorf("a NUL-terminated shm name: region %q", got)
+	}
+	if got := region("fi_shm://8971:1000:12"); got != "/dev/shm/8971:1000:12" {
+		t.Errorf("an shm name: region %q", got)
+	}
+	// Not shm's, or no plain file name under /dev/shm: nothing to remove.
+	for _, name := range []string{"fi_shm://", "fi_shm://../etc/x", "8971:0:1", "\x02\x00\x1f\x90\x7f\x00\x00\x01"} {
+		if got := region(name); got != "" {
+			t.Errorf("shmRegionOf(%q) = %q, want none", name, got)
+		}
+	}
 }
 
 // TestFailedCloseKeepsBuffers injects a failing endpoint close after a
