@@ -10,19 +10,28 @@ import (
 func si(v float64) string {
 	a := math.Abs(v)
 	switch {
+	case math.IsNaN(v) || math.IsInf(v, 0):
+		return "-"
 	case a == 0:
 		return "0"
-	case a < 10:
+	case below(a, 10, 2):
 		return trim(fmt.Sprintf("%.2f", v))
-	case a < 1000:
+	case below(a, 1000, 0):
 		return fmt.Sprintf("%.0f", v)
-	case a < 1e6:
+	case below(a/1e3, 1000, 1):
 		return trim(fmt.Sprintf("%.1f", v/1e3)) + "k"
-	case a < 1e9:
+	case below(a/1e6, 1000, 1):
 		return trim(fmt.Sprintf("%.1f", v/1e6)) + "M"
 	default:
 		return trim(fmt.Sprintf("%.1f", v/1e9)) + "G"
 	}
+}
+
+// below reports whether v, printed with prec decimals, stays below limit:
+// 999.6 printed without decimals is 1000, and belongs to the next unit.
+func below(v, limit float64, prec int) bool {
+	p := math.Pow10(prec)
+	return math.Round(v*p)/p < limit
 }
 
 // trim drops a trailing ".0"/".00" for compactness.
@@ -55,9 +64,9 @@ func us(ns float64) string {
 // decimals formats v with 2 decimals below 10, 1 below 1000, else as si.
 func decimals(v float64) string {
 	switch {
-	case v < 10:
+	case below(v, 10, 2):
 		return fmt.Sprintf("%.2f", v)
-	case v < 1000:
+	case below(v, 1000, 1):
 		return fmt.Sprintf("%.1f", v)
 	default:
 		return si(v)
@@ -67,13 +76,15 @@ func decimals(v float64) string {
 // dur formats ns with a unit: 850ns, 12.3µs, 4.1ms, 2.0s.
 func dur(ns float64) string {
 	switch {
+	case math.IsNaN(ns) || math.IsInf(ns, 0):
+		return "-"
 	case ns <= 0:
 		return "0"
-	case ns < 1e3:
+	case below(ns, 1e3, 0):
 		return fmt.Sprintf("%.0fns", ns)
-	case ns < 1e6:
+	case below(ns/1e3, 1000, 1):
 		return fmt.Sprintf("%.1fµs", ns/1e3)
-	case ns < 1e9:
+	case below(ns/1e6, 1000, 1):
 		return fmt.Sprintf("%.1fms", ns/1e6)
 	default:
 		return fmt.Sprintf("%.1fs", ns/1e9)

@@ -1,11 +1,13 @@
 package ui
 
-import "testing"
+import (
+	"math"
+	"testing"
+)
 
 // TestFormatters pins the cell formatters to hand-written strings: zero,
-// small, each unit switch from both sides, large and negative values.
-// NaN and ±Inf are not handled specially by any of them (si(NaN) is
-// "NaNG"), so they are not pinned here.
+// small, each unit switch from both sides (and values that round up to
+// the next unit), large and negative values, NaN and ±Inf.
 func TestFormatters(t *testing.T) {
 	for _, c := range []struct {
 		name string
@@ -23,8 +25,13 @@ func TestFormatters(t *testing.T) {
 		{"si", si, 10, "10"},
 		{"si", si, 27.5, "28"}, // %.0f rounds half to even
 		{"si", si, 999, "999"},
-		{"si", si, 999.6, "1000"}, // still below 1000: no suffix
-		{"si", si, 1000, "1k"},    // 1.0k
+		{"si", si, 9.996, "10"},   // 10.00: the next format
+		{"si", si, 999.6, "1k"},   // 1000 without a suffix would be a unit too small
+		{"si", si, 999_960, "1M"}, // not 1000k
+		{"si", si, 999.96e6, "1G"},
+		{"si", si, math.Inf(1), "-"},
+		{"si", si, math.Inf(-1), "-"},
+		{"si", si, 1000, "1k"}, // 1.0k
 		{"si", si, 1500, "1.5k"},
 		{"si", si, 12_345, "12.3k"},
 		{"si", si, 999_000, "999k"},
@@ -52,6 +59,8 @@ func TestFormatters(t *testing.T) {
 		{"mbps", mbps, 2.5e9, "2.5k"},
 		{"mbps", mbps, 3e12, "3M"},
 		{"mbps", mbps, -1_500_000, "-1.50"},
+		{"mbps", mbps, 9_996_000, "10.0"}, // not 10.00
+		{"mbps", mbps, 999_960_000, "1k"}, // not 1000.0
 
 		// us: ns as µs without a unit; "-" for none.
 		{"us", us, 0, "-"},
@@ -80,9 +89,23 @@ func TestFormatters(t *testing.T) {
 		{"dur", dur, 1e9, "1.0s"},
 		{"dur", dur, 2e9, "2.0s"},
 		{"dur", dur, 3.6e12, "3600.0s"}, // s is the largest unit
+		{"dur", dur, 999.6, "1.0µs"},    // not 1000ns
+		{"dur", dur, 999_960, "1.0ms"},  // not 1000.0µs
+		{"dur", dur, 999_960_000, "1.0s"},
 	} {
 		if got := c.f(c.in); got != c.want {
 			t.Errorf("%s(%v) = %q, want %q", c.name, c.in, got, c.want)
+		}
+	}
+}
+
+// TestFormattersNaN: a NaN (a rate over no time, say) shows as "-", never
+// as "NaNG" or "NaNs".
+func TestFormattersNaN(t *testing.T) {
+	nan := math.NaN()
+	for name, f := range map[string]func(float64) string{"si": si, "mbps": mbps, "us": us, "dur": dur} {
+		if got := f(nan); got != "-" {
+			t.Errorf("%s(NaN) = %q, want \"-\"", name, got)
 		}
 	}
 }
