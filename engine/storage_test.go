@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/ddstore/ddstore/internal/testkit"
 )
 
@@ -261,6 +263,10 @@ func storageJob(t *testing.T, mode string, T, S, width, killStorage int, extra .
 			if time.Since(t0) > 60*time.Second*hangGuardScale*testkit.RaceScale {
 				t.Fatal("trainer 0 never asked for the kill")
 			}
+			if exited(tr.cmds[0]) {
+				tr.cmds[0].Wait() // its output, all of it
+				t.Fatalf("trainer 0 exited before it asked for the kill:\n%s", tr.outs[0])
+			}
 		}
 		sr.cmds[killStorage].Process.Kill()
 	}
@@ -283,6 +289,14 @@ func storageJob(t *testing.T, mode string, T, S, width, killStorage int, extra .
 		os.Remove(f)
 	}
 	return tr, sr
+}
+
+// exited reports whether cmd's process has ended, without reaping it
+// (cmd.Wait still collects its status).
+func exited(cmd *exec.Cmd) bool {
+	var info unix.Siginfo
+	err := unix.Waitid(unix.P_PID, cmd.Process.Pid, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+	return err == nil && info.Signo == int32(unix.SIGCHLD)
 }
 
 // Storage-only ranks from a separate launch: 2 trainers read every row of
