@@ -30,9 +30,11 @@ type Ctrl struct {
 	mb   map[mkey]msg
 	wake chan struct{}
 
+	tellMu sync.Mutex // held across OnDead (tellOnce)
+	told   bitset     // ranks OnDead ran for (under tellMu)
+
 	deadMu       sync.Mutex
 	dead         bitset // ranks
-	told         bitset // ranks OnDead ran for (tellOnce)
 	nodeDead     bitset // nodes whose agent is dead
 	nodeLeft     bitset // nodes whose agent closed cleanly
 	deadN        int

@@ -242,35 +242,49 @@ func (c *Ctrl) noteDead(ranks []int, done uint64, detail string, spread func(fre
 // collective, and when the node itself died (a cut host) nothing else
 // would name them, so that reads in flight to them would wait for the
 // fabric's deadline. Their deaths are not the collectives' (those name
-// the agent, and stop when it does). OnDead runs once per rank: a lost
-// link tells it at once, and the death, after ExitGrace, again (linkLost).
+// the agent, and stop when it does). OnDead runs once per rank (a lost
+// link tells it of its peer alone at once, then of the death here after
+// ExitGrace: linkLost); the ranks of dead are told first, with their own
+// cause.
 func (c *Ctrl) tellDead(dead []int, detail string) {
 	if c.o.OnDead == nil {
 		return
 	}
 	for _, a := range dead {
 		c.tellOnce(a, detail)
-		if c.table == nil || c.table.Local(a) != 0 {
+	}
+	c.deadMu.Lock()
+	t := c.table
+	c.deadMu.Unlock()
+	if t == nil {
+		return
+	}
+	for _, a := range dead {
+		if t.Local(a) != 0 {
 			continue
 		}
-		node := c.table.Node(a)
+		node := t.Node(a)
 		for r := range c.o.World {
-			if r != a && r != c.o.Rank && c.table.Node(r) == node {
+			if r != a && r != c.o.Rank && t.Node(r) == node {
 				c.tellOnce(r, fmt.Sprintf("rank %d: its node's agent, rank %d, died (node %d is out of the job): %s", r, a, node, detail))
 			}
 		}
 	}
 }
 
-// tellOnce runs OnDead for rank unless it ran for it before.
+// tellOnce runs OnDead for rank unless it ran for it before. tellMu is
+// held across the call, so that a second caller for the same rank returns
+// only once OnDead has: noteDead's promise (OnDead before collectives see
+// the death) holds when a lost link told it first. OnDead must not call
+// back into this Ctrl.
 func (c *Ctrl) tellOnce(rank int, detail string) {
-	c.deadMu.Lock()
-	told := c.told.has(rank)
-	c.told.set(rank)
-	c.deadMu.Unlock()
-	if !told {
-		c.o.OnDead(rank, &fault.Error{Op: "ctrl", Ranks: []int{rank}, Side: fault.Remote, Kind: fault.ErrPeerDead, Detail: detail})
+	c.tellMu.Lock()
+	defer c.tellMu.Unlock()
+	if c.told.has(rank) {
+		return
 	}
+	c.told.set(rank)
+	c.o.OnDead(rank, &fault.Error{Op: "ctrl", Ranks: []int{rank}, Side: fault.Remote, Kind: fault.ErrPeerDead, Detail: detail})
 }
 
 // FirstDeath is when this rank first learned of a death (zero if never).

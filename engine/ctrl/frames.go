@@ -185,11 +185,14 @@ func (c *Ctrl) linkLost(l *link, err error) {
 	if !silent {
 		// A launcher passes a signal on to the ranks one after another:
 		// the far end may have ended by it before this rank gets its own.
-		// Reads avoid the rank at once (OnDead), but its death counts for
-		// collectives after ExitGrace, so that the job ends by its signal,
-		// not with this rank's error (engine/mesh does the same; make
-		// test-life, SIGTERM under srun, once in CI).
-		c.tellDead([]int{rank}, detail)
+		// Reads avoid the rank at once (OnDead, for it alone: the ranks of
+		// its node are alive if only its process ended), but its death
+		// counts for collectives after ExitGrace, so that the job ends by
+		// its signal, not with this rank's error (engine/mesh does the
+		// same; make test-life, SIGTERM under srun, once in CI).
+		if c.o.OnDead != nil {
+			c.tellOnce(rank, detail)
+		}
 		c.exitGrace(err)
 		if c.closing.Load() || c.killed.Load() || l.left.Load() {
 			return

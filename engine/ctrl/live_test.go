@@ -159,9 +159,10 @@ func TestAgentTellsBeforeItCloses(t *testing.T) {
 // agent's death only after ExitGrace, time for its own signal to come
 // (make test-life: a Python rank blocked in a barrier raised PeerDeadError
 // before its SIGTERM arrived). The barrier's error names the agent. Its
-// reads need not wait: OnDead hears of the agent (and of the other ranks
-// of its node, out of the job with it) at once, ExitGrace before the
-// barrier fails, and once per rank, as under engine/mesh.
+// reads need not wait: OnDead hears of the agent at once, ExitGrace before
+// the barrier fails, as under engine/mesh; of the other ranks of its node
+// (alive, if only the agent's process ended; out of the job with it) only
+// with the death, after ExitGrace. OnDead runs once per rank.
 func TestLostLinkWaitsExitGrace(t *testing.T) {
 	var mu sync.Mutex
 	told := map[int][]time.Time{} // rank 1's OnDead calls
@@ -202,6 +203,11 @@ func TestLostLinkWaitsExitGrace(t *testing.T) {
 		}
 		if lead := failed.Sub(told[0][0]); lead < ExitGrace {
 			t.Errorf("rank 1's OnDead heard of its agent only %v before the barrier failed, want at once (ExitGrace, %v, before)", lead, ExitGrace)
+		}
+		for _, r := range []int{2, 3} {
+			if after := told[r][0].Sub(told[0][0]); after < ExitGrace {
+				t.Errorf("rank 1's OnDead heard of rank %d, alive, %v after its agent: before ExitGrace (%v)", r, after, ExitGrace)
+			}
 		}
 	case <-time.After(withSlack(10 * time.Second)):
 		t.Fatal("rank 1 still waits 10 s after its agent ended")
