@@ -558,7 +558,11 @@ func (f *Fabric) leaveRegion(path string) {
 	}
 	f.mu.Lock()
 	f.leftRegions = append(f.leftRegions, path)
+	closed := f.closed
 	f.mu.Unlock()
+	if closed { // a reader left after Close
+		f.removeLeftRegions()
+	}
 }
 
 // removeLeftRegions removes the files of leaveRegion's regions. Only the

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"regexp"
 	"runtime"
 	"slices"
 	"strings"
@@ -120,9 +121,8 @@ func (r *Reader) Close() error {
 	}
 	r.mrc.purge(r)
 	var err error
-	if rc := ddReaderTeardown(r.c); rc != 0 {
+	if rc := r.teardown(); rc != 0 {
 		err = fiErr("fi_close(reader endpoint)", rc)
-		r.f.leaveRegion(r.shmRegion())
 	}
 	ddReaderFree(r.c)
 	r.c = nil
@@ -232,7 +232,7 @@ func (r *Reader) insert(from int) error {
 	}
 	if err == nil {
 		if err = r.insertPeers(from); err != nil {
-			ddReaderTeardown(r.c)
+			r.teardown()
 			r.broken = true
 		}
 	}
@@ -259,7 +259,7 @@ func (r *Reader) insertPeers(from int) error {
 		if ddAvInsertN(r.c, cInt(from), cInt(len(ps)), &ranks[0], unsafe.Pointer(&buf[0])) == 0 {
 			return nil
 		}
-		ddReaderTeardown(r.c)
+		r.teardown()
 		if err := r.setupEndpoint(from); err != nil {
 			return err
 		}
@@ -300,7 +300,7 @@ func (r *Reader) setupEndpoint(n int) error {
 	err := r.insertPeers(0)
 	r.peers = all
 	if err != nil {
-		ddReaderTeardown(r.c)
+		r.teardown()
 	}
 	return err
 }
@@ -543,6 +543,7 @@ func (r *Reader) afterCall(res *cDdResult) {
 	r.broken = true
 	if res.teardown_rc != 0 {
 		r.leakBuffers()
+		r.f.leaveRegion(r.shmRegion()) // before the next setup renames r.c
 		return
 	}
 	r.mrc.purgeEndpointBound(r)
@@ -582,6 +583,18 @@ func (r *Reader) quarantine() {
 	r.f.mu.Unlock()
 }
 
+// teardown closes the reader's endpoint (dd_reader_teardown). An endpoint
+// that fails to close keeps its shm region file, which Fabric.Close then
+// removes.
+func (r *Reader) teardown() cInt {
+	region := r.shmRegion()
+	rc := ddReaderTeardown(r.c)
+	if rc != 0 {
+		r.f.leaveRegion(region)
+	}
+	return rc
+}
+
 // shmPrefix begins the endpoint names of the shm provider
 // ("fi_shm://<pid>:<uid>:<n>"), whose regions are /dev/shm/<pid>:<uid>:<n>.
 const shmPrefix = "fi_shm://"
@@ -593,15 +606,17 @@ func (r *Reader) shmRegion() string {
 }
 
 // shmRegionOf is the region file of the shm endpoint named name (as
-// fi_getname gives it, NUL-terminated or not); "" if name is not shm's.
+// fi_getname gives it, NUL-terminated or not); "" unless name is shm's
+// fi_shm://<pid>:<uid>:<n>.
 func shmRegionOf(name []byte) string {
-	s := string(bytes.TrimRight(name, "\x00"))
-	rest, ok := strings.CutPrefix(s, shmPrefix)
-	if !ok || rest == "" || strings.ContainsAny(rest, "/\x00") {
+	rest, ok := strings.CutPrefix(string(bytes.TrimRight(name, "\x00")), shmPrefix)
+	if !ok || !shmRegionName.MatchString(rest) {
 		return ""
 	}
 	return "/dev/shm/" + rest
 }
+
+var shmRegionName = regexp.MustCompile(`^[0-9]+:[0-9]+:[0-9]+$`)
 
 // QuarantinedReaders counts the readers of this process abandoned inside a
 // provider call that overran its deadline (telemetry: each holds an

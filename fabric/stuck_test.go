@@ -109,6 +109,37 @@ func TestQuarantinedRegionRemoved(t *testing.T) {
 	}
 }
 
+// TestFailedCloseRegionRemoved: on shm, an endpoint whose close failed
+// after a failed read keeps its region file while the reader goes on with
+// a new endpoint; the Fabric's Close removes the file.
+func TestFailedCloseRegionRemoved(t *testing.T) {
+	o := Options{Provider: "shm", Timeout: 3 * time.Second}
+	f := openOrSkip(t, o)
+	r, tgs, peers := readerWith(t, f, o, 1<<20, false, 4)
+	region := r.shmRegion()
+	t.Cleanup(func() { os.Remove(region) }) // should the test fail
+	r.setFailClose(true)
+	_, err := r.Read(ReadOp{Dst: make([]byte, 4096), Peer: peers[0], Addr: tgs[0].base + 1<<30, Key: tgs[0].key}) // refused: teardown
+	r.setFailClose(false)
+	if err == nil || !strings.Contains(err.Error(), "fi_close(endpoint) failed") {
+		t.Fatalf("want the failed close reported, got %v", err)
+	}
+	readChecked(t, "after the failed close", r.ReadBatch, []ReadOp{{Dst: make([]byte, 4096), Peer: peers[0], Addr: tgs[0].base, Key: tgs[0].key}}, tgs, peers)
+	if now := r.shmRegion(); now == region {
+		t.Fatalf("the reader still has the endpoint whose close failed (%s)", region)
+	}
+	if _, err := os.Stat(region); err != nil {
+		t.Fatalf("the region of the endpoint whose close failed went before the Fabric's Close: %v", err)
+	}
+	r.Close()
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(region); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the region %s of the endpoint whose close failed is still there after Close (%v)", region, err)
+	}
+}
+
 // TestShmRegionOf: which endpoint names are shm's, and their region files.
 func TestShmRegionOf(t *testing.T) {
 	region := func(name string) string { return shmRegionOf([]byte(name)) }
@@ -119,7 +150,8 @@ func TestShmRegionOf(t *testing.T) {
 		t.Errorf("an shm name: region %q", got)
 	}
 	// Not shm's, or no plain file name under /dev/shm: nothing to remove.
-	for _, name := range []string{"fi_shm://", "fi_shm://../etc/x", "8971:0:1", "\x02\x00\x1f\x90\x7f\x00\x00\x01"} {
+	for _, name := range []string{"fi_shm://", "fi_shm://..", "fi_shm://../etc/x", "fi_shm://1:2", "fi_shm://1:2:3x",
+		"8971:0:1", "\x02\x00\x1f\x90\x7f\x00\x00\x01"} {
 		if got := region(name); got != "" {
 			t.Errorf("shmRegionOf(%q) = %q, want none", name, got)
 		}
