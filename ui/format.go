@@ -64,6 +64,8 @@ func us(ns float64) string {
 // decimals formats v with 2 decimals below 10, 1 below 1000, else as si.
 func decimals(v float64) string {
 	switch {
+	case math.IsNaN(v) || math.IsInf(v, 0):
+		return "-"
 	case below(v, 10, 2):
 		return fmt.Sprintf("%.2f", v)
 	case below(v, 1000, 1):

@@ -99,13 +99,14 @@ func TestFormatters(t *testing.T) {
 	}
 }
 
-// TestFormattersNaN: a NaN (a rate over no time, say) shows as "-", never
-// as "NaNG" or "NaNs".
+// TestFormattersNaN: a NaN or ±Inf (a rate over no time, say) shows as
+// "-", never as "NaNG", "NaNs" or "-Inf".
 func TestFormattersNaN(t *testing.T) {
-	nan := math.NaN()
 	for name, f := range map[string]func(float64) string{"si": si, "mbps": mbps, "us": us, "dur": dur} {
-		if got := f(nan); got != "-" {
-			t.Errorf("%s(NaN) = %q, want \"-\"", name, got)
+		for _, v := range []float64{math.NaN(), math.Inf(1), math.Inf(-1)} {
+			if got := f(v); got != "-" {
+				t.Errorf("%s(%v) = %q, want \"-\"", name, v, got)
+			}
 		}
 	}
 }
