@@ -5,10 +5,11 @@ package doctor
 // reading it: one read at a time (latency), batches of 1024 rows with 128
 // in flight (throughput, as fabric's BenchmarkRead), gather batches on
 // software-RMA providers, 1 MiB rows (bandwidth), and the cost of
-// registering memory. Destinations are 128 slots reused, as in the
-// benchmark, so that the figures compare: the rows still in their slots
-// after each timed loop (all of them up to 128 rows, else the last 128)
-// are checked against the pattern, and counted (Reads.Rows).
+// registering memory. Destinations are 128 slots reused (fewer for rows
+// over 512 KiB: 64 MiB in all), as in the benchmark, so that the figures
+// compare: the rows still in their slots after each timed loop (all of
+// them when there are no more rows than slots, else the last ones) are
+// checked against the pattern, and counted (Reads.Rows).
 
 import (
 	"context"
