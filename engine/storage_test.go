@@ -257,7 +257,7 @@ func storageJob(t *testing.T, mode string, T, S, width, killStorage int, extra .
 	sr := startLaunch(t, ctx, S, "storage-serve", env)
 	if killStorage >= 0 {
 		for t0 := time.Now(); ; time.Sleep(2 * time.Millisecond) {
-			if _, err := os.Stat(filepath.Join(teldir, "kill-now")); err == nil {
+			if fileExists(filepath.Join(teldir, "kill-now")) {
 				break
 			}
 			if time.Since(t0) > 60*time.Second*hangGuardScale*testkit.RaceScale {

@@ -587,10 +587,9 @@ func (r *Reader) quarantine() {
 // that fails to close keeps its shm region file, which Fabric.Close then
 // removes.
 func (r *Reader) teardown() cInt {
-	region := r.shmRegion()
 	rc := ddReaderTeardown(r.c)
 	if rc != 0 {
-		r.f.leaveRegion(region)
+		r.f.leaveRegion(r.shmRegion()) // the name outlives the teardown
 	}
 	return rc
 }
