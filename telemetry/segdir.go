@@ -62,10 +62,18 @@ func (d *SegmentDir) Dir() string { return d.dir }
 // Discover lists the segments ("ddstore-*.tel") sorted by job and rank,
 // with their liveness, as DiscoverOpen(d.Dir(), open) does.
 func (d *SegmentDir) Discover(open func(path string) *Segment) ([]SegmentInfo, error) {
+	return d.AppendDiscover(nil, open)
+}
+
+// AppendDiscover is Discover appending to dst (a viewer that polls often
+// passes the last result's memory, [:0]); what was in dst stays first, and
+// only the appended part is sorted.
+func (d *SegmentDir) AppendDiscover(dst []SegmentInfo, open func(path string) *Segment) ([]SegmentInfo, error) {
 	if err := d.read(); err != nil {
-		return nil, err
+		return dst, err
 	}
-	out := make([]SegmentInfo, 0, len(d.segments))
+	out := slices.Grow(dst, len(d.segments))
+	from := len(out)
 	for _, e := range d.segments {
 		if open != nil && e.file != nil {
 			if seg := open(e.path); seg != nil && seg.file != nil && os.SameFile(e.file, seg.file) {
@@ -78,7 +86,7 @@ func (d *SegmentDir) Discover(open func(path string) *Segment) ([]SegmentInfo, e
 		info, _ := inspect(e.path)
 		out = append(out, info)
 	}
-	slices.SortFunc(out, func(a, b SegmentInfo) int {
+	slices.SortFunc(out[from:], func(a, b SegmentInfo) int {
 		if a.Job != b.Job {
 			return strings.Compare(a.Job, b.Job)
 		}

@@ -158,3 +158,40 @@ func TestSnapshotTo(t *testing.T) {
 	}
 	same("a after a variable was replaced", dst, a)
 }
+
+// AppendDiscover keeps what dst held, sorts only what it appends (by job,
+// then rank), lists what Discover lists, and fills dst's memory when it
+// is large enough (a poller's scratch).
+func TestAppendDiscover(t *testing.T) {
+	dir := t.TempDir()
+	for _, r := range []int{3, 0, 2, 1} {
+		w, err := Create(WriterOptions{Dir: dir, Job: "j", Rank: r, World: 4, Host: localHost()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+	}
+	d := NewSegmentDir(dir)
+	want, err := d.Discover(nil)
+	if err != nil || len(want) != 4 {
+		t.Fatalf("Discover: %d segments, %v", len(want), err)
+	}
+	prefix := SegmentInfo{Path: "kept", Job: "z", Rank: 9}
+	buf := make([]SegmentInfo, 1, 8)
+	buf[0] = prefix
+	got, err := d.AppendDiscover(buf, nil)
+	if err != nil || len(got) != 5 || got[0] != prefix {
+		t.Fatalf("AppendDiscover: %d infos, first %+v, %v", len(got), got[0], err)
+	}
+	if &got[0] != &buf[0] {
+		t.Error("AppendDiscover did not fill dst's memory")
+	}
+	for i, in := range got[1:] {
+		if in.Rank != i || in.Path != want[i].Path || in.State != want[i].State {
+			t.Errorf("appended %d: rank %d %s %s, want rank %d %s %s", i, in.Rank, in.Path, in.State, i, want[i].Path, want[i].State)
+		}
+	}
+	if _, err := NewSegmentDir(dir+"/nope").AppendDiscover(buf[:0], nil); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("missing directory: %v", err)
+	}
+}

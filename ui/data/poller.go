@@ -70,8 +70,10 @@ func (o Options) withDefaults() Options {
 type Poller struct {
 	o      Options
 	dir    *telemetry.SegmentDir
-	ranks  map[string]*tracked  // by path
-	open   []*telemetry.Segment // scratch: the open segments, for check
+	ranks  map[string]*tracked     // by path
+	open   []*telemetry.Segment    // scratch: the open segments, for check
+	infos  []telemetry.SegmentInfo // scratch: this poll's segments
+	seen   map[string]bool         // scratch: the paths this poll found
 	check  telemetry.WriterCheck
 	polls  uint64    // Polls so far
 	blocks blockPool // recent-call blocks for reuse (Recycle)
@@ -147,7 +149,8 @@ func (p *Poller) Poll() (*Frame, error) {
 	}
 	p.check.Check(p.open) // one poll tells which writers exited
 	clear(p.open)
-	infos, err := p.dir.Discover(p.openSegment)
+	infos, err := p.dir.AppendDiscover(p.infos[:0], p.openSegment)
+	p.infos = infos[:0]
 	if err != nil {
 		return nil, fmt.Errorf("ddtop: discover segments in %s: %w", p.o.Dir, err)
 	}
@@ -157,7 +160,11 @@ func (p *Poller) Poll() (*Frame, error) {
 		infos = nil // no rank to show: the frame says why
 	}
 	f := &Frame{At: now, Dir: p.o.Dir, Job: job, JobErr: jobErr, poll: p.polls}
-	seen := map[string]bool{}
+	if p.seen == nil {
+		p.seen = map[string]bool{}
+	}
+	seen := p.seen
+	clear(seen)
 	for _, in := range infos {
 		if job != "" && in.Job != job {
 			continue

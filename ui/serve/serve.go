@@ -135,6 +135,7 @@ type Collector struct {
 	segs     map[string]*telemetry.Segment // open segments by path
 	seen     map[string]bool               // scratch for Gather
 	checked  []*telemetry.Segment          // scratch for check
+	infos    []telemetry.SegmentInfo       // scratch for Gather
 	check    telemetry.WriterCheck
 	// Label pairs of every series, built once rather than
 	// on every scrape, by metric and label values; entries not used by a
@@ -341,7 +342,8 @@ func (c *Collector) gather() error {
 	}
 	c.check.Check(c.checked) // one poll tells which writers exited
 	clear(c.checked)
-	infos, err := c.segDir.Discover(c.open)
+	infos, err := c.segDir.AppendDiscover(c.infos[:0], c.open)
+	c.infos = infos[:0]
 	if err != nil {
 		return fmt.Errorf("ddtop serve: %w", err)
 	}
