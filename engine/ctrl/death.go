@@ -272,12 +272,15 @@ func (c *Ctrl) tellDead(dead []int, detail string) {
 	}
 }
 
-// tellOnce runs OnDead for rank unless it ran for it before. tellMu is
-// held across the call, so that a second caller for the same rank returns
-// only once OnDead has: noteDead's promise (OnDead before collectives see
-// the death) holds when a lost link told it first. OnDead must not call
-// back into this Ctrl.
+// tellOnce runs OnDead (when set) for rank unless it ran for it before.
+// tellMu is held across the call, so that a second caller for the same
+// rank returns only once OnDead has: noteDead's promise (OnDead before
+// collectives see the death) holds when a lost link told it first. OnDead
+// must not call back into this Ctrl.
 func (c *Ctrl) tellOnce(rank int, detail string) {
+	if c.o.OnDead == nil {
+		return
+	}
 	c.tellMu.Lock()
 	defer c.tellMu.Unlock()
 	if c.told.has(rank) {

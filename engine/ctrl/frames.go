@@ -190,9 +190,7 @@ func (c *Ctrl) linkLost(l *link, err error) {
 		// counts for collectives after ExitGrace, so that the job ends by
 		// its signal, not with this rank's error (engine/mesh does the
 		// same; make test-life, SIGTERM under srun, once in CI).
-		if c.o.OnDead != nil {
-			c.tellOnce(rank, detail)
-		}
+		c.tellOnce(rank, detail)
 		c.exitGrace(err)
 		if c.closing.Load() || c.killed.Load() || l.left.Load() {
 			return

@@ -121,7 +121,7 @@ func NewPoller(o Options) (*Poller, error) {
 		return nil, err
 	}
 	o = o.withDefaults()
-	return &Poller{o: o, dir: telemetry.NewSegmentDir(o.Dir), ranks: map[string]*tracked{}}, nil
+	return &Poller{o: o, dir: telemetry.NewSegmentDir(o.Dir), ranks: map[string]*tracked{}, seen: map[string]bool{}}, nil
 }
 
 // Dir is the directory being followed.
@@ -160,9 +160,6 @@ func (p *Poller) Poll() (*Frame, error) {
 		infos = nil // no rank to show: the frame says why
 	}
 	f := &Frame{At: now, Dir: p.o.Dir, Job: job, JobErr: jobErr, poll: p.polls}
-	if p.seen == nil {
-		p.seen = map[string]bool{}
-	}
 	seen := p.seen
 	clear(seen)
 	for _, in := range infos {
